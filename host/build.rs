@@ -1,0 +1,88 @@
+//! Builds the WebAssembly plugins the host embeds (the default policy) and tests against (a
+//! deliberately misbehaving guest), so that one `cargo build` builds everything.
+//!
+//! The plugins are built by a nested cargo for `wasm32-wasip2` in a target directory of their
+//! own (beside the host's), because the outer cargo holds the lock on the host's.
+
+// A build script may fail loudly: cargo shows the message to whoever builds.
+#![allow(clippy::expect_used)]
+
+use std::{
+    env,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+const PLUGINS: [(&str, &str, &str); 2] = [
+    (
+        "nad-default-plugin",
+        "nad_default_plugin",
+        "NSC_DEFAULT_PLUGIN_WASM",
+    ),
+    (
+        "nad-test-misbehaving",
+        "nad_test_misbehaving",
+        "NSC_TEST_MISBEHAVING_WASM",
+    ),
+];
+
+fn main() {
+    let manifest_dir =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let workspace = manifest_dir
+        .parent()
+        .expect("host/ is inside the workspace");
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    println!("cargo:rerun-if-changed={}", workspace.join("wit").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        workspace.join("plugins").display()
+    );
+
+    // <target>/<profile>/build/<pkg>/out: the target root is the ancestor cargo tags.
+    let target_root = out_dir
+        .ancestors()
+        .find(|p| p.join("CACHEDIR.TAG").exists())
+        .unwrap_or(&out_dir);
+    let plugin_target = target_root.join("plugins");
+
+    let mut cargo = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cargo
+        .current_dir(workspace)
+        .args([
+            "build",
+            "--target",
+            "wasm32-wasip2",
+            "--profile",
+            "wasm-release",
+            "--locked",
+        ])
+        .env("CARGO_TARGET_DIR", &plugin_target)
+        // Flags meant for the host (and clippy's driver) do not apply to the guests.
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("RUSTFLAGS")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("CARGO_BUILD_TARGET");
+    for (package, _, _) in PLUGINS {
+        cargo.args(["-p", package]);
+    }
+    let status = cargo.status().expect("run cargo for the plugins");
+    if !status.success() {
+        panic!(
+            "building the plugins for wasm32-wasip2 failed (see above). If the target is missing, \
+             run `rustup target add wasm32-wasip2` (make build and make test do this)."
+        );
+    }
+    for (_, artifact, var) in PLUGINS {
+        let path = plugin_target
+            .join("wasm32-wasip2")
+            .join("wasm-release")
+            .join(format!("{artifact}.wasm"));
+        assert!(
+            Path::new(&path).exists(),
+            "{} was not built",
+            path.display()
+        );
+        println!("cargo:rustc-env={var}={}", path.display());
+    }
+}

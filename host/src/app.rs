@@ -1,0 +1,178 @@
+//! Start-up and shutdown: the client, the default plugin, the endpoints, leader election, and
+//! the controller, stopped cleanly on SIGTERM or Ctrl-C.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use kube::{Client, runtime::events::Reporter};
+use tokio::sync::watch;
+
+use crate::{
+    cli::{Cli, Command, RunArgs},
+    controller::{self, CONTROLLER_NAME, Settings},
+    leader::LeaderElector,
+    metrics::Metrics,
+    plugin::{Limits, Runtime},
+    server::{self, Readiness},
+};
+
+/// Runs the command the flags name.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        None | Some(Command::Run) => run_controller(cli.run).await,
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the controller");
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+fn identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "nad-service-controller".to_owned());
+    format!("{host}_{}", std::process::id())
+}
+
+async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
+    let runtime = Runtime::new(Limits {
+        deadline: args.plugin_deadline,
+        memory_bytes: args.plugin_memory_limit_mib as usize * 1024 * 1024,
+    })
+    .context("starting the plugin runtime")?;
+    let plugin = runtime
+        .load_default()
+        .context("loading the built-in default plugin")?;
+    plugin.validate_config("")?;
+    tracing::info!(
+        plugin = %plugin.info().name,
+        version = %plugin.info().version,
+        deadline = ?args.plugin_deadline,
+        memory_limit_mib = args.plugin_memory_limit_mib,
+        "plugin loaded"
+    );
+
+    let client = Client::try_default()
+        .await
+        .context("connecting to Kubernetes (in-cluster config, KUBECONFIG or ~/.kube/config)")?;
+    let version = client
+        .apiserver_version()
+        .await
+        .context("reaching the Kubernetes API server")?;
+    tracing::info!(server = %version.git_version, "connected to the API server");
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutdown requested");
+        let _ = stop_tx.send(true);
+    });
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+
+    let metrics = Arc::new(Metrics::default());
+    let ready = Readiness::default();
+    let router = server::router(metrics.clone(), ready.clone());
+    let mut servers = vec![args.health_address];
+    if args.metrics_address != args.health_address {
+        servers.push(args.metrics_address);
+    }
+    for addr in servers {
+        let (router, stop) = (router.clone(), stopped());
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listening on {addr}"))?;
+        tokio::spawn(async move {
+            if let Err(e) = server::serve(listener, router, stop).await {
+                tracing::error!(%addr, error = %e, "HTTP server failed");
+            }
+        });
+    }
+
+    let elector = args.leader_election.then(|| {
+        LeaderElector::new(
+            client.clone(),
+            &args.leader_election_namespace,
+            &args.leader_election_lease,
+            identity(),
+        )
+    });
+    let (lost_tx, lost_rx) = watch::channel(false);
+    if let Some(elector) = &elector {
+        // A standby replica is healthy and ready: it is doing its job by waiting.
+        ready.set(true);
+        if !elector.acquire(stopped()).await {
+            return Ok(());
+        }
+        ready.set(false);
+    }
+    let reporter = Reporter {
+        controller: CONTROLLER_NAME.to_owned(),
+        instance: elector
+            .as_ref()
+            .map(|e| e.identity().to_owned())
+            .or_else(|| Some(identity())),
+    };
+    let settings = Settings {
+        max_endpoints_per_slice: args.max_endpoints_per_slice,
+    };
+    let stop = {
+        let stopped = stopped();
+        let mut lost = lost_rx.clone();
+        async move {
+            tokio::select! {
+                () = stopped => {}
+                _ = lost.wait_for(|lost| *lost) => {}
+            }
+        }
+    };
+    let controller = controller::run(client, plugin, settings, metrics, ready, reporter, stop);
+    match &elector {
+        Some(elector) => {
+            tokio::select! {
+                () = controller => {}
+                () = elector.hold() => {
+                    let _ = lost_tx.send(true);
+                }
+            }
+        }
+        None => controller.await,
+    }
+    if *lost_rx.borrow() {
+        anyhow::bail!(
+            "lost the leader lease; exiting so that this replica restarts as a candidate"
+        );
+    }
+    if let Some(elector) = &elector {
+        elector.release().await;
+    }
+    drop(runtime);
+    tracing::info!("stopped");
+    Ok(())
+}

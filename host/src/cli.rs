@@ -1,0 +1,145 @@
+//! Command-line flags (each also settable through an environment variable).
+
+use std::{net::SocketAddr, time::Duration};
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::plan::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, MAX_ENDPOINTS_PER_SLICE};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "nad-service-controller",
+    version,
+    about = "Publishes EndpointSlices with the Multus secondary-network IPs of pods, for Services \
+             annotated isim.dev/network: <network>; which pods count is decided by a WebAssembly \
+             policy plugin.",
+    long_about = None,
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the controller (the default).
+    Run,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Address of the Prometheus /metrics endpoint.
+    #[arg(
+        long,
+        env = "NSC_METRICS_ADDRESS",
+        default_value = "0.0.0.0:8080",
+        global = true
+    )]
+    pub metrics_address: SocketAddr,
+
+    /// Address of the /healthz and /readyz endpoints.
+    #[arg(
+        long,
+        env = "NSC_HEALTH_ADDRESS",
+        default_value = "0.0.0.0:8081",
+        global = true
+    )]
+    pub health_address: SocketAddr,
+
+    /// Elect a leader through a Lease, so that only one replica reconciles.
+    #[arg(long, env = "NSC_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set, global = true)]
+    pub leader_election: bool,
+
+    /// Namespace of the leader-election Lease (in a cluster: the controller's own namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default", global = true)]
+    pub leader_election_namespace: String,
+
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        env = "NSC_LEADER_ELECTION_LEASE",
+        default_value = "nad-service-controller",
+        global = true
+    )]
+    pub leader_election_lease: String,
+
+    /// Most endpoints in one EndpointSlice (1 to 1000).
+    #[arg(long, env = "NSC_MAX_ENDPOINTS_PER_SLICE", default_value_t = DEFAULT_MAX_ENDPOINTS_PER_SLICE,
+          value_parser = parse_max_endpoints, global = true)]
+    pub max_endpoints_per_slice: usize,
+
+    /// Deadline of one plugin call, e.g. 100ms or 1s.
+    #[arg(long, env = "NSC_PLUGIN_DEADLINE", default_value = "100ms", value_parser = humantime::parse_duration, global = true)]
+    pub plugin_deadline: Duration,
+
+    /// Memory limit of one plugin call, in MiB.
+    #[arg(long, env = "NSC_PLUGIN_MEMORY_LIMIT_MIB", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=4096), global = true)]
+    pub plugin_memory_limit_mib: u32,
+
+    /// Log format.
+    #[arg(long, env = "NSC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+
+    /// Log filter (tracing EnvFilter syntax), e.g. info or nad_service_controller=debug.
+    #[arg(long, env = "RUST_LOG", default_value = "info", global = true)]
+    pub log_filter: String,
+}
+
+fn parse_max_endpoints(s: &str) -> Result<usize, String> {
+    let n: usize = s.parse().map_err(|e| format!("{e}"))?;
+    if (1..=MAX_ENDPOINTS_PER_SLICE).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!("must be between 1 and {MAX_ENDPOINTS_PER_SLICE}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn flags_parse_and_have_safe_defaults() {
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from(["nsc"]).unwrap();
+        assert!(cli.command.is_none());
+        assert!(cli.run.leader_election);
+        assert_eq!(cli.run.max_endpoints_per_slice, 100);
+        assert_eq!(cli.run.plugin_deadline, Duration::from_millis(100));
+        let cli = Cli::try_parse_from([
+            "nsc",
+            "run",
+            "--leader-election=false",
+            "--max-endpoints-per-slice",
+            "1000",
+            "--plugin-deadline",
+            "2s",
+            "--log-format",
+            "json",
+        ])
+        .unwrap();
+        assert!(matches!(cli.command, Some(Command::Run)));
+        assert!(!cli.run.leader_election);
+        assert_eq!(cli.run.max_endpoints_per_slice, 1000);
+        assert_eq!(cli.run.plugin_deadline, Duration::from_secs(2));
+        assert_eq!(cli.run.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused_with_the_limit() {
+        let err = Cli::try_parse_from(["nsc", "--max-endpoints-per-slice", "1001"]).unwrap_err();
+        assert!(err.to_string().contains("between 1 and 1000"), "{err}");
+        assert!(Cli::try_parse_from(["nsc", "--max-endpoints-per-slice", "0"]).is_err());
+    }
+}

@@ -1,0 +1,588 @@
+//! The controller: watches and caches, the reconcile of one Service, and its error policy.
+//!
+//! A reconcile reads the caches ([`observe`]), asks the Service's plugin ([`plugin`]), plans
+//! the slices ([`plan`]) and writes the difference ([`apply`]). Nothing else writes.
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt, future, stream};
+use k8s_openapi::{
+    api::{
+        core::v1::{
+            Container, ContainerPort, Node, Pod, PodCondition, PodSpec, PodStatus, Service,
+        },
+        discovery::v1::EndpointSlice,
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::Action,
+        events::{Event as KubeEvent, EventType, Recorder, Reporter},
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+
+use crate::{
+    apply,
+    error::{Error, retry_delay},
+    metrics::Metrics,
+    observe::{self, Candidate, ZONE_LABEL},
+    plan::{self, Decision, MANAGED_BY, MANAGED_BY_LABEL},
+    plugin::{self, Plugin},
+    server::Readiness,
+    target::{self, ServiceTarget, Target},
+    triggers::{NodeZones, PodNetworks},
+};
+
+/// The name this controller reports Events under.
+pub const CONTROLLER_NAME: &str = "nad-service-controller";
+
+/// How often a Service is reconciled even when nothing seems to change.
+const RESYNC: Duration = Duration::from_secs(600);
+/// How soon a Service with pods on unknown nodes is tried again.
+const NODE_RETRY: Duration = Duration::from_secs(10);
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub max_endpoints_per_slice: usize,
+}
+
+/// Everything a reconcile reads or writes through.
+pub struct Context {
+    client: Client,
+    recorder: Recorder,
+    services: Store<Service>,
+    pods: Store<Pod>,
+    nodes: Store<Node>,
+    slices: Store<EndpointSlice>,
+    plugin: Plugin,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    failures: Mutex<HashMap<ObjectRef<Service>, u32>>,
+}
+
+impl Context {
+    async fn wait_ready(&self) -> Result<(), Error> {
+        for ready in [
+            self.services.wait_until_ready().await,
+            self.pods.wait_until_ready().await,
+            self.nodes.wait_until_ready().await,
+            self.slices.wait_until_ready().await,
+        ] {
+            ready.map_err(|_| Error::CachesNotReady)?;
+        }
+        Ok(())
+    }
+
+    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<Service>, u32>> {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    async fn warn(&self, service: &Service, reason: &str, action: &str, note: String) {
+        let event = KubeEvent {
+            type_: EventType::Warning,
+            reason: reason.to_owned(),
+            note: Some(truncate(note, 1024)),
+            action: action.to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self
+            .recorder
+            .publish(&event, &service.object_ref(&()))
+            .await
+        {
+            tracing::warn!(service = %service.name_any(), error = %e, "could not publish Event");
+        }
+    }
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max - 3;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
+}
+
+/// Reconciles one Service: its slices become what the plan says, or stay as they are when the
+/// plan cannot be made.
+#[tracing::instrument(skip_all, fields(service = %service.name_any(), namespace = service.namespace().unwrap_or_default()))]
+pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    ctx.wait_ready().await?;
+    let result = reconcile_service(&service, &ctx).await;
+    let key = ObjectRef::from_obj(&*service);
+    match &result {
+        Ok(_) => {
+            ctx.failures().remove(&key);
+            ctx.metrics.reconciled("ok", started.elapsed());
+        }
+        Err(e) => {
+            *ctx.failures().entry(key).or_default() += 1;
+            ctx.metrics.reconciled(e.metric_label(), started.elapsed());
+            if matches!(e, Error::Plugin(_) | Error::PluginTask(_)) {
+                ctx.warn(
+                    &service,
+                    e.event_reason(),
+                    "Evaluate",
+                    format!("{e}; the EndpointSlices stay as last applied"),
+                )
+                .await;
+            }
+        }
+    }
+    result
+}
+
+/// Backs off per Service: one failing Service never delays the others.
+pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> Action {
+    let failures = ctx
+        .failures()
+        .get(&ObjectRef::from_obj(&*service))
+        .copied()
+        .unwrap_or(1);
+    let delay = retry_delay(error, failures);
+    tracing::warn!(
+        service = %service.name_any(),
+        namespace = service.namespace().unwrap_or_default(),
+        error = %error,
+        category = error.metric_label(),
+        retry_in = ?delay,
+        "reconcile failed"
+    );
+    Action::requeue(delay)
+}
+
+async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, Error> {
+    let name = service.name_any();
+    let namespace = service.namespace().unwrap_or_default();
+    let existing = ctx.slices.state_filter(|s| {
+        s.metadata.namespace.as_deref() == Some(namespace.as_str())
+            && plan::is_managed_slice_of(s, &name)
+    });
+    let target = match target::classify(service) {
+        Target::Managed(target) => target,
+        Target::Unmanaged => {
+            remove_all(ctx, &namespace, &existing, "the Service is not annotated").await?;
+            return Ok(Action::await_change());
+        }
+        Target::Invalid(problems) => {
+            let note = format!(
+                "{} (annotation {}): {}",
+                name,
+                target::NETWORK_ANNOTATION,
+                problems.join("; ")
+            );
+            tracing::warn!(problems = ?problems, "Service cannot be served; its EndpointSlices are removed");
+            ctx.warn(service, "InvalidService", "Validate", note).await;
+            remove_all(ctx, &namespace, &existing, "the Service is invalid").await?;
+            return Ok(Action::await_change());
+        }
+    };
+    if service.meta().deletion_timestamp.is_some() {
+        // The garbage collector removes the slices through their owner reference.
+        return Ok(Action::await_change());
+    }
+
+    let pods = ctx
+        .pods
+        .state_filter(|p| p.metadata.namespace.as_deref() == Some(namespace.as_str()));
+    let observation =
+        observe::candidates(&target, &pods, |node| ctx.nodes.get(&ObjectRef::new(node)));
+    for skipped in &observation.skipped {
+        tracing::warn!(pod = %skipped.pod, reason = %skipped.reason, network = %target.network, "pod skipped; the Service's other endpoints stay published");
+    }
+    for ignored in &observation.ignored_ips {
+        tracing::warn!(pod = %ignored.pod, ips = ?ignored.ips, network = %target.network, "unparsable IPs in the network-status annotation were left out");
+    }
+
+    let decisions = decide(ctx, &target, &observation.candidates).await?;
+    let (included, excluded) = plan::split(&observation.candidates, &decisions);
+    for (candidate, reason) in &excluded {
+        tracing::debug!(pod = %candidate.name(), reason, "excluded by the policy");
+    }
+    let desired = plan::desired_slices(&target, &included, ctx.settings.max_endpoints_per_slice);
+    let changes = plan::changes(desired, &existing);
+    if changes.is_empty() {
+        tracing::debug!(
+            endpoints = included.len(),
+            slices = changes.unchanged,
+            "up to date"
+        );
+    } else {
+        let written = apply::write(&ctx.client, &namespace, changes).await;
+        if let Ok(w) = &written {
+            ctx.metrics.slices_written(w.applied, w.deleted);
+            tracing::info!(
+                endpoints = included.len(),
+                excluded = excluded.len(),
+                skipped = observation.skipped.len(),
+                applied = w.applied,
+                deleted = w.deleted,
+                "EndpointSlices updated"
+            );
+        }
+        written?;
+    }
+    Ok(Action::requeue(if observation.needs_retry() {
+        NODE_RETRY
+    } else {
+        RESYNC
+    }))
+}
+
+async fn remove_all(
+    ctx: &Context,
+    namespace: &str,
+    existing: &[Arc<EndpointSlice>],
+    why: &str,
+) -> Result<(), Error> {
+    if existing.is_empty() {
+        return Ok(());
+    }
+    let changes = plan::changes(Vec::new(), existing);
+    let written = apply::write(&ctx.client, namespace, changes).await?;
+    ctx.metrics.slices_written(0, written.deleted);
+    tracing::info!(deleted = written.deleted, why, "EndpointSlices removed");
+    Ok(())
+}
+
+/// One plugin call for all candidates, off the async runtime (it may run up to its deadline).
+async fn decide(
+    ctx: &Context,
+    target: &ServiceTarget,
+    candidates: &[Candidate],
+) -> Result<Vec<Decision>, Error> {
+    if candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let plugin = ctx.plugin.clone();
+    let service = plugin::service_view(target);
+    let pods: Vec<_> = candidates
+        .iter()
+        .map(|c| plugin::pod_view(c, &plugin))
+        .collect();
+    let started = Instant::now();
+    let result = tokio::task::spawn_blocking(move || plugin.evaluate(&service, &pods, "")).await?;
+    let outcome = result.as_ref().map_or_else(|e| e.cause(), |_| "ok");
+    ctx.metrics
+        .plugin_called(ctx.plugin.name(), outcome, started.elapsed());
+    Ok(result?)
+}
+
+/// Keeps only what the controller reads of a pod.
+pub fn strip_pod(pod: &mut Pod) {
+    let meta = std::mem::take(&mut pod.metadata);
+    let mut annotations = meta.annotations;
+    if let Some(a) = annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+    }
+    pod.metadata = ObjectMeta {
+        name: meta.name,
+        namespace: meta.namespace,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        labels: meta.labels,
+        annotations,
+        deletion_timestamp: meta.deletion_timestamp,
+        ..ObjectMeta::default()
+    };
+    if let Some(spec) = pod.spec.take() {
+        let containers = spec
+            .containers
+            .into_iter()
+            .map(|c| Container {
+                name: c.name,
+                ports: c.ports.map(|ports| {
+                    ports
+                        .into_iter()
+                        .filter(|p| p.name.is_some())
+                        .map(|p| ContainerPort {
+                            name: p.name,
+                            container_port: p.container_port,
+                            protocol: p.protocol,
+                            ..ContainerPort::default()
+                        })
+                        .collect()
+                }),
+                ..Container::default()
+            })
+            .collect();
+        pod.spec = Some(PodSpec {
+            containers,
+            node_name: spec.node_name,
+            hostname: spec.hostname,
+            subdomain: spec.subdomain,
+            ..PodSpec::default()
+        });
+    }
+    if let Some(status) = pod.status.take() {
+        pod.status = Some(PodStatus {
+            phase: status.phase,
+            conditions: status.conditions.map(|cs| {
+                cs.into_iter()
+                    .filter(|c| c.type_ == "Ready")
+                    .map(|c| PodCondition {
+                        type_: c.type_,
+                        status: c.status,
+                        ..PodCondition::default()
+                    })
+                    .collect()
+            }),
+            ..PodStatus::default()
+        });
+    }
+}
+
+/// Keeps only a node's name and zone.
+pub fn strip_node(node: &mut Node) {
+    let meta = std::mem::take(&mut node.metadata);
+    let labels = meta
+        .labels
+        .map(|l| l.into_iter().filter(|(k, _)| k == ZONE_LABEL).collect());
+    node.metadata = ObjectMeta {
+        name: meta.name,
+        resource_version: meta.resource_version,
+        labels,
+        ..ObjectMeta::default()
+    };
+    node.spec = None;
+    node.status = None;
+}
+
+fn strip_meta(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+    }
+}
+
+/// Services of `namespace` managed on `network`.
+fn services_on(services: &Store<Service>, pairs: Vec<(String, String)>) -> Vec<ObjectRef<Service>> {
+    if pairs.is_empty() {
+        return Vec::new();
+    }
+    services
+        .state()
+        .iter()
+        .filter_map(|svc| {
+            let Target::Managed(t) = target::classify(svc) else {
+                return None;
+            };
+            pairs
+                .iter()
+                .any(|(ns, net)| *ns == t.namespace && *net == t.network)
+                .then(|| ObjectRef::from_obj(&**svc))
+        })
+        .collect()
+}
+
+/// Watches everything, reconciles until `shutdown` resolves (then finishes what is running).
+pub async fn run(
+    client: Client,
+    plugin: Plugin,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    ready: Readiness,
+    reporter: Reporter,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (services, service_writer) = reflector::store::<Service>();
+    let (pods, pod_writer) = reflector::store::<Pod>();
+    let (nodes, node_writer) = reflector::store::<Node>();
+    let (slices, slice_writer) = reflector::store::<EndpointSlice>();
+    let any = || watcher::Config::default().any_semantic();
+
+    let service_stream = watcher(Api::<Service>::all(client.clone()), any())
+        .default_backoff()
+        .modify(|s: &mut Service| strip_meta(&mut s.metadata))
+        .reflect(service_writer)
+        .applied_objects();
+    let slice_stream = watcher(
+        Api::<EndpointSlice>::all(client.clone()),
+        any().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
+    )
+    .default_backoff()
+    .modify(|s: &mut EndpointSlice| strip_meta(&mut s.metadata))
+    .reflect(slice_writer)
+    .touched_objects();
+
+    let pod_triggers = {
+        let services = services.clone();
+        let mut index = PodNetworks::default();
+        watcher(Api::<Pod>::all(client.clone()), any())
+            .default_backoff()
+            .modify(strip_pod)
+            .reflect(pod_writer)
+            .filter_map(move |event| {
+                let refs = match event {
+                    Ok(event) => services_on(&services, index.on_event(&event)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "pod watch failed; retrying");
+                        Vec::new()
+                    }
+                };
+                future::ready(Some(stream::iter(refs)))
+            })
+            .flatten()
+    };
+    let node_triggers = {
+        let (services, pods) = (services.clone(), pods.clone());
+        let mut zones = NodeZones::default();
+        watcher(Api::<Node>::all(client.clone()), any())
+            .default_backoff()
+            .modify(strip_node)
+            .reflect(node_writer)
+            .filter_map(move |event| {
+                let changed = match event {
+                    Ok(event) => zones.on_event(&event),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "node watch failed; retrying");
+                        Vec::new()
+                    }
+                };
+                let pairs = if changed.is_empty() {
+                    Vec::new()
+                } else {
+                    let mut pairs: Vec<(String, String)> = pods
+                        .state()
+                        .iter()
+                        .filter(|p| {
+                            p.spec
+                                .as_ref()
+                                .and_then(|s| s.node_name.as_ref())
+                                .is_some_and(|n| changed.contains(n))
+                        })
+                        .flat_map(|p| {
+                            let ns = p.namespace().unwrap_or_default();
+                            let annotation = p
+                                .annotations()
+                                .get(crate::network_status::ANNOTATION)
+                                .map(String::as_str);
+                            crate::network_status::networks(annotation, &ns)
+                                .into_iter()
+                                .map(move |net| (ns.clone(), net))
+                        })
+                        .collect();
+                    pairs.sort();
+                    pairs.dedup();
+                    pairs
+                };
+                future::ready(Some(stream::iter(services_on(&services, pairs))))
+            })
+            .flatten()
+    };
+
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        services: services.clone(),
+        pods,
+        nodes,
+        slices,
+        plugin,
+        settings,
+        metrics,
+        failures: Mutex::default(),
+    });
+    {
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            if ctx.wait_ready().await.is_ok() {
+                tracing::info!("caches synced");
+                ready.set(true);
+            }
+        });
+    }
+
+    Controller::for_stream(service_stream, services)
+        .owns_stream(slice_stream)
+        .reconcile_on(pod_triggers)
+        .reconcile_on(node_triggers)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| {
+            if let Err(e) = result {
+                match e {
+                    kube::runtime::controller::Error::ReconcilerFailed(..) => {}
+                    other => tracing::warn!(error = %other, "controller"),
+                }
+            }
+            future::ready(())
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn stripped_pods_keep_what_the_controller_reads() {
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "7",
+                "labels": {"app": "web"},
+                "annotations": {"k8s.v1.cni.cncf.io/network-status": "[]", LAST_APPLIED: "{...}"},
+                "managedFields": [{"manager": "kubelet"}], "ownerReferences": [{"apiVersion": "v1", "kind": "ReplicaSet", "name": "rs", "uid": "r"}]},
+            "spec": {"nodeName": "n1", "hostname": "h", "subdomain": "web", "serviceAccountName": "sa",
+                "containers": [{"name": "c", "image": "nginx", "env": [{"name": "A", "value": "B"}],
+                    "ports": [{"name": "http", "containerPort": 80, "protocol": "TCP"}, {"containerPort": 81}]}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.1",
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                               {"type": "PodScheduled", "status": "True"}],
+                "containerStatuses": [{"name": "c", "ready": true, "restartCount": 0, "image": "nginx", "imageID": ""}]},
+        }))
+        .unwrap();
+        strip_pod(&mut pod);
+        let kept = serde_json::to_value(&pod).unwrap();
+        assert_eq!(
+            kept,
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "7",
+                    "labels": {"app": "web"}, "annotations": {"k8s.v1.cni.cncf.io/network-status": "[]"}},
+                "spec": {"nodeName": "n1", "hostname": "h", "subdomain": "web",
+                    "containers": [{"name": "c", "ports": [{"name": "http", "containerPort": 80, "protocol": "TCP"}]}]},
+                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+            })
+        );
+    }
+
+    #[test]
+    fn stripped_nodes_keep_name_and_zone() {
+        let mut node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1", "labels": {ZONE_LABEL: "z", "kubernetes.io/os": "linux"}, "managedFields": []},
+            "status": {"images": [{"names": ["big"], "sizeBytes": 1}]},
+        }))
+        .unwrap();
+        strip_node(&mut node);
+        assert_eq!(
+            serde_json::to_value(&node).unwrap(),
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {ZONE_LABEL: "z"}}})
+        );
+    }
+
+    #[test]
+    fn long_event_notes_are_cut() {
+        assert_eq!(truncate("abcdef".into(), 5), "ab...");
+        assert_eq!(truncate("abc".into(), 5), "abc");
+    }
+}

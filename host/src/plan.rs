@@ -1,0 +1,795 @@
+//! The pure plan: a managed Service, its candidates and the policy's decisions in; the
+//! EndpointSlices that should exist out, and the writes that get there from what exists.
+//!
+//! Nothing here does I/O, so every rule of the specification is a table test below.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
+
+use k8s_openapi::{
+    api::{
+        core::v1::{ObjectReference, Pod, ServicePort},
+        discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice},
+    },
+    apimachinery::pkg::{apis::meta::v1::OwnerReference, util::intstr::IntOrString},
+};
+use kube::{ResourceExt, api::ObjectMeta};
+
+use crate::{
+    observe::Candidate,
+    target::{Family, ServiceTarget},
+};
+
+/// Only slices carrying this label with [`MANAGED_BY`] are ever touched.
+pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "nad-service-controller.isim.dev";
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
+
+pub const DEFAULT_MAX_ENDPOINTS_PER_SLICE: usize = 100;
+/// The API server rejects slices with more endpoints than this.
+pub const MAX_ENDPOINTS_PER_SLICE: usize = 1000;
+
+/// EndpointSlice conditions of an included pod's endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conditions {
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+}
+
+/// The policy's answer for one candidate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Include(Conditions),
+    Exclude(String),
+}
+
+/// The ports of a pod's endpoints, from the Service's ports.
+///
+/// A numeric `targetPort` is used as is; a named one is looked up among the pod's container
+/// ports with the same protocol, and the port is left out for a pod that has no such port
+/// (as Kubernetes' own EndpointSlice controller does).
+pub fn endpoint_ports(service_ports: &[ServicePort], pod: &Pod) -> Vec<EndpointPort> {
+    service_ports
+        .iter()
+        .filter_map(|sp| {
+            let protocol = sp.protocol.clone().unwrap_or_else(|| "TCP".to_owned());
+            let port = match &sp.target_port {
+                None => sp.port,
+                Some(IntOrString::Int(n)) => *n,
+                Some(IntOrString::String(name)) => named_port(pod, name, &protocol)?,
+            };
+            Some(EndpointPort {
+                name: Some(sp.name.clone().unwrap_or_default()),
+                port: Some(port),
+                protocol: Some(protocol),
+                app_protocol: sp.app_protocol.clone(),
+            })
+        })
+        .collect()
+}
+
+fn named_port(pod: &Pod, name: &str, protocol: &str) -> Option<i32> {
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .find(|p| {
+            p.name.as_deref() == Some(name) && p.protocol.as_deref().unwrap_or("TCP") == protocol
+        })
+        .map(|p| p.container_port)
+}
+
+type PortKey = Vec<(String, i32, String, Option<String>)>;
+
+fn port_key(ports: &[EndpointPort]) -> PortKey {
+    ports
+        .iter()
+        .map(|p| {
+            (
+                p.name.clone().unwrap_or_default(),
+                p.port.unwrap_or_default(),
+                p.protocol.clone().unwrap_or_default(),
+                p.app_protocol.clone(),
+            )
+        })
+        .collect()
+}
+
+/// FNV-1a, 32 bits: a short name suffix that is the same on every build and platform.
+fn fnv1a(key: &PortKey) -> u32 {
+    let text = format!("{key:?}");
+    text.bytes().fold(0x811c_9dc5_u32, |hash, b| {
+        (hash ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+fn endpoint(
+    target: &ServiceTarget,
+    candidate: &Candidate,
+    ip: &std::net::IpAddr,
+    c: Conditions,
+) -> Endpoint {
+    let pod = &candidate.pod;
+    let spec = pod.spec.as_ref();
+    let hostname = spec.and_then(|s| {
+        let subdomain_matches = s.subdomain.as_deref() == Some(target.name.as_str());
+        s.hostname
+            .clone()
+            .filter(|h| subdomain_matches && !h.is_empty())
+    });
+    Endpoint {
+        addresses: vec![ip.to_string()],
+        conditions: Some(EndpointConditions {
+            ready: Some(c.ready),
+            serving: Some(c.serving),
+            terminating: Some(c.terminating),
+        }),
+        hostname,
+        node_name: candidate
+            .node_name()
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned),
+        target_ref: Some(ObjectReference {
+            kind: Some("Pod".to_owned()),
+            namespace: pod.metadata.namespace.clone(),
+            name: pod.metadata.name.clone(),
+            uid: pod.metadata.uid.clone(),
+            ..ObjectReference::default()
+        }),
+        zone: candidate.zone.clone(),
+        ..Endpoint::default()
+    }
+}
+
+/// The slices a Service should have.
+///
+/// One endpoint per address. Endpoints are grouped by address family and resolved port set,
+/// sorted by pod name and address, and cut into slices of at most `max_endpoints` (clamped to
+/// 1..=[`MAX_ENDPOINTS_PER_SLICE`]). Names are deterministic: `<service>-<ipv4|ipv6>-<n>`, with
+/// a hash of the ports before `<n>` when pods of one family resolve to different port sets.
+/// A Service with no endpoints has no slices.
+pub fn desired_slices(
+    target: &ServiceTarget,
+    included: &[(&Candidate, Conditions)],
+    max_endpoints: usize,
+) -> Vec<EndpointSlice> {
+    let max_endpoints = max_endpoints.clamp(1, MAX_ENDPOINTS_PER_SLICE);
+    let mut groups: BTreeMap<(Family, PortKey), (Vec<EndpointPort>, Vec<(String, Endpoint)>)> =
+        BTreeMap::new();
+    for (candidate, conditions) in included {
+        let ports = endpoint_ports(&target.ports, &candidate.pod);
+        let key = port_key(&ports);
+        for ip in &candidate.ips {
+            let family = Family::of(ip);
+            if !target.wants(family) {
+                continue;
+            }
+            let group = groups
+                .entry((family, key.clone()))
+                .or_insert_with(|| (ports.clone(), Vec::new()));
+            let sort_key = format!("{}\0{ip}", candidate.pod.name_any());
+            group
+                .1
+                .push((sort_key, endpoint(target, candidate, ip, *conditions)));
+        }
+    }
+    let groups_per_family = |family: Family| groups.keys().filter(|(f, _)| *f == family).count();
+    let mut slices = Vec::new();
+    for ((family, key), (ports, mut endpoints)) in
+        groups.iter().map(|(k, v)| (k.clone(), v.clone()))
+    {
+        endpoints.sort_by(|a, b| a.0.cmp(&b.0));
+        let prefix = if groups_per_family(family) > 1 {
+            format!("{}-{}-{:08x}", target.name, family.slug(), fnv1a(&key))
+        } else {
+            format!("{}-{}", target.name, family.slug())
+        };
+        for (index, chunk) in endpoints.chunks(max_endpoints).enumerate() {
+            slices.push(slice(
+                target,
+                format!("{prefix}-{index}"),
+                family,
+                ports.clone(),
+                chunk.iter().map(|(_, e)| e.clone()).collect(),
+            ));
+        }
+    }
+    slices
+}
+
+/// The labels every slice of `target` carries: the Service's own, then this controller's.
+pub fn slice_labels(target: &ServiceTarget) -> BTreeMap<String, String> {
+    let mut labels = target.labels.clone();
+    labels.insert(SERVICE_NAME_LABEL.to_owned(), target.name.clone());
+    labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned());
+    labels.insert(HEADLESS_LABEL.to_owned(), String::new());
+    labels
+}
+
+fn slice(
+    target: &ServiceTarget,
+    name: String,
+    family: Family,
+    ports: Vec<EndpointPort>,
+    endpoints: Vec<Endpoint>,
+) -> EndpointSlice {
+    EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(target.namespace.clone()),
+            labels: Some(slice_labels(target)),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".to_owned(),
+                kind: "Service".to_owned(),
+                name: target.name.clone(),
+                uid: target.uid.clone(),
+                controller: Some(true),
+                ..OwnerReference::default()
+            }]),
+            ..ObjectMeta::default()
+        },
+        address_type: family.address_type().to_owned(),
+        endpoints: Some(endpoints),
+        ports: Some(ports),
+    }
+}
+
+/// Whether a slice is managed by this controller for the Service `name`.
+pub fn is_managed_slice_of(slice: &EndpointSlice, name: &str) -> bool {
+    let labels = slice.labels();
+    labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)
+        && labels.get(SERVICE_NAME_LABEL).map(String::as_str) == Some(name)
+}
+
+/// The writes that turn `existing` (this controller's slices of one Service) into `desired`.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Changes {
+    /// Slices to server-side apply: new, or different from what is stored.
+    pub apply: Vec<EndpointSlice>,
+    /// Names of slices that are no longer wanted.
+    pub delete: Vec<String>,
+    /// Slices already as desired: no write.
+    pub unchanged: usize,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        self.apply.is_empty() && self.delete.is_empty()
+    }
+}
+
+/// Compares what this controller sets; fields others add and it does not own (extra labels,
+/// annotations) are left alone, and so do not count as a difference.
+fn up_to_date(desired: &EndpointSlice, existing: &EndpointSlice) -> bool {
+    let labels_match = desired
+        .labels()
+        .iter()
+        .all(|(k, v)| existing.labels().get(k) == Some(v));
+    let owner_matches = desired.owner_references().iter().all(|want| {
+        existing.owner_references().iter().any(|have| {
+            have.uid == want.uid && have.controller == want.controller && have.kind == want.kind
+        })
+    });
+    labels_match
+        && owner_matches
+        && existing.metadata.deletion_timestamp.is_none()
+        && desired.address_type == existing.address_type
+        && desired.endpoints.as_deref().unwrap_or_default()
+            == existing.endpoints.as_deref().unwrap_or_default()
+        && desired.ports.as_deref().unwrap_or_default()
+            == existing.ports.as_deref().unwrap_or_default()
+}
+
+pub fn changes(desired: Vec<EndpointSlice>, existing: &[Arc<EndpointSlice>]) -> Changes {
+    let wanted: BTreeSet<String> = desired.iter().map(ResourceExt::name_any).collect();
+    let mut out = Changes::default();
+    for slice in desired {
+        let name = slice.name_any();
+        match existing.iter().find(|e| e.name_any() == name) {
+            Some(current) if up_to_date(&slice, current) => out.unchanged += 1,
+            _ => out.apply.push(slice),
+        }
+    }
+    out.delete = existing
+        .iter()
+        .map(|e| e.name_any())
+        .filter(|name| !wanted.contains(name))
+        .collect();
+    out.delete.sort();
+    out.delete.dedup();
+    out
+}
+
+/// Pairs candidates with the policy's decisions: the included ones with their conditions and
+/// the excluded ones with the reason. `decisions` has one entry per candidate.
+pub fn split<'a>(
+    candidates: &'a [Candidate],
+    decisions: &'a [Decision],
+) -> (
+    Vec<(&'a Candidate, Conditions)>,
+    Vec<(&'a Candidate, &'a str)>,
+) {
+    let mut included = Vec::new();
+    let mut excluded = Vec::new();
+    for (candidate, decision) in candidates.iter().zip(decisions) {
+        match decision {
+            Decision::Include(c) => included.push((candidate, *c)),
+            Decision::Exclude(reason) => excluded.push((candidate, reason.as_str())),
+        }
+    }
+    (included, excluded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::tests::target;
+    use serde_json::json;
+    use std::net::IpAddr;
+
+    const READY: Conditions = Conditions {
+        ready: true,
+        serving: true,
+        terminating: false,
+    };
+
+    fn candidate(name: &str, ips: &[&str], spec: serde_json::Value) -> Candidate {
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}")},
+            "spec": {"containers": []},
+        }))
+        .unwrap();
+        let extra: k8s_openapi::api::core::v1::PodSpec = serde_json::from_value(spec).unwrap();
+        pod.spec = Some(extra);
+        Candidate {
+            pod: Arc::new(pod),
+            ips: ips.iter().map(|s| s.parse::<IpAddr>().unwrap()).collect(),
+            zone: None,
+        }
+    }
+
+    fn simple(name: &str, ip: &str) -> Candidate {
+        candidate(name, &[ip], json!({"containers": []}))
+    }
+
+    fn service_ports(ports: serde_json::Value) -> Vec<ServicePort> {
+        serde_json::from_value(ports).unwrap()
+    }
+
+    fn eps(s: &EndpointSlice) -> &[Endpoint] {
+        s.endpoints.as_deref().unwrap_or_default()
+    }
+
+    fn addresses(slice: &EndpointSlice) -> Vec<String> {
+        eps(slice)
+            .iter()
+            .map(|e| e.addresses[0].clone())
+            .collect()
+    }
+
+    #[test]
+    fn two_ready_pods_give_one_ipv4_slice_with_labels_owner_and_conditions() {
+        let mut t = target("team-a/macvlan");
+        t.labels.insert("app".into(), "web".into());
+        t.ports = service_ports(
+            json!([{"name": "http", "port": 80, "protocol": "TCP", "appProtocol": "http"}]),
+        );
+        let a = simple("a", "192.168.2.4");
+        let b = simple("b", "192.168.2.5");
+        let slices = desired_slices(&t, &[(&b, READY), (&a, READY)], 100);
+        assert_eq!(slices.len(), 1);
+        let s = &slices[0];
+        assert_eq!(s.name_any(), "web-ipv4-0");
+        assert_eq!(s.namespace().as_deref(), Some("team-a"));
+        assert_eq!(s.address_type, "IPv4");
+        assert_eq!(addresses(s), vec!["192.168.2.4", "192.168.2.5"]);
+        let labels = s.labels();
+        assert_eq!(labels[SERVICE_NAME_LABEL], "web");
+        assert_eq!(labels[MANAGED_BY_LABEL], MANAGED_BY);
+        assert_eq!(labels[HEADLESS_LABEL], "");
+        assert_eq!(labels["app"], "web");
+        let owner = &s.owner_references()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("Service", "web", "svc-uid")
+        );
+        assert_eq!(owner.controller, Some(true));
+        let e = &eps(s)[0];
+        let c = e.conditions.as_ref().unwrap();
+        assert_eq!(
+            (c.ready, c.serving, c.terminating),
+            (Some(true), Some(true), Some(false))
+        );
+        let r = e.target_ref.as_ref().unwrap();
+        assert_eq!(r.kind.as_deref(), Some("Pod"));
+        assert_eq!(r.name.as_deref(), Some("a"));
+        assert_eq!(r.uid.as_deref(), Some("uid-a"));
+        assert_eq!(r.namespace.as_deref(), Some("team-a"));
+        let ports = s.ports.as_ref().unwrap();
+        assert_eq!(ports[0].name.as_deref(), Some("http"));
+        assert_eq!(ports[0].port, Some(80));
+        assert_eq!(ports[0].protocol.as_deref(), Some("TCP"));
+        assert_eq!(ports[0].app_protocol.as_deref(), Some("http"));
+    }
+
+    #[test]
+    fn managed_by_and_service_name_labels_cannot_be_overridden_by_service_labels() {
+        let mut t = target("team-a/m");
+        t.labels
+            .insert(MANAGED_BY_LABEL.into(), "someone-else".into());
+        t.labels.insert(SERVICE_NAME_LABEL.into(), "other".into());
+        let a = simple("a", "192.168.2.4");
+        let s = &desired_slices(&t, &[(&a, READY)], 100)[0];
+        assert_eq!(s.labels()[MANAGED_BY_LABEL], MANAGED_BY);
+        assert_eq!(s.labels()[SERVICE_NAME_LABEL], "web");
+    }
+
+    #[test]
+    fn conditions_are_copied_as_decided() {
+        let t = target("team-a/m");
+        let a = simple("a", "192.168.2.4");
+        for (ready, serving, terminating) in [
+            (false, true, true),
+            (true, true, true),
+            (false, false, false),
+        ] {
+            let c = Conditions {
+                ready,
+                serving,
+                terminating,
+            };
+            let s = &desired_slices(&t, &[(&a, c)], 100)[0];
+            let got = eps(s)[0].conditions.clone().unwrap();
+            assert_eq!(
+                (got.ready, got.serving, got.terminating),
+                (Some(ready), Some(serving), Some(terminating))
+            );
+        }
+    }
+
+    #[test]
+    fn dual_stack_pods_land_in_one_slice_per_family_one_address_per_endpoint() {
+        let t = target("team-a/m");
+        let a = candidate(
+            "a",
+            &["192.168.2.4", "fd00::4", "192.168.3.4"],
+            json!({"containers": []}),
+        );
+        let slices = desired_slices(&t, &[(&a, READY)], 100);
+        let summary: Vec<_> = slices
+            .iter()
+            .map(|s| (s.name_any(), s.address_type.clone(), addresses(s)))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                (
+                    "web-ipv4-0".to_string(),
+                    "IPv4".to_string(),
+                    vec!["192.168.2.4".to_string(), "192.168.3.4".to_string()]
+                ),
+                (
+                    "web-ipv6-0".to_string(),
+                    "IPv6".to_string(),
+                    vec!["fd00::4".to_string()]
+                ),
+            ]
+        );
+        assert!(
+            slices
+                .iter()
+                .flat_map(|s| eps(s))
+                .all(|e| e.addresses.len() == 1)
+        );
+    }
+
+    #[test]
+    fn ip_families_of_the_service_limit_the_slices() {
+        let mut t = target("team-a/m");
+        t.ip_families = Some(vec![Family::V6]);
+        let a = candidate(
+            "a",
+            &["192.168.2.4", "FD00:0:0::4"],
+            json!({"containers": []}),
+        );
+        let slices = desired_slices(&t, &[(&a, READY)], 100);
+        assert_eq!(slices.len(), 1);
+        assert_eq!(slices[0].address_type, "IPv6");
+        assert_eq!(
+            addresses(&slices[0]),
+            vec!["fd00::4"],
+            "addresses are canonical"
+        );
+    }
+
+    #[test]
+    fn two_hundred_fifty_pods_give_three_slices_with_each_endpoint_once() {
+        let t = target("team-a/m");
+        let pods: Vec<Candidate> = (0..250)
+            .map(|i| {
+                simple(
+                    &format!("pod-{i:03}"),
+                    &format!("10.1.{}.{}", i / 200, i % 200 + 1),
+                )
+            })
+            .collect();
+        let included: Vec<_> = pods.iter().map(|c| (c, READY)).collect();
+        let slices = desired_slices(&t, &included, 100);
+        let sizes: Vec<_> = slices
+            .iter()
+            .map(|s| (s.name_any(), eps(s).len()))
+            .collect();
+        assert_eq!(
+            sizes,
+            vec![
+                ("web-ipv4-0".to_string(), 100),
+                ("web-ipv4-1".to_string(), 100),
+                ("web-ipv4-2".to_string(), 50)
+            ]
+        );
+        let mut seen: Vec<String> = slices
+            .iter()
+            .flat_map(|s| {
+                eps(s)
+                    .iter()
+                    .map(|e| e.target_ref.clone().unwrap().name.unwrap())
+            })
+            .collect();
+        let total = seen.len();
+        seen.sort();
+        seen.dedup();
+        assert_eq!((total, seen.len()), (250, 250));
+        // The same input in another order plans the same slices.
+        let reversed: Vec<_> = included.iter().rev().cloned().collect();
+        assert_eq!(desired_slices(&t, &reversed, 100), slices);
+    }
+
+    #[test]
+    fn the_slice_size_is_clamped_to_what_the_api_accepts() {
+        let t = target("team-a/m");
+        let pods: Vec<Candidate> = (0..1001)
+            .map(|i| {
+                simple(
+                    &format!("p{i:04}"),
+                    &format!("10.2.{}.{}", i / 250, i % 250 + 1),
+                )
+            })
+            .collect();
+        let included: Vec<_> = pods.iter().map(|c| (c, READY)).collect();
+        let sizes: Vec<_> = desired_slices(&t, &included, 5000)
+            .iter()
+            .map(|s| eps(s).len())
+            .collect();
+        assert_eq!(sizes, vec![1000, 1]);
+        assert_eq!(desired_slices(&t, &included[..3], 0).len(), 3);
+    }
+
+    #[test]
+    fn named_target_ports_resolve_per_pod_and_group_pods_by_port_set() {
+        let mut t = target("team-a/m");
+        t.ports = service_ports(json!([
+            {"name": "http", "port": 80, "targetPort": "web"},
+            {"name": "metrics", "port": 9090, "targetPort": 9100},
+            {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": "dns"},
+        ]));
+        let containers = |port: i32| {
+            json!({"containers": [
+                {"name": "c", "ports": [{"name": "web", "containerPort": port}, {"name": "dns", "containerPort": 5353, "protocol": "TCP"}]}
+            ]})
+        };
+        let a = candidate("a", &["10.0.0.1"], containers(8080));
+        let b = candidate("b", &["10.0.0.2"], containers(8080));
+        let c = candidate("c", &["10.0.0.3"], containers(8081));
+        let slices = desired_slices(&t, &[(&a, READY), (&b, READY), (&c, READY)], 100);
+        assert_eq!(slices.len(), 2);
+        let by_ports: Vec<(Vec<(Option<String>, Option<i32>)>, Vec<String>)> = slices
+            .iter()
+            .map(|s| {
+                (
+                    s.ports
+                        .clone()
+                        .unwrap()
+                        .into_iter()
+                        .map(|p| (p.name, p.port))
+                        .collect(),
+                    addresses(s),
+                )
+            })
+            .collect();
+        assert!(by_ports.contains(&(
+            vec![
+                (Some("http".into()), Some(8080)),
+                (Some("metrics".into()), Some(9100))
+            ],
+            vec!["10.0.0.1".into(), "10.0.0.2".into()]
+        )));
+        assert!(
+            by_ports.contains(&(
+                vec![
+                    (Some("http".into()), Some(8081)),
+                    (Some("metrics".into()), Some(9100))
+                ],
+                vec!["10.0.0.3".into()]
+            )),
+            "{by_ports:?}"
+        );
+        // Two port sets in one family: names carry a hash of the ports and stay distinct.
+        for s in &slices {
+            let name = s.name_any();
+            assert!(
+                name.starts_with("web-ipv4-")
+                    && name.ends_with("-0")
+                    && name.len() == "web-ipv4-12345678-0".len(),
+                "{name}"
+            );
+        }
+        assert_ne!(slices[0].name_any(), slices[1].name_any());
+    }
+
+    #[test]
+    fn missing_target_port_defaults_to_the_port_and_unnamed_ports_get_an_empty_name() {
+        let mut t = target("team-a/m");
+        t.ports = service_ports(json!([{"port": 80}]));
+        let a = simple("a", "10.0.0.1");
+        let s = &desired_slices(&t, &[(&a, READY)], 100)[0];
+        let p = &s.ports.as_ref().unwrap()[0];
+        assert_eq!(
+            (p.name.as_deref(), p.port, p.protocol.as_deref()),
+            (Some(""), Some(80), Some("TCP"))
+        );
+    }
+
+    #[test]
+    fn zone_node_name_and_hostname_follow_kubernetes_rules() {
+        let t = target("team-a/m");
+        let mut with_subdomain = candidate(
+            "a",
+            &["10.0.0.1"],
+            json!({"containers": [], "nodeName": "n1", "hostname": "db-0", "subdomain": "web"}),
+        );
+        with_subdomain.zone = Some("zone-a".into());
+        let other_subdomain = candidate(
+            "b",
+            &["10.0.0.2"],
+            json!({"containers": [], "hostname": "db-1", "subdomain": "other"}),
+        );
+        let no_subdomain = candidate(
+            "c",
+            &["10.0.0.3"],
+            json!({"containers": [], "hostname": "db-2"}),
+        );
+        let s = &desired_slices(
+            &t,
+            &[
+                (&with_subdomain, READY),
+                (&other_subdomain, READY),
+                (&no_subdomain, READY),
+            ],
+            100,
+        )[0];
+        let e: Vec<_> = eps(s)
+            .iter()
+            .map(|e| (e.hostname.clone(), e.node_name.clone(), e.zone.clone()))
+            .collect();
+        assert_eq!(
+            e,
+            vec![
+                (
+                    Some("db-0".into()),
+                    Some("n1".into()),
+                    Some("zone-a".into())
+                ),
+                (None, None, None),
+                (None, None, None),
+            ]
+        );
+    }
+
+    #[test]
+    fn no_included_pods_means_no_slices() {
+        assert!(desired_slices(&target("team-a/m"), &[], 100).is_empty());
+    }
+
+    #[test]
+    fn split_pairs_decisions_with_candidates() {
+        let pods = vec![simple("a", "10.0.0.1"), simple("b", "10.0.0.2")];
+        let decisions = vec![Decision::Exclude("no".into()), Decision::Include(READY)];
+        let (inc, exc) = split(&pods, &decisions);
+        assert_eq!(inc.len(), 1);
+        assert_eq!(inc[0].0.name(), "b");
+        assert_eq!(exc[0].1, "no");
+    }
+
+    fn stored(slice: &EndpointSlice) -> Arc<EndpointSlice> {
+        // What the API returns: the same fields plus server-set metadata and others' labels.
+        let mut s = slice.clone();
+        s.metadata.resource_version = Some("42".into());
+        s.metadata.uid = Some("slice-uid".into());
+        s.labels_mut().insert("added-by-someone".into(), "x".into());
+        Arc::new(s)
+    }
+
+    #[test]
+    fn an_unchanged_input_writes_nothing() {
+        let t = target("team-a/m");
+        let a = simple("a", "10.0.0.1");
+        let desired = desired_slices(&t, &[(&a, READY)], 100);
+        let existing: Vec<_> = desired.iter().map(stored).collect();
+        let c = changes(desired, &existing);
+        assert!(c.is_empty(), "{c:?}");
+        assert_eq!(c.unchanged, 1);
+    }
+
+    #[test]
+    fn edited_or_deleted_slices_are_written_again() {
+        let t = target("team-a/m");
+        let a = simple("a", "10.0.0.1");
+        let desired = desired_slices(&t, &[(&a, READY)], 100);
+        // Deleted by someone: applied again.
+        assert_eq!(changes(desired.clone(), &[]).apply, desired);
+        // Endpoints edited by hand.
+        let mut edited = (*stored(&desired[0])).clone();
+        edited.endpoints.as_mut().unwrap()[0].addresses = vec!["10.9.9.9".into()];
+        assert_eq!(changes(desired.clone(), &[Arc::new(edited)]).apply.len(), 1);
+        // Our label changed.
+        let mut relabeled = (*stored(&desired[0])).clone();
+        relabeled
+            .labels_mut()
+            .insert(HEADLESS_LABEL.into(), "no".into());
+        assert_eq!(
+            changes(desired.clone(), &[Arc::new(relabeled)]).apply.len(),
+            1
+        );
+        // Ports edited.
+        let mut reported = (*stored(&desired[0])).clone();
+        reported.ports = Some(vec![EndpointPort {
+            port: Some(1),
+            ..Default::default()
+        }]);
+        assert_eq!(
+            changes(desired.clone(), &[Arc::new(reported)]).apply.len(),
+            1
+        );
+        // Owner reference removed.
+        let mut orphaned = (*stored(&desired[0])).clone();
+        orphaned.metadata.owner_references = None;
+        assert_eq!(changes(desired, &[Arc::new(orphaned)]).apply.len(), 1);
+    }
+
+    #[test]
+    fn slices_no_longer_wanted_are_deleted() {
+        let t = target("team-a/m");
+        let pods: Vec<Candidate> = (0..250)
+            .map(|i| simple(&format!("p{i:03}"), &format!("10.3.0.{}", i + 1)))
+            .collect();
+        let all: Vec<_> = pods.iter().map(|c| (c, READY)).collect();
+        let existing: Vec<_> = desired_slices(&t, &all, 100).iter().map(stored).collect();
+        let c = changes(desired_slices(&t, &all[..1], 100), &existing);
+        assert_eq!(
+            c.delete,
+            vec!["web-ipv4-1".to_string(), "web-ipv4-2".to_string()]
+        );
+        assert_eq!(c.apply.len(), 1, "the first slice shrinks");
+        let c = changes(vec![], &existing);
+        assert_eq!(c.delete.len(), 3);
+    }
+
+    #[test]
+    fn only_this_controllers_slices_of_the_service_count_as_managed() {
+        let t = target("team-a/m");
+        let a = simple("a", "10.0.0.1");
+        let mut s = desired_slices(&t, &[(&a, READY)], 100).remove(0);
+        assert!(is_managed_slice_of(&s, "web"));
+        assert!(!is_managed_slice_of(&s, "other"));
+        s.labels_mut().insert(
+            MANAGED_BY_LABEL.into(),
+            "endpointslice-controller.k8s.io".into(),
+        );
+        assert!(!is_managed_slice_of(&s, "web"));
+    }
+}

@@ -1,0 +1,97 @@
+//! Conversions between the host's model and the WIT records that cross the boundary.
+//!
+//! Each string and list crossing the boundary costs time, so pods carry only the labels and
+//! annotations the plugin declared in its `info`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::{Plugin, wit};
+use crate::{
+    observe::Candidate,
+    plan::{Conditions, Decision},
+    target::ServiceTarget,
+};
+
+fn all(map: &BTreeMap<String, String>) -> Vec<wit::KeyValue> {
+    map.iter()
+        .map(|(key, value)| wit::KeyValue {
+            key: key.clone(),
+            value: value.clone(),
+        })
+        .collect()
+}
+
+fn only(map: Option<&BTreeMap<String, String>>, keep: impl Fn(&str) -> bool) -> Vec<wit::KeyValue> {
+    map.into_iter()
+        .flatten()
+        .filter(|(key, _)| keep(key))
+        .map(|(key, value)| wit::KeyValue {
+            key: key.clone(),
+            value: value.clone(),
+        })
+        .collect()
+}
+
+pub fn service_view(target: &ServiceTarget) -> wit::Service {
+    wit::Service {
+        name: target.name.clone(),
+        namespace: target.namespace.clone(),
+        labels: all(&target.labels),
+        annotations: all(&target.annotations),
+        ports: target
+            .ports
+            .iter()
+            .map(|p| wit::ServicePort {
+                name: p.name.clone().unwrap_or_default(),
+                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_owned()),
+                port: u16::try_from(p.port).unwrap_or_default(),
+                target_port: match &p.target_port {
+                    Some(IntOrString::String(name)) => wit::TargetPort::Name(name.clone()),
+                    Some(IntOrString::Int(n)) => {
+                        wit::TargetPort::Number(u16::try_from(*n).unwrap_or_default())
+                    }
+                    None => wit::TargetPort::Number(u16::try_from(p.port).unwrap_or_default()),
+                },
+                app_protocol: p.app_protocol.clone(),
+            })
+            .collect(),
+        publish_not_ready_addresses: target.publish_not_ready_addresses,
+        network: target.network.clone(),
+    }
+}
+
+pub fn pod_view(candidate: &Candidate, plugin: &Plugin) -> wit::Pod {
+    let meta = &candidate.pod.metadata;
+    wit::Pod {
+        name: meta.name.clone().unwrap_or_default(),
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        uid: meta.uid.clone().unwrap_or_default(),
+        labels: only(meta.labels.as_ref(), |k| plugin.reads_label(k)),
+        annotations: only(meta.annotations.as_ref(), |k| plugin.reads_annotation(k)),
+        phase: match candidate.phase() {
+            "Pending" => wit::PodPhase::Pending,
+            "Running" => wit::PodPhase::Running,
+            "Succeeded" => wit::PodPhase::Succeeded,
+            "Failed" => wit::PodPhase::Failed,
+            _ => wit::PodPhase::Unknown,
+        },
+        ready: candidate.is_ready(),
+        terminating: candidate.is_terminating(),
+        node_name: candidate.node_name().unwrap_or_default().to_owned(),
+        zone: candidate.zone.clone().unwrap_or_default(),
+        ips: candidate.ips.iter().map(ToString::to_string).collect(),
+    }
+}
+
+pub fn decision(d: wit::Decision) -> Decision {
+    match d {
+        wit::Decision::Include(c) => Decision::Include(Conditions {
+            ready: c.ready,
+            serving: c.serving,
+            terminating: c.terminating,
+        }),
+        wit::Decision::Exclude(reason) => Decision::Exclude(reason),
+    }
+}

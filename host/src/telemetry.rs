@@ -1,0 +1,24 @@
+//! Structured logging: human-readable text or one JSON object per line.
+
+use tracing_subscriber::{EnvFilter, fmt, prelude::*};
+
+use crate::cli::LogFormat;
+
+pub fn init(format: LogFormat, filter: &str) -> anyhow::Result<()> {
+    let filter = EnvFilter::try_new(filter)
+        .map_err(|e| anyhow::anyhow!("invalid --log-filter {filter:?}: {e}"))?;
+    let registry = tracing_subscriber::registry().with(filter);
+    match format {
+        LogFormat::Text => registry.with(fmt::layer()).try_init()?,
+        LogFormat::Json => registry
+            .with(
+                fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(true)
+                    .with_span_list(false),
+            )
+            .try_init()?,
+    }
+    Ok(())
+}

@@ -1,0 +1,48 @@
+//! The default endpoint policy of nad-service-controller, built as a WebAssembly component
+//! (`wasm32-wasip2`) against the WIT world `isim:nad-endpoints/endpoint-policy`.
+//!
+//! This file is only the glue between the WIT bindings and the policy: all decisions are made
+//! by the plain-Rust [`policy`] module, which is unit-tested natively. Logging happens here,
+//! because the imported `log` function only exists inside the host.
+//!
+//! To write a new plugin, copy this crate, rename it, and replace `policy.rs`.
+
+mod policy;
+
+/// The WIT bindings and the component's exports. The canonical-ABI glue that wit-bindgen
+/// generates is `unsafe` by nature; everything else in this crate is safe code.
+#[allow(unsafe_code)]
+mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "endpoint-policy",
+        // Lets the policy's tests compare decisions; unused impls cost nothing in the component.
+        additional_derives: [PartialEq, Eq],
+    });
+
+    use super::DefaultPolicy;
+    export!(DefaultPolicy);
+}
+
+use bindings::exports::isim::nad_endpoints::policy::Guest;
+use bindings::isim::nad_endpoints::log::{Level, log};
+use bindings::isim::nad_endpoints::types::{Decision, PluginInfo, Pod, Service};
+
+/// The exported component.
+struct DefaultPolicy;
+
+impl Guest for DefaultPolicy {
+    fn info() -> PluginInfo {
+        policy::info()
+    }
+
+    fn validate_config(config: String) -> Result<(), String> {
+        policy::validate_config(&config)
+    }
+
+    fn evaluate(service: Service, pods: Vec<Pod>, config: String) -> Result<Vec<Decision>, String> {
+        let decisions = policy::evaluate(&service, &pods, &config)?;
+        log(Level::Debug, &policy::summary(&decisions));
+        Ok(decisions)
+    }
+}

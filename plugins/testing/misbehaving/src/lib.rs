@@ -1,0 +1,258 @@
+//! A deliberately broken endpoint-policy plugin, used by the host's tests to prove the sandbox
+//! limits (deadline, memory limit, traps, wrong answers). NEVER deploy it.
+//!
+//! The configuration document is a mode name (surrounding whitespace ignored):
+//!
+//! | mode           | `evaluate` does                                                      |
+//! |----------------|----------------------------------------------------------------------|
+//! | `loop`         | loops forever                                                        |
+//! | `memory-bomb`  | allocates and touches 1 MiB chunks forever                           |
+//! | `trap`         | panics with "deliberate trap"                                        |
+//! | `short-answer` | returns one decision fewer than pods (1 decision for 0 pods)         |
+//! | `policy-error` | returns `Err("deliberate policy error")`                             |
+//! | `echo`         | includes every pod (ready = serving = pod.ready) and logs "echo"     |
+//! | `show-inputs`  | excludes every pod with a reason describing what the plugin received |
+//!
+//! `bad-config` is always rejected by `validate-config` (and by `evaluate`); anything else is an
+//! unknown mode.
+
+use core::hint::black_box;
+
+/// The WIT bindings and the component's exports (the generated ABI glue is `unsafe`).
+#[allow(unsafe_code)]
+mod bindings {
+    wit_bindgen::generate!({
+        path: "../../../wit",
+        world: "endpoint-policy",
+    });
+
+    use super::Misbehaving;
+    export!(Misbehaving);
+}
+
+use bindings::exports::isim::nad_endpoints::policy::Guest;
+use bindings::isim::nad_endpoints::log::{Level, log};
+use bindings::isim::nad_endpoints::types::{
+    Conditions, Decision, KeyValue, PluginInfo, Pod, PodPhase, Service,
+};
+
+/// What `evaluate` does, chosen by the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Loop,
+    MemoryBomb,
+    Trap,
+    ShortAnswer,
+    PolicyError,
+    Echo,
+    ShowInputs,
+}
+
+const MODES: &str = "loop, memory-bomb, trap, short-answer, policy-error, echo, show-inputs";
+
+impl Mode {
+    fn parse(config: &str) -> Result<Self, String> {
+        match config.trim() {
+            "loop" => Ok(Self::Loop),
+            "memory-bomb" => Ok(Self::MemoryBomb),
+            "trap" => Ok(Self::Trap),
+            "short-answer" => Ok(Self::ShortAnswer),
+            "policy-error" => Ok(Self::PolicyError),
+            "echo" => Ok(Self::Echo),
+            "show-inputs" => Ok(Self::ShowInputs),
+            "bad-config" => Err("bad-config is never valid".to_string()),
+            other => Err(format!("unknown mode {other:?} (expected one of: {MODES})")),
+        }
+    }
+}
+
+struct Misbehaving;
+
+impl Guest for Misbehaving {
+    fn info() -> PluginInfo {
+        PluginInfo {
+            name: "misbehaving".to_string(),
+            version: "0.0.0".to_string(),
+            label_keys: vec!["team".to_string()],
+            annotation_keys: vec!["*".to_string()],
+        }
+    }
+
+    fn validate_config(config: String) -> Result<(), String> {
+        Mode::parse(&config).map(|_| ())
+    }
+
+    fn evaluate(
+        _service: Service,
+        pods: Vec<Pod>,
+        config: String,
+    ) -> Result<Vec<Decision>, String> {
+        match Mode::parse(&config)? {
+            Mode::Loop => spin_forever(),
+            Mode::MemoryBomb => eat_memory_forever(),
+            Mode::Trap => panic!("deliberate trap"),
+            Mode::ShortAnswer => Ok(short_answer(&pods)),
+            Mode::PolicyError => Err("deliberate policy error".to_string()),
+            Mode::Echo => {
+                log(Level::Info, "echo");
+                Ok(pods.iter().map(echo).collect())
+            }
+            Mode::ShowInputs => Ok(pods
+                .iter()
+                .map(|pod| Decision::Exclude(show_inputs(pod)))
+                .collect()),
+        }
+    }
+}
+
+/// Never returns; the counter goes through `black_box` so the loop cannot be optimized away.
+fn spin_forever() -> ! {
+    let mut counter: u64 = 0;
+    loop {
+        counter = black_box(counter.wrapping_add(1));
+    }
+}
+
+/// Allocates 1 MiB chunks filled with a non-zero byte (so every page is written) and keeps them
+/// all, until the host's memory limit stops it.
+fn eat_memory_forever() -> ! {
+    const CHUNK: usize = 1 << 20;
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
+    loop {
+        chunks.push(black_box(vec![0xA5_u8; CHUNK]));
+        black_box(&chunks);
+    }
+}
+
+/// One decision fewer than pods, or one decision for no pods: always the wrong count.
+fn short_answer(pods: &[Pod]) -> Vec<Decision> {
+    let count = match pods.len() {
+        0 => 1,
+        n => n - 1,
+    };
+    (0..count)
+        .map(|_| Decision::Exclude("short-answer".to_string()))
+        .collect()
+}
+
+fn echo(pod: &Pod) -> Decision {
+    Decision::Include(Conditions {
+        ready: pod.ready,
+        serving: pod.ready,
+        terminating: pod.terminating,
+    })
+}
+
+/// `labels=k1=v1,k2=v2;annotations=a=b;ips=1.2.3.4,fd00::1;zone=z;node=n;phase=running`, lists
+/// in the order received.
+fn show_inputs(pod: &Pod) -> String {
+    format!(
+        "labels={};annotations={};ips={};zone={};node={};phase={}",
+        join_pairs(&pod.labels),
+        join_pairs(&pod.annotations),
+        pod.ips.join(","),
+        pod.zone,
+        pod.node_name,
+        phase_name(pod.phase),
+    )
+}
+
+fn join_pairs(pairs: &[KeyValue]) -> String {
+    pairs
+        .iter()
+        .map(|kv| format!("{}={}", kv.key, kv.value))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The phase as spelled in the WIT enum.
+fn phase_name(phase: PodPhase) -> &'static str {
+    match phase {
+        PodPhase::Pending => "pending",
+        PodPhase::Running => "running",
+        PodPhase::Succeeded => "succeeded",
+        PodPhase::Failed => "failed",
+        PodPhase::Unknown => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(key: &str, value: &str) -> KeyValue {
+        KeyValue {
+            key: key.to_string(),
+            value: value.to_string(),
+        }
+    }
+
+    fn pod() -> Pod {
+        Pod {
+            name: "p".to_string(),
+            namespace: "ns".to_string(),
+            uid: "uid".to_string(),
+            labels: vec![kv("k1", "v1"), kv("k2", "v2")],
+            annotations: vec![kv("a", "b")],
+            phase: PodPhase::Running,
+            ready: true,
+            terminating: false,
+            node_name: "n".to_string(),
+            zone: "z".to_string(),
+            ips: vec!["1.2.3.4".to_string(), "fd00::1".to_string()],
+        }
+    }
+
+    #[test]
+    fn modes_parse() {
+        assert_eq!(Mode::parse(" loop\n"), Ok(Mode::Loop));
+        assert_eq!(Mode::parse("memory-bomb"), Ok(Mode::MemoryBomb));
+        assert_eq!(Mode::parse("show-inputs"), Ok(Mode::ShowInputs));
+        assert_eq!(
+            Mode::parse("bad-config"),
+            Err("bad-config is never valid".to_string())
+        );
+        for bad in ["", "  ", "LOOP", "nope"] {
+            assert!(
+                Mode::parse(bad).is_err_and(|e| e.starts_with("unknown mode")),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn show_inputs_text() {
+        assert_eq!(
+            show_inputs(&pod()),
+            "labels=k1=v1,k2=v2;annotations=a=b;ips=1.2.3.4,fd00::1;zone=z;node=n;phase=running"
+        );
+        let mut empty = pod();
+        empty.labels.clear();
+        empty.annotations.clear();
+        empty.zone.clear();
+        empty.node_name.clear();
+        empty.phase = PodPhase::Succeeded;
+        assert_eq!(
+            show_inputs(&empty),
+            "labels=;annotations=;ips=1.2.3.4,fd00::1;zone=;node=;phase=succeeded"
+        );
+    }
+
+    #[test]
+    fn short_answer_is_always_wrong() {
+        assert_eq!(short_answer(&[]).len(), 1);
+        assert_eq!(short_answer(&[pod()]).len(), 0);
+        assert_eq!(short_answer(&[pod(), pod(), pod()]).len(), 2);
+    }
+
+    #[test]
+    fn echo_conditions() {
+        let mut p = pod();
+        p.ready = false;
+        p.terminating = true;
+        match echo(&p) {
+            Decision::Include(c) => assert!(!c.ready && !c.serving && c.terminating),
+            Decision::Exclude(r) => panic!("excluded: {r}"),
+        }
+    }
+}
