@@ -214,7 +214,7 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
     }
 
     let decisions = decide(ctx, &target, &observation.candidates).await?;
-    let (included, excluded) = plan::split(&observation.candidates, &decisions);
+    let plan::Split { included, excluded } = plan::split(&observation.candidates, &decisions);
     for (candidate, reason) in &excluded {
         tracing::debug!(pod = %candidate.name(), reason, "excluded by the policy");
     }

@@ -86,6 +86,13 @@ fn named_port(pod: &Pod, name: &str, protocol: &str) -> Option<i32> {
 
 type PortKey = Vec<(String, i32, String, Option<String>)>;
 
+/// Endpoints of one address family and port set, each with its sort key.
+#[derive(Clone)]
+struct Group {
+    ports: Vec<EndpointPort>,
+    endpoints: Vec<(String, Endpoint)>,
+}
+
 fn port_key(ports: &[EndpointPort]) -> PortKey {
     ports
         .iter()
@@ -159,8 +166,7 @@ pub fn desired_slices(
     max_endpoints: usize,
 ) -> Vec<EndpointSlice> {
     let max_endpoints = max_endpoints.clamp(1, MAX_ENDPOINTS_PER_SLICE);
-    let mut groups: BTreeMap<(Family, PortKey), (Vec<EndpointPort>, Vec<(String, Endpoint)>)> =
-        BTreeMap::new();
+    let mut groups: BTreeMap<(Family, PortKey), Group> = BTreeMap::new();
     for (candidate, conditions) in included {
         let ports = endpoint_ports(&target.ports, &candidate.pod);
         let key = port_key(&ports);
@@ -171,30 +177,34 @@ pub fn desired_slices(
             }
             let group = groups
                 .entry((family, key.clone()))
-                .or_insert_with(|| (ports.clone(), Vec::new()));
+                .or_insert_with(|| Group {
+                    ports: ports.clone(),
+                    endpoints: Vec::new(),
+                });
             let sort_key = format!("{}\0{ip}", candidate.pod.name_any());
             group
-                .1
+                .endpoints
                 .push((sort_key, endpoint(target, candidate, ip, *conditions)));
         }
     }
-    let groups_per_family = |family: Family| groups.keys().filter(|(f, _)| *f == family).count();
+    let mut groups_per_family: BTreeMap<Family, usize> = BTreeMap::new();
+    for (family, _) in groups.keys() {
+        *groups_per_family.entry(*family).or_default() += 1;
+    }
     let mut slices = Vec::new();
-    for ((family, key), (ports, mut endpoints)) in
-        groups.iter().map(|(k, v)| (k.clone(), v.clone()))
-    {
-        endpoints.sort_by(|a, b| a.0.cmp(&b.0));
-        let prefix = if groups_per_family(family) > 1 {
+    for ((family, key), mut group) in groups {
+        group.endpoints.sort_by(|a, b| a.0.cmp(&b.0));
+        let prefix = if groups_per_family[&family] > 1 {
             format!("{}-{}-{:08x}", target.name, family.slug(), fnv1a(&key))
         } else {
             format!("{}-{}", target.name, family.slug())
         };
-        for (index, chunk) in endpoints.chunks(max_endpoints).enumerate() {
+        for (index, chunk) in group.endpoints.chunks(max_endpoints).enumerate() {
             slices.push(slice(
                 target,
                 format!("{prefix}-{index}"),
                 family,
-                ports.clone(),
+                group.ports.clone(),
                 chunk.iter().map(|(_, e)| e.clone()).collect(),
             ));
         }
@@ -305,24 +315,23 @@ pub fn changes(desired: Vec<EndpointSlice>, existing: &[Arc<EndpointSlice>]) -> 
     out
 }
 
-/// Pairs candidates with the policy's decisions: the included ones with their conditions and
-/// the excluded ones with the reason. `decisions` has one entry per candidate.
-pub fn split<'a>(
-    candidates: &'a [Candidate],
-    decisions: &'a [Decision],
-) -> (
-    Vec<(&'a Candidate, Conditions)>,
-    Vec<(&'a Candidate, &'a str)>,
-) {
-    let mut included = Vec::new();
-    let mut excluded = Vec::new();
+/// Candidates sorted by the policy's decisions.
+#[derive(Debug, Default)]
+pub struct Split<'a> {
+    pub included: Vec<(&'a Candidate, Conditions)>,
+    pub excluded: Vec<(&'a Candidate, &'a str)>,
+}
+
+/// Pairs candidates with the policy's decisions (one per candidate, in order).
+pub fn split<'a>(candidates: &'a [Candidate], decisions: &'a [Decision]) -> Split<'a> {
+    let mut out = Split::default();
     for (candidate, decision) in candidates.iter().zip(decisions) {
         match decision {
-            Decision::Include(c) => included.push((candidate, *c)),
-            Decision::Exclude(reason) => excluded.push((candidate, reason.as_str())),
+            Decision::Include(c) => out.included.push((candidate, *c)),
+            Decision::Exclude(reason) => out.excluded.push((candidate, reason.as_str())),
         }
     }
-    (included, excluded)
+    out
 }
 
 #[cfg(test)]
@@ -366,10 +375,7 @@ mod tests {
     }
 
     fn addresses(slice: &EndpointSlice) -> Vec<String> {
-        eps(slice)
-            .iter()
-            .map(|e| e.addresses[0].clone())
-            .collect()
+        eps(slice).iter().map(|e| e.addresses[0].clone()).collect()
     }
 
     #[test]
@@ -480,12 +486,7 @@ mod tests {
                 ),
             ]
         );
-        assert!(
-            slices
-                .iter()
-                .flat_map(|s| eps(s))
-                .all(|e| e.addresses.len() == 1)
-        );
+        assert!(slices.iter().flat_map(eps).all(|e| e.addresses.len() == 1));
     }
 
     #[test]
@@ -587,7 +588,8 @@ mod tests {
         let c = candidate("c", &["10.0.0.3"], containers(8081));
         let slices = desired_slices(&t, &[(&a, READY), (&b, READY), (&c, READY)], 100);
         assert_eq!(slices.len(), 2);
-        let by_ports: Vec<(Vec<(Option<String>, Option<i32>)>, Vec<String>)> = slices
+        type PortsAndAddresses = (Vec<(Option<String>, Option<i32>)>, Vec<String>);
+        let by_ports: Vec<PortsAndAddresses> = slices
             .iter()
             .map(|s| {
                 (
@@ -699,7 +701,10 @@ mod tests {
     fn split_pairs_decisions_with_candidates() {
         let pods = vec![simple("a", "10.0.0.1"), simple("b", "10.0.0.2")];
         let decisions = vec![Decision::Exclude("no".into()), Decision::Include(READY)];
-        let (inc, exc) = split(&pods, &decisions);
+        let Split {
+            included: inc,
+            excluded: exc,
+        } = split(&pods, &decisions);
         assert_eq!(inc.len(), 1);
         assert_eq!(inc[0].0.name(), "b");
         assert_eq!(exc[0].1, "no");

@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# Starts a real, local Kubernetes control plane for development and tests: etcd,
+# kube-apiserver and kube-controller-manager (no nodes, no kubelet, no scheduler), then installs
+# the NetworkAttachmentDefinition CRD from deploy/crds/.
+#
+# Progress goes to stderr; the last line on stdout is
+#   export KUBECONFIG=<repo>/.local/kubeconfig
+# so `eval "$(hack/local-up.sh)"` works. Idempotent: when the recorded processes are running and
+# the API server is ready, it only prints that line. Stale state (a dead process) is cleaned up
+# and the control plane started afresh. hack/local-down.sh stops it. See hack/README.md.
+#
+# Environment (defaults in brackets):
+#   NAD_ETCD_CLIENT_PORT [23791]  NAD_ETCD_PEER_PORT [23801]
+#   NAD_APISERVER_PORT [16443]    NAD_KCM_PORT [16257]
+#   NAD_LOCAL_DIR [<repo>/.local]  NAD_BIN_CACHE [${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/bin]
+#   NAD_READY_TIMEOUT [180] seconds to wait for each component
+#   KUBECTL [the kubectl built with the control plane]
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+hack="$repo/hack"
+state="${NAD_LOCAL_DIR:-$repo/.local}"
+etcd_client_port="${NAD_ETCD_CLIENT_PORT:-23791}"
+etcd_peer_port="${NAD_ETCD_PEER_PORT:-23801}"
+apiserver_port="${NAD_APISERVER_PORT:-16443}"
+kcm_port="${NAD_KCM_PORT:-16257}"
+ready_timeout="${NAD_READY_TIMEOUT:-180}"
+service_cidrs="10.96.0.0/16,fd00:10:96::/112"
+
+pki="$state/pki"
+logs="$state/logs"
+pids="$state/pids"
+kubeconfig="$state/kubeconfig"
+kcm_kubeconfig="$state/kube-controller-manager.kubeconfig"
+crd_name="network-attachment-definitions.k8s.cni.cncf.io"
+
+log() { echo "local-up: $*" >&2; }
+die() { echo "local-up: error: $*" >&2; exit 1; }
+
+for tool in openssl curl; do
+  command -v "$tool" >/dev/null || die "$tool is required (apt-get install $tool)"
+done
+
+mkdir -p "$state"
+if command -v flock >/dev/null; then
+  # Serialise concurrent runs (e.g. two test suites starting at once).
+  exec 9>>"$state/lock"
+  flock 9
+fi
+export NAD_LOCK_HELD=1
+
+# --- helpers -------------------------------------------------------------------------------------
+
+# True if the PID recorded for component $1 is a live process running that component.
+running() {
+  local name="$1" pid argv0
+  [[ -f "$pids/$name.pid" ]] || return 1
+  pid="$(<"$pids/$name.pid")"
+  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+  argv0="$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n1)" || return 1
+  [[ "${argv0##*/}" == "$name" ]]
+}
+
+apiserver_ready() {
+  curl -fsS --max-time 5 --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \
+    "https://127.0.0.1:$apiserver_port/readyz" 2>/dev/null | grep -qx ok
+}
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+print_export() {
+  # kubectl built with the control plane, for convenience: PATH="$PWD/.local/bin:$PATH".
+  echo "export KUBECONFIG=$kubeconfig"
+}
+
+# Starts component $1 in its own session (so it outlives this script), logging to .local/logs.
+start() {
+  local name="$1" bin="$2"
+  shift 2
+  log "starting $name (log: $logs/$name.log)"
+  # shellcheck disable=SC2016 # expanded by the inner shell
+  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$pids/$name.pid" "$bin" "$@" \
+    </dev/null >>"$logs/$name.log" 2>&1 &
+  local _
+  for _ in $(seq 50); do [[ -s "$pids/$name.pid" ]] && break; sleep 0.1; done
+}
+
+# Waits until command "$@" succeeds, for component $1's sake (its log is shown on failure).
+wait_for() {
+  local name="$1" what="$2"
+  shift 2
+  local deadline=$((SECONDS + ready_timeout))
+  until "$@"; do
+    if ! running "$name"; then
+      tail -n 30 "$logs/$name.log" >&2 || true
+      die "$name exited while waiting for $what; see $logs/$name.log"
+    fi
+    if ((SECONDS >= deadline)); then
+      tail -n 30 "$logs/$name.log" >&2 || true
+      die "timed out after ${ready_timeout}s waiting for $what; see $logs/$name.log"
+    fi
+    sleep 0.5
+  done
+}
+
+# --- already up? ---------------------------------------------------------------------------------
+
+if running etcd && running kube-apiserver && running kube-controller-manager \
+  && [[ -s "$kubeconfig" ]] && apiserver_ready; then
+  log "already running (API server https://127.0.0.1:$apiserver_port)"
+  print_export
+  exit 0
+fi
+
+if [[ -d "$pids" || -d "$pki" || -d "$state/etcd" ]]; then
+  log "found stale state in $state; cleaning up and starting afresh"
+  "$hack/local-down.sh"
+fi
+
+# --- binaries ------------------------------------------------------------------------------------
+
+declare -A bin
+while read -r name path; do bin[$name]="$path"; done < <(NAD_BIN_CACHE="${NAD_BIN_CACHE:-}" "$hack/controlplane/build.sh")
+for name in etcd kube-apiserver kube-controller-manager kubectl; do
+  [[ -x "${bin[$name]:-}" ]] || die "no $name binary after building"
+done
+kubectl="${KUBECTL:-${bin[kubectl]}}"
+
+for port in "$etcd_client_port" "$etcd_peer_port" "$apiserver_port" "$kcm_port"; do
+  port_in_use "$port" && die "port $port on 127.0.0.1 is already in use (another control plane? \
+see the NAD_*_PORT variables in $hack/local-up.sh)"
+done
+
+mkdir -p "$pki" "$logs" "$pids" "$state/etcd" "$state/bin"
+chmod 700 "$state/etcd" "$pki"
+ln -sfn "${bin[kubectl]}" "$state/bin/kubectl"
+printf 'etcd_client=%s\netcd_peer=%s\napiserver=%s\nkube_controller_manager=%s\n' \
+  "$etcd_client_port" "$etcd_peer_port" "$apiserver_port" "$kcm_port" >"$state/ports"
+
+# --- PKI -----------------------------------------------------------------------------------------
+
+log "generating certificates in $pki"
+(
+  cd "$pki"
+  umask 077
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
+    -subj "/CN=nad-local-ca" -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+
+  # sign NAME SUBJECT EXTENSIONS
+  sign() {
+    openssl req -new -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
+    printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" "$3" >"$1.ext"
+    openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 -sha256 \
+      -extfile "$1.ext" -out "$1.crt" 2>/dev/null
+    rm -f "$1.csr" "$1.ext"
+  }
+  sign apiserver "/CN=kube-apiserver" "extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,IP:::1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  sign admin "/O=system:masters/CN=admin" "extendedKeyUsage=clientAuth"
+  sign kube-controller-manager "/CN=system:kube-controller-manager" "extendedKeyUsage=clientAuth"
+
+  # Service-account token signing key pair.
+  openssl genrsa -out sa.key 2048 2>/dev/null
+  openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+  chmod 644 ca.crt apiserver.crt admin.crt kube-controller-manager.crt sa.pub
+)
+
+# write_kubeconfig FILE USER CERT KEY
+write_kubeconfig() {
+  local b64="base64 -w0"
+  (
+    umask 077
+    cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: nad-local
+  cluster:
+    server: https://127.0.0.1:$apiserver_port
+    certificate-authority-data: $($b64 <"$pki/ca.crt")
+users:
+- name: $2
+  user:
+    client-certificate-data: $($b64 <"$3")
+    client-key-data: $($b64 <"$4")
+contexts:
+- name: nad-local
+  context:
+    cluster: nad-local
+    user: $2
+current-context: nad-local
+EOF
+  )
+}
+write_kubeconfig "$kcm_kubeconfig" system:kube-controller-manager \
+  "$pki/kube-controller-manager.crt" "$pki/kube-controller-manager.key"
+
+# --- etcd ----------------------------------------------------------------------------------------
+
+etcd_url="http://127.0.0.1:$etcd_client_port"
+start etcd "${bin[etcd]}" \
+  --name=nad-local \
+  --data-dir="$state/etcd" \
+  --listen-client-urls="$etcd_url" \
+  --advertise-client-urls="$etcd_url" \
+  --listen-peer-urls="http://127.0.0.1:$etcd_peer_port" \
+  --initial-advertise-peer-urls="http://127.0.0.1:$etcd_peer_port" \
+  --initial-cluster="nad-local=http://127.0.0.1:$etcd_peer_port" \
+  --initial-cluster-state=new \
+  --unsafe-no-fsync=true \
+  --log-level=warn
+etcd_healthy() { curl -fsS --max-time 2 "$etcd_url/health" 2>/dev/null | grep -q '"health":"true"'; }
+wait_for etcd "etcd to become healthy" etcd_healthy
+
+# --- kube-apiserver ------------------------------------------------------------------------------
+
+start kube-apiserver "${bin[kube-apiserver]}" \
+  --etcd-servers="$etcd_url" \
+  --bind-address=127.0.0.1 \
+  --advertise-address=127.0.0.1 \
+  --secure-port="$apiserver_port" \
+  --tls-cert-file="$pki/apiserver.crt" \
+  --tls-private-key-file="$pki/apiserver.key" \
+  --client-ca-file="$pki/ca.crt" \
+  --authorization-mode=Node,RBAC \
+  --service-cluster-ip-range="$service_cidrs" \
+  --service-account-issuer=https://kubernetes.default.svc \
+  --service-account-key-file="$pki/sa.pub" \
+  --service-account-signing-key-file="$pki/sa.key" \
+  --allow-privileged=true \
+  --endpoint-reconciler-type=none \
+  --profiling=false
+wait_for kube-apiserver "the API server's /readyz" apiserver_ready
+write_kubeconfig "$kubeconfig" admin "$pki/admin.crt" "$pki/admin.key"
+
+# --- kube-controller-manager ---------------------------------------------------------------------
+
+start kube-controller-manager "${bin[kube-controller-manager]}" \
+  --kubeconfig="$kcm_kubeconfig" \
+  --authentication-kubeconfig="$kcm_kubeconfig" \
+  --authorization-kubeconfig="$kcm_kubeconfig" \
+  --bind-address=127.0.0.1 \
+  --secure-port="$kcm_port" \
+  --cert-dir="$pki/kube-controller-manager-serving" \
+  --controllers='*' \
+  --service-account-private-key-file="$pki/sa.key" \
+  --root-ca-file="$pki/ca.crt" \
+  --use-service-account-credentials=true \
+  --leader-elect=false \
+  --service-cluster-ip-range="$service_cidrs" \
+  --cluster-signing-cert-file="$pki/ca.crt" \
+  --cluster-signing-key-file="$pki/ca.key" \
+  --profiling=false
+kcm_healthy() { curl -fsS -k --max-time 2 "https://127.0.0.1:$kcm_port/healthz" 2>/dev/null | grep -qx ok; }
+wait_for kube-controller-manager "the controller manager's /healthz" kcm_healthy
+
+# --- cluster contents ----------------------------------------------------------------------------
+
+export KUBECONFIG="$kubeconfig"
+log "installing the NetworkAttachmentDefinition CRD"
+"$kubectl" apply -f "$repo/deploy/crds/" >&2
+"$kubectl" wait --for=condition=Established --timeout="${ready_timeout}s" "crd/$crd_name" >&2
+sa_ready() { "$kubectl" get serviceaccount default --namespace default >/dev/null 2>&1; }
+wait_for kube-controller-manager "the default service account" sa_ready
+
+log "ready: API server https://127.0.0.1:$apiserver_port (kubectl: $state/bin/kubectl)"
+print_export

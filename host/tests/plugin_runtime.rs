@@ -1,0 +1,371 @@
+//! The plugin runtime with real components built from source: the default plugin's decisions,
+//! and the sandbox limits proven with a deliberately misbehaving guest.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use k8s_openapi::api::core::v1::Pod;
+use nad_service_controller::{
+    observe::Candidate,
+    plan::{Conditions, Decision},
+    plugin::{Limits, Plugin, PluginError, Runtime, pod_view, service_view, wit},
+    target::ServiceTarget,
+};
+use serde_json::json;
+
+const MISBEHAVING: &[u8] = include_bytes!(env!("NSC_TEST_MISBEHAVING_WASM"));
+
+fn runtime() -> Runtime {
+    Runtime::new(Limits {
+        deadline: Duration::from_millis(50),
+        memory_bytes: 16 << 20,
+    })
+    .unwrap()
+}
+
+fn target(labels: &[(&str, &str)], publish_not_ready: bool) -> ServiceTarget {
+    ServiceTarget {
+        name: "web".into(),
+        namespace: "team-a".into(),
+        uid: "svc-uid".into(),
+        network: "team-a/macvlan".into(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        annotations: BTreeMap::new(),
+        ports: vec![],
+        ip_families: None,
+        publish_not_ready_addresses: publish_not_ready,
+    }
+}
+
+struct PodSpec<'a> {
+    name: &'a str,
+    labels: serde_json::Value,
+    phase: &'a str,
+    ready: bool,
+    terminating: bool,
+}
+
+fn candidate(p: PodSpec<'_>) -> Candidate {
+    let deletion = p.terminating.then_some("2026-11-29T00:00:00Z");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": p.name, "namespace": "team-a", "uid": format!("uid-{}", p.name),
+                     "labels": p.labels, "deletionTimestamp": deletion,
+                     "annotations": {"note": "n", "k8s.v1.cni.cncf.io/network-status": "[]"}},
+        "spec": {"containers": [], "nodeName": "node-1"},
+        "status": {"phase": p.phase, "conditions": [{"type": "Ready", "status": if p.ready { "True" } else { "False" }}]},
+    }))
+    .unwrap();
+    Candidate {
+        pod: Arc::new(pod),
+        ips: vec!["192.168.2.4".parse().unwrap(), "fd00::4".parse().unwrap()],
+        zone: Some("zone-a".into()),
+    }
+}
+
+fn pod(name: &str, app: &str) -> Candidate {
+    candidate(PodSpec {
+        name,
+        labels: json!({"app": app, "team": "blue", "other": "x"}),
+        phase: "Running",
+        ready: true,
+        terminating: false,
+    })
+}
+
+fn evaluate(
+    plugin: &Plugin,
+    target: &ServiceTarget,
+    pods: &[Candidate],
+    config: &str,
+) -> Result<Vec<Decision>, PluginError> {
+    let views: Vec<wit::Pod> = pods.iter().map(|c| pod_view(c, plugin)).collect();
+    plugin.evaluate(&service_view(target), &views, config)
+}
+
+fn include(ready: bool, serving: bool, terminating: bool) -> Decision {
+    Decision::Include(Conditions {
+        ready,
+        serving,
+        terminating,
+    })
+}
+
+#[test]
+fn the_default_plugin_describes_itself() {
+    let rt = runtime();
+    let plugin = rt.load_default().unwrap();
+    assert_eq!(plugin.info().name, "default");
+    assert_eq!(plugin.info().version, env!("CARGO_PKG_VERSION"));
+    assert!(plugin.reads_label("app.kubernetes.io/name") && plugin.reads_label("app"));
+    assert!(!plugin.reads_label("team"));
+    plugin.validate_config("").unwrap();
+    plugin.validate_config(" {} ").unwrap();
+    let err = plugin.validate_config(r#"{"zones": ["a"]}"#).unwrap_err();
+    assert!(matches!(err, PluginError::InvalidConfig { .. }), "{err}");
+    assert!(err.to_string().contains("plugin default"), "{err}");
+}
+
+#[test]
+fn the_default_plugin_maps_conditions_exactly_as_kubernetes() {
+    let rt = runtime();
+    let plugin = rt.load_default().unwrap();
+    // (ready, terminating, publishNotReadyAddresses) -> (ready, serving, terminating)
+    let table = [
+        ((true, false, false), (true, true, false)),
+        ((false, false, false), (false, false, false)),
+        ((true, true, false), (false, true, true)),
+        ((false, true, false), (false, false, true)),
+        ((true, false, true), (true, true, false)),
+        ((false, false, true), (true, false, false)),
+        ((true, true, true), (true, true, true)),
+        ((false, true, true), (true, false, true)),
+    ];
+    for ((ready, terminating, pnra), (want_ready, want_serving, want_terminating)) in table {
+        let c = candidate(PodSpec {
+            name: "p",
+            labels: json!({}),
+            phase: "Running",
+            ready,
+            terminating,
+        });
+        let got = evaluate(&plugin, &target(&[], pnra), &[c], "").unwrap();
+        assert_eq!(
+            got,
+            vec![include(want_ready, want_serving, want_terminating)],
+            "ready={ready} terminating={terminating} publishNotReadyAddresses={pnra}"
+        );
+    }
+}
+
+#[test]
+fn the_default_plugin_filters_by_label_and_phase() {
+    let rt = runtime();
+    let plugin = rt.load_default().unwrap();
+    let by_name = candidate(PodSpec {
+        name: "by-name",
+        labels: json!({"app.kubernetes.io/name": "web", "app": "other"}),
+        phase: "Running",
+        ready: true,
+        terminating: false,
+    });
+    let by_app = pod("by-app", "web");
+    let done = candidate(PodSpec {
+        name: "done",
+        labels: json!({"app": "web"}),
+        phase: "Succeeded",
+        ready: false,
+        terminating: false,
+    });
+    let failed = candidate(PodSpec {
+        name: "failed",
+        labels: json!({"app": "web"}),
+        phase: "Failed",
+        ready: false,
+        terminating: false,
+    });
+    let pending = candidate(PodSpec {
+        name: "pending",
+        labels: json!({"app": "web"}),
+        phase: "Pending",
+        ready: false,
+        terminating: false,
+    });
+    let pods = [by_name, by_app, done, failed, pending];
+
+    // app.kubernetes.io/name wins over app.
+    let got = evaluate(
+        &plugin,
+        &target(&[("app.kubernetes.io/name", "web"), ("app", "web")], false),
+        &pods,
+        "",
+    )
+    .unwrap();
+    assert_eq!(got[0], include(true, true, false));
+    assert!(
+        matches!(&got[1], Decision::Exclude(r) if r.contains("app.kubernetes.io/name")),
+        "{got:?}"
+    );
+
+    // Only app: the by-name pod's app label is "other".
+    let got = evaluate(&plugin, &target(&[("app", "web")], false), &pods, "").unwrap();
+    assert!(matches!(&got[0], Decision::Exclude(_)));
+    assert_eq!(got[1], include(true, true, false));
+    assert!(
+        matches!(&got[2], Decision::Exclude(r) if r.contains("Succeeded")),
+        "{got:?}"
+    );
+    assert!(
+        matches!(&got[3], Decision::Exclude(r) if r.contains("Failed")),
+        "{got:?}"
+    );
+    assert_eq!(
+        got[4],
+        include(false, false, false),
+        "pending pods are not excluded"
+    );
+
+    // No label: every non-terminal pod.
+    let got = evaluate(&plugin, &target(&[], false), &pods, "").unwrap();
+    let included = got
+        .iter()
+        .filter(|d| matches!(d, Decision::Include(_)))
+        .count();
+    assert_eq!(included, 3);
+}
+
+#[test]
+fn pods_carry_only_the_labels_and_annotations_the_plugin_declared() {
+    let rt = runtime();
+    let guest = rt.load("misbehaving", MISBEHAVING).unwrap();
+    assert_eq!(guest.info().label_keys, vec!["team"]);
+    let got = evaluate(
+        &guest,
+        &target(&[], false),
+        &[pod("a", "web")],
+        "show-inputs",
+    )
+    .unwrap();
+    let Decision::Exclude(seen) = &got[0] else {
+        panic!("{got:?}")
+    };
+    assert_eq!(
+        seen,
+        "labels=team=blue;annotations=k8s.v1.cni.cncf.io/network-status=[],note=n;ips=192.168.2.4,fd00::4;zone=zone-a;node=node-1;phase=running"
+    );
+    let default = rt.load_default().unwrap();
+    let view = pod_view(&pod("a", "web"), &default);
+    let keys: Vec<_> = view.labels.iter().map(|kv| kv.key.as_str()).collect();
+    assert_eq!(keys, vec!["app"]);
+    assert!(view.annotations.is_empty());
+}
+
+#[test]
+fn an_endless_loop_hits_the_deadline() {
+    let rt = runtime();
+    let guest = rt.load("misbehaving", MISBEHAVING).unwrap();
+    let err = evaluate(&guest, &target(&[], false), &[pod("a", "web")], "loop").unwrap_err();
+    assert!(
+        matches!(err, PluginError::Timeout { deadline, .. } if deadline == Duration::from_millis(50)),
+        "{err}"
+    );
+    assert_eq!(err.cause(), "timeout");
+    assert!(err.to_string().contains("plugin misbehaving"), "{err}");
+}
+
+#[test]
+fn a_memory_bomb_hits_the_memory_limit() {
+    let rt = runtime();
+    let guest = rt.load("misbehaving", MISBEHAVING).unwrap();
+    let err = evaluate(
+        &guest,
+        &target(&[], false),
+        &[pod("a", "web")],
+        "memory-bomb",
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, PluginError::MemoryLimit { limit, .. } if limit == 16 << 20),
+        "{err}"
+    );
+    assert_eq!(err.cause(), "memory_limit");
+}
+
+#[test]
+fn a_trap_is_reported_and_the_next_call_runs_in_a_fresh_instance() {
+    let rt = runtime();
+    let guest = rt.load("misbehaving", MISBEHAVING).unwrap();
+    let err = evaluate(&guest, &target(&[], false), &[pod("a", "web")], "trap").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PluginError::Trap {
+                function: "evaluate",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(err.cause(), "trap");
+    let got = evaluate(&guest, &target(&[], false), &[pod("a", "web")], "echo").unwrap();
+    assert_eq!(got, vec![include(true, true, false)]);
+}
+
+#[test]
+fn a_wrong_number_of_decisions_is_refused() {
+    let rt = runtime();
+    let guest = rt.load("misbehaving", MISBEHAVING).unwrap();
+    let err = evaluate(
+        &guest,
+        &target(&[], false),
+        &[pod("a", "web"), pod("b", "web")],
+        "short-answer",
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PluginError::WrongAnswer {
+                expected: 2,
+                got: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("returned 1 decisions for 2 pods"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_policy_error_is_an_answer_not_a_crash() {
+    let rt = runtime();
+    let guest = rt.load("misbehaving", MISBEHAVING).unwrap();
+    let err = evaluate(
+        &guest,
+        &target(&[], false),
+        &[pod("a", "web")],
+        "policy-error",
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, PluginError::Rejected { message, .. } if message == "deliberate policy error"),
+        "{err}"
+    );
+    let err = guest.validate_config("bad-config").unwrap_err();
+    assert!(matches!(err, PluginError::InvalidConfig { .. }), "{err}");
+}
+
+#[test]
+fn files_that_are_not_components_are_refused_at_load() {
+    let rt = runtime();
+    let err = rt.load("garbage", b"not wasm at all").unwrap_err();
+    assert!(matches!(err, PluginError::Compile { .. }), "{err}");
+    assert!(err.to_string().contains("plugin garbage"), "{err}");
+    // A core module (not a component).
+    let err = rt.load("core", b"\0asm\x01\0\0\0").unwrap_err();
+    assert!(matches!(err, PluginError::Compile { .. }), "{err}");
+}
+
+#[test]
+fn one_plugin_serves_calls_from_many_threads() {
+    let rt = runtime();
+    let plugin = rt.load_default().unwrap();
+    let pods: Vec<_> = (0..100).map(|i| pod(&format!("p{i}"), "web")).collect();
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..10 {
+                    let got =
+                        evaluate(&plugin, &target(&[("app", "web")], false), &pods, "").unwrap();
+                    assert_eq!(got.len(), 100);
+                }
+            });
+        }
+    });
+}
