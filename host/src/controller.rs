@@ -374,23 +374,24 @@ fn strip_meta(meta: &mut ObjectMeta) {
     }
 }
 
-/// Services of `namespace` managed on `network`.
-fn services_on(services: &Store<Service>, pairs: Vec<(String, String)>) -> Vec<ObjectRef<Service>> {
+/// The managed Services on any of the `(namespace, network)` pairs.
+fn services_on(services: &Store<Service>, pairs: &[(String, String)]) -> Vec<ObjectRef<Service>> {
     if pairs.is_empty() {
         return Vec::new();
     }
     services
         .state()
         .iter()
-        .filter_map(|svc| {
-            let Target::Managed(t) = target::classify(svc) else {
-                return None;
-            };
-            pairs
-                .iter()
-                .any(|(ns, net)| *ns == t.namespace && *net == t.network)
-                .then(|| ObjectRef::from_obj(&**svc))
+        .filter(|svc| {
+            let namespace = svc.metadata.namespace.as_deref().unwrap_or_default();
+            pairs.iter().any(|(ns, _)| ns == namespace)
+                && target::managed_network(svc).is_some_and(|network| {
+                    pairs
+                        .iter()
+                        .any(|(ns, net)| ns == namespace && *net == network)
+                })
         })
+        .map(|svc| ObjectRef::from_obj(&**svc))
         .collect()
 }
 
@@ -433,7 +434,7 @@ pub async fn run(
             .reflect(pod_writer)
             .filter_map(move |event| {
                 let refs = match event {
-                    Ok(event) => services_on(&services, index.on_event(&event)),
+                    Ok(event) => services_on(&services, &index.on_event(&event)),
                     Err(e) => {
                         tracing::warn!(error = %e, "pod watch failed; retrying");
                         Vec::new()
@@ -485,7 +486,7 @@ pub async fn run(
                     pairs.dedup();
                     pairs
                 };
-                future::ready(Some(stream::iter(services_on(&services, pairs))))
+                future::ready(Some(stream::iter(services_on(&services, &pairs))))
             })
             .flatten()
     };

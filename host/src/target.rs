@@ -110,15 +110,17 @@ pub fn resolve_network(value: &str, service_namespace: &str) -> Result<String, S
     Ok(format!("{namespace}/{name}"))
 }
 
-/// Classifies a Service. Every problem is reported at once, so one Event tells the whole fix.
-pub fn classify(service: &Service) -> Target {
-    let Some(value) = service.annotations().get(NETWORK_ANNOTATION) else {
-        return Target::Unmanaged;
-    };
-    let namespace = service.namespace().unwrap_or_default();
-    let spec = service.spec.clone().unwrap_or_default();
+/// The annotation's network and every problem with the Service, read without copying it.
+fn check(service: &Service) -> Option<(Result<String, String>, Vec<String>)> {
+    let value = service.annotations().get(NETWORK_ANNOTATION)?;
+    let namespace = service.metadata.namespace.as_deref().unwrap_or_default();
+    let empty = Default::default();
+    let spec = service.spec.as_ref().unwrap_or(&empty);
     let mut problems = Vec::new();
-    let network = resolve_network(value, &namespace).map_err(|p| problems.push(p));
+    let network = resolve_network(value, namespace);
+    if let Err(problem) = &network {
+        problems.push(problem.clone());
+    }
     if spec.type_.as_deref() == Some("ExternalName") {
         problems.push(
             "spec.type is ExternalName: use a headless Service (spec.clusterIP: None) without \
@@ -129,7 +131,7 @@ pub fn classify(service: &Service) -> Target {
         problems.push(format!(
             "spec.clusterIP is {:?}, not \"None\": make the Service headless (spec.clusterIP: \
              None); clusterIP cannot be changed in place, so delete and re-create the Service",
-            spec.cluster_ip.unwrap_or_default()
+            spec.cluster_ip.as_deref().unwrap_or_default()
         ));
     }
     if spec.selector.as_ref().is_some_and(|s| !s.is_empty()) {
@@ -139,9 +141,28 @@ pub fn classify(service: &Service) -> Target {
                 .to_owned(),
         );
     }
+    Some((network, problems))
+}
+
+/// The network of a managed Service (`None` for unannotated or invalid ones). Cheap: used to
+/// route every pod event.
+pub fn managed_network(service: &Service) -> Option<String> {
+    match check(service)? {
+        (Ok(network), problems) if problems.is_empty() => Some(network),
+        _ => None,
+    }
+}
+
+/// Classifies a Service. Every problem is reported at once, so one Event tells the whole fix.
+pub fn classify(service: &Service) -> Target {
+    let Some((network, problems)) = check(service) else {
+        return Target::Unmanaged;
+    };
     let (Ok(network), true) = (network, problems.is_empty()) else {
         return Target::Invalid(problems);
     };
+    let namespace = service.namespace().unwrap_or_default();
+    let spec = service.spec.clone().unwrap_or_default();
     let ip_families = spec.ip_families.map(|families| {
         families
             .iter()
@@ -201,6 +222,22 @@ mod tests {
         assert_eq!(t.ports.len(), 1);
         assert!(!t.publish_not_ready_addresses);
         assert!(t.wants(Family::V4) && t.wants(Family::V6));
+    }
+
+    #[test]
+    fn managed_network_agrees_with_classify() {
+        let ok = service(json!({NETWORK_ANNOTATION: "macvlan"}), headless());
+        assert_eq!(managed_network(&ok).as_deref(), Some("team-a/macvlan"));
+        let not_headless = service(
+            json!({NETWORK_ANNOTATION: "macvlan"}),
+            json!({"clusterIP": "10.0.0.1"}),
+        );
+        assert_eq!(managed_network(&not_headless), None);
+        assert_eq!(managed_network(&service(json!({}), headless())), None);
+        assert_eq!(
+            managed_network(&service(json!({NETWORK_ANNOTATION: ""}), headless())),
+            None
+        );
     }
 
     #[test]
