@@ -53,6 +53,7 @@ remove_state() {
   # Only what local-up.sh creates; anything else someone put in .local/ stays.
   local d="$state"
   rm -rf "${d:?}/pids" "$d/logs" "$d/etcd" "$d/pki" "${d:?}/bin" \
+    "$d/kube-controller-manager" \
     "$d/kubeconfig" "$d/kube-controller-manager.kubeconfig" "$d/ports"
 }
 

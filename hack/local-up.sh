@@ -235,14 +235,16 @@ wait_for kube-apiserver "the API server's /readyz" apiserver_ready
 write_kubeconfig "$kubeconfig" admin "$pki/admin.crt" "$pki/admin.key"
 
 # --- kube-controller-manager ---------------------------------------------------------------------
+# No --authentication/--authorization-kubeconfig: delegated auth would need the API server's
+# front-proxy (requestheader) CA, and only /healthz (always allowed) is used on this port.
+# --flex-volume-plugin-dir keeps it from creating /usr/libexec/kubernetes.
 
 start kube-controller-manager "${bin[kube-controller-manager]}" \
   --kubeconfig="$kcm_kubeconfig" \
-  --authentication-kubeconfig="$kcm_kubeconfig" \
-  --authorization-kubeconfig="$kcm_kubeconfig" \
   --bind-address=127.0.0.1 \
   --secure-port="$kcm_port" \
   --cert-dir="$pki/kube-controller-manager-serving" \
+  --flex-volume-plugin-dir="$state/kube-controller-manager/volume-plugins" \
   --controllers='*' \
   --service-account-private-key-file="$pki/sa.key" \
   --root-ca-file="$pki/ca.crt" \

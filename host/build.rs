@@ -13,7 +13,7 @@ use std::{
     process::Command,
 };
 
-const PLUGINS: [(&str, &str, &str); 2] = [
+const PLUGINS: [(&str, &str, &str); 3] = [
     (
         "nad-default-plugin",
         "nad_default_plugin",
@@ -23,6 +23,11 @@ const PLUGINS: [(&str, &str, &str); 2] = [
         "nad-test-misbehaving",
         "nad_test_misbehaving",
         "NSC_TEST_MISBEHAVING_WASM",
+    ),
+    (
+        "nad-plugin-opt-out",
+        "nad_plugin_opt_out",
+        "NSC_EXAMPLE_OPT_OUT_WASM",
     ),
 ];
 

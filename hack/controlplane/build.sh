@@ -39,7 +39,11 @@ for spec in "${components[@]}"; do
   IFS=: read -r name version pkg <<<"$spec"
   dir="$NAD_BIN_CACHE/$name-$version"
   if [[ ! -x "$dir/$name" ]]; then
-    echo "build.sh: building $name $version (the first kube-apiserver build takes ~10 min on 2 cores)" >&2
+    if [[ -z "${hinted:-}" ]]; then
+      hinted=1
+      echo "build.sh: building into $NAD_BIN_CACHE; a first build with an empty Go cache takes ~10 min on 2 cores" >&2
+    fi
+    echo "build.sh: building $name $version" >&2
     start=$SECONDS
     tmp="$(mktemp -d "$NAD_BIN_CACHE/.$name-$version.XXXXXX" 2>/dev/null || { mkdir -p "$NAD_BIN_CACHE" && mktemp -d "$NAD_BIN_CACHE/.$name-$version.XXXXXX"; })"
     ldflags="-s -w"

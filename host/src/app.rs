@@ -12,7 +12,7 @@ use crate::{
     controller::{self, CONTROLLER_NAME, Settings},
     leader::LeaderElector,
     metrics::Metrics,
-    plugin::{Limits, Runtime},
+    plugin::{Limits, Plugins, Runtime},
     server::{self, Readiness},
 };
 
@@ -62,16 +62,25 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
         memory_bytes: args.plugin_memory_limit_mib as usize * 1024 * 1024,
     })
     .context("starting the plugin runtime")?;
-    let plugin = runtime
-        .load_default()
-        .context("loading the built-in default plugin")?;
-    plugin.validate_config("")?;
+    let mut plugins = Plugins::built_in(&runtime).context("loading the built-in default plugin")?;
+    if let Some(dir) = &args.plugin_dir {
+        let failed = plugins.load_dir(&runtime, dir);
+        if !failed.is_empty() {
+            tracing::warn!(
+                failed = failed.len(),
+                dir = %dir.display(),
+                "some plugins did not load; Services that name them keep their slices"
+            );
+        }
+    }
+    if let Some(name) = &args.default_plugin {
+        plugins.set_default(name)?;
+    }
     tracing::info!(
-        plugin = %plugin.info().name,
-        version = %plugin.info().version,
+        plugins = ?plugins.names().collect::<Vec<_>>(),
         deadline = ?args.plugin_deadline,
         memory_limit_mib = args.plugin_memory_limit_mib,
-        "plugin loaded"
+        "plugins ready"
     );
 
     let client = Client::try_default()
@@ -141,6 +150,7 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
     };
     let settings = Settings {
         max_endpoints_per_slice: args.max_endpoints_per_slice,
+        namespace: args.watch_namespace.clone(),
     };
     let stop = {
         let stopped = stopped();
@@ -152,7 +162,7 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
             }
         }
     };
-    let controller = controller::run(client, plugin, settings, metrics, ready, reporter, stop);
+    let controller = controller::run(client, plugins, settings, metrics, ready, reporter, stop);
     match &elector {
         Some(elector) => {
             tokio::select! {

@@ -72,10 +72,25 @@ pub struct RunArgs {
     )]
     pub leader_election_lease: String,
 
+    /// Manage Services of this namespace only (default: all namespaces). Nodes are always
+    /// read cluster-wide, for zones.
+    #[arg(long, env = "NSC_WATCH_NAMESPACE", global = true)]
+    pub watch_namespace: Option<String>,
+
     /// Most endpoints in one EndpointSlice (1 to 1000).
     #[arg(long, env = "NSC_MAX_ENDPOINTS_PER_SLICE", default_value_t = DEFAULT_MAX_ENDPOINTS_PER_SLICE,
           value_parser = parse_max_endpoints, global = true)]
     pub max_endpoints_per_slice: usize,
+
+    /// Directory of plugin components (`<name>.wasm`, optional `<name>.json` configuration);
+    /// in a cluster, a mounted ConfigMap. Services pick one with the annotation
+    /// isim.dev/endpoint-policy: <name>.
+    #[arg(long, env = "NSC_PLUGIN_DIR", global = true)]
+    pub plugin_dir: Option<std::path::PathBuf>,
+
+    /// The plugin for Services without the isim.dev/endpoint-policy annotation.
+    #[arg(long, env = "NSC_DEFAULT_PLUGIN", global = true)]
+    pub default_plugin: Option<String>,
 
     /// Deadline of one plugin call, e.g. 100ms or 1s.
     #[arg(long, env = "NSC_PLUGIN_DEADLINE", default_value = "100ms", value_parser = humantime::parse_duration, global = true)]

@@ -37,7 +37,7 @@ use crate::{
     metrics::Metrics,
     observe::{self, Candidate, ZONE_LABEL},
     plan::{self, Decision, MANAGED_BY, MANAGED_BY_LABEL},
-    plugin::{self, Plugin},
+    plugin::{self, POLICY_ANNOTATION, Plugins},
     server::Readiness,
     target::{self, ServiceTarget, Target},
     triggers::{NodeZones, PodNetworks},
@@ -53,9 +53,11 @@ const NODE_RETRY: Duration = Duration::from_secs(10);
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     pub max_endpoints_per_slice: usize,
+    /// Watch Services, pods and slices of this namespace only (all namespaces when `None`).
+    pub namespace: Option<String>,
 }
 
 /// Everything a reconcile reads or writes through.
@@ -66,7 +68,7 @@ pub struct Context {
     pods: Store<Pod>,
     nodes: Store<Node>,
     slices: Store<EndpointSlice>,
-    plugin: Plugin,
+    plugins: Plugins,
     settings: Settings,
     metrics: Arc<Metrics>,
     failures: Mutex<HashMap<ObjectRef<Service>, u32>>,
@@ -137,7 +139,10 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
         Err(e) => {
             *ctx.failures().entry(key).or_default() += 1;
             ctx.metrics.reconciled(e.metric_label(), started.elapsed());
-            if matches!(e, Error::Plugin(_) | Error::PluginTask(_)) {
+            if matches!(
+                e,
+                Error::Plugin(_) | Error::PluginTask(_) | Error::UnknownPlugin(_)
+            ) {
                 ctx.warn(
                     &service,
                     e.event_reason(),
@@ -264,26 +269,38 @@ async fn remove_all(
     Ok(())
 }
 
-/// One plugin call for all candidates, off the async runtime (it may run up to its deadline).
+/// One call of the Service's plugin for all candidates, off the async runtime (it may run up
+/// to its deadline).
 async fn decide(
     ctx: &Context,
     target: &ServiceTarget,
     candidates: &[Candidate],
 ) -> Result<Vec<Decision>, Error> {
+    let chosen = ctx
+        .plugins
+        .select(
+            target
+                .annotations
+                .get(POLICY_ANNOTATION)
+                .map(String::as_str),
+        )?
+        .clone();
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
-    let plugin = ctx.plugin.clone();
     let service = plugin::service_view(target);
     let pods: Vec<_> = candidates
         .iter()
-        .map(|c| plugin::pod_view(c, &plugin))
+        .map(|c| plugin::pod_view(c, &chosen.plugin))
         .collect();
     let started = Instant::now();
-    let result = tokio::task::spawn_blocking(move || plugin.evaluate(&service, &pods, "")).await?;
+    let name = chosen.plugin.name().to_owned();
+    let result = tokio::task::spawn_blocking(move || {
+        chosen.plugin.evaluate(&service, &pods, &chosen.config)
+    })
+    .await?;
     let outcome = result.as_ref().map_or_else(|e| e.cause(), |_| "ok");
-    ctx.metrics
-        .plugin_called(ctx.plugin.name(), outcome, started.elapsed());
+    ctx.metrics.plugin_called(&name, outcome, started.elapsed());
     Ok(result?)
 }
 
@@ -398,7 +415,7 @@ fn services_on(services: &Store<Service>, pairs: &[(String, String)]) -> Vec<Obj
 /// Watches everything, reconciles until `shutdown` resolves (then finishes what is running).
 pub async fn run(
     client: Client,
-    plugin: Plugin,
+    plugins: Plugins,
     settings: Settings,
     metrics: Arc<Metrics>,
     ready: Readiness,
@@ -410,14 +427,28 @@ pub async fn run(
     let (nodes, node_writer) = reflector::store::<Node>();
     let (slices, slice_writer) = reflector::store::<EndpointSlice>();
     let any = || watcher::Config::default().any_semantic();
+    let scoped = |client: Client| match &settings.namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client, ns),
+        ),
+        None => (
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client),
+        ),
+    };
+    let (service_api, pod_api, slice_api): (Api<Service>, Api<Pod>, Api<EndpointSlice>) =
+        scoped(client.clone());
 
-    let service_stream = watcher(Api::<Service>::all(client.clone()), any())
+    let service_stream = watcher(service_api, any())
         .default_backoff()
         .modify(|s: &mut Service| strip_meta(&mut s.metadata))
         .reflect(service_writer)
         .applied_objects();
     let slice_stream = watcher(
-        Api::<EndpointSlice>::all(client.clone()),
+        slice_api,
         any().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
     )
     .default_backoff()
@@ -428,7 +459,7 @@ pub async fn run(
     let pod_triggers = {
         let services = services.clone();
         let mut index = PodNetworks::default();
-        watcher(Api::<Pod>::all(client.clone()), any())
+        watcher(pod_api, any())
             .default_backoff()
             .modify(strip_pod)
             .reflect(pod_writer)
@@ -498,7 +529,7 @@ pub async fn run(
         pods,
         nodes,
         slices,
-        plugin,
+        plugins,
         settings,
         metrics,
         failures: Mutex::default(),

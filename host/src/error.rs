@@ -2,13 +2,17 @@
 
 use std::time::Duration;
 
-use crate::plugin::PluginError;
+use crate::plugin::{PluginError, UnknownPlugin};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The policy plugin gave no usable answer; the Service's slices stay as last applied.
     #[error(transparent)]
     Plugin(#[from] PluginError),
+
+    /// The Service names a plugin that is not loaded; its slices stay as last applied.
+    #[error(transparent)]
+    UnknownPlugin(#[from] UnknownPlugin),
 
     #[error("the plugin call did not complete: {0}")]
     PluginTask(#[from] tokio::task::JoinError),
@@ -41,6 +45,7 @@ impl Error {
                 PluginError::Rejected { .. } => "plugin_rejected",
                 _ => "plugin_failed",
             },
+            Error::UnknownPlugin(_) => "unknown_plugin",
             Error::PluginTask(_) => "plugin_task",
             Error::Apply { .. } => "apply",
             Error::Delete { .. } => "delete",
@@ -52,6 +57,7 @@ impl Error {
     pub fn event_reason(&self) -> &'static str {
         match self {
             Error::Plugin(_) | Error::PluginTask(_) => "PluginFailed",
+            Error::UnknownPlugin(_) => "UnknownPlugin",
             Error::Apply { .. } | Error::Delete { .. } => "EndpointSliceWriteFailed",
             Error::CachesNotReady => "NotReady",
         }
@@ -66,6 +72,7 @@ impl Error {
                 PluginError::Timeout { .. } | PluginError::Instantiate { .. }
             ),
             Error::Apply { source, .. } | Error::Delete { source, .. } => !is_invalid(source),
+            Error::UnknownPlugin(_) => false,
             Error::PluginTask(_) | Error::CachesNotReady => true,
         }
     }

@@ -8,6 +8,7 @@
 
 mod bindings;
 mod convert;
+mod registry;
 
 use std::{
     sync::{
@@ -26,6 +27,9 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use bindings::EndpointPolicyPre;
 pub use bindings::isim::nad_endpoints::types as wit;
 pub use convert::{pod_view, service_view};
+pub use registry::{
+    BUILT_IN, Configured, LoadError, MAX_PLUGIN_BYTES, POLICY_ANNOTATION, Plugins, UnknownPlugin,
+};
 
 use crate::plan::Decision;
 

@@ -1,0 +1,51 @@
+//! Example plugin `opt-out`: every attached pod is published, except pods that carry the
+//! opt-out label (by default `endpoints.isim.dev/opt-out: "true"`), for instance while an
+//! operator drains or debugs them without deleting them. Terminal pods are left out and
+//! conditions follow Kubernetes' rules, as in the default plugin.
+//!
+//! Configuration (`opt-out.json`, optional): `{"label": "<key>"}` names another label; any
+//! value other than `"false"` opts the pod out.
+
+mod policy;
+
+/// The WIT bindings and the component's exports (the generated ABI glue is `unsafe`).
+#[allow(unsafe_code)]
+mod bindings {
+    wit_bindgen::generate!({
+        path: "../../../wit",
+        world: "endpoint-policy",
+        additional_derives: [PartialEq, Eq],
+    });
+
+    use super::OptOut;
+    export!(OptOut);
+}
+
+use bindings::exports::isim::nad_endpoints::policy::Guest;
+use bindings::isim::nad_endpoints::types::{Decision, PluginInfo, Pod, Service};
+
+struct OptOut;
+
+impl Guest for OptOut {
+    fn info() -> PluginInfo {
+        PluginInfo {
+            name: "opt-out".to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            // The host only copies declared keys; "*" because the label is configurable.
+            label_keys: vec!["*".to_owned()],
+            annotation_keys: Vec::new(),
+        }
+    }
+
+    fn validate_config(config: String) -> Result<(), String> {
+        policy::Config::parse(&config).map(|_| ())
+    }
+
+    fn evaluate(service: Service, pods: Vec<Pod>, config: String) -> Result<Vec<Decision>, String> {
+        let config = policy::Config::parse(&config)?;
+        Ok(pods
+            .iter()
+            .map(|pod| policy::decide(&service, pod, &config))
+            .collect())
+    }
+}

@@ -1,0 +1,198 @@
+//! The decisions, as plain Rust (tested natively).
+
+use serde::Deserialize;
+
+use crate::bindings::isim::nad_endpoints::types::{Conditions, Decision, Pod, PodPhase, Service};
+
+pub const DEFAULT_LABEL: &str = "endpoints.isim.dev/opt-out";
+
+#[derive(Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default = "default_label")]
+    pub label: String,
+}
+
+fn default_label() -> String {
+    DEFAULT_LABEL.to_owned()
+}
+
+impl Config {
+    /// An empty configuration means the defaults.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text.trim().is_empty() {
+            return Ok(Self {
+                label: default_label(),
+            });
+        }
+        let config: Config =
+            serde_json::from_str(text).map_err(|e| format!("opt-out configuration: {e}"))?;
+        if config.label.is_empty() {
+            return Err("opt-out configuration: \"label\" must not be empty".to_owned());
+        }
+        Ok(config)
+    }
+}
+
+pub fn decide(service: &Service, pod: &Pod, config: &Config) -> Decision {
+    if let Some(opt_out) = pod.labels.iter().find(|kv| kv.key == config.label)
+        && opt_out.value != "false"
+    {
+        return Decision::Exclude(format!(
+            "pod opted out with label {}={:?}",
+            config.label, opt_out.value
+        ));
+    }
+    match pod.phase {
+        PodPhase::Succeeded => return Decision::Exclude("pod phase is Succeeded".to_owned()),
+        PodPhase::Failed => return Decision::Exclude("pod phase is Failed".to_owned()),
+        _ => {}
+    }
+    let serving = pod.ready;
+    Decision::Include(Conditions {
+        ready: service.publish_not_ready_addresses || (serving && !pod.terminating),
+        serving,
+        terminating: pod.terminating,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bindings::isim::nad_endpoints::types::KeyValue;
+
+    fn service() -> Service {
+        Service {
+            name: "web".into(),
+            namespace: "ns".into(),
+            labels: vec![],
+            annotations: vec![],
+            ports: vec![],
+            publish_not_ready_addresses: false,
+            network: "ns/macvlan".into(),
+        }
+    }
+
+    fn pod(labels: &[(&str, &str)], phase: PodPhase, ready: bool, terminating: bool) -> Pod {
+        Pod {
+            name: "p".into(),
+            namespace: "ns".into(),
+            uid: "u".into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| KeyValue {
+                    key: k.to_string(),
+                    value: v.to_string(),
+                })
+                .collect(),
+            annotations: vec![],
+            phase,
+            ready,
+            terminating,
+            node_name: String::new(),
+            zone: String::new(),
+            ips: vec!["192.168.2.4".into()],
+        }
+    }
+
+    fn cond(ready: bool, serving: bool, terminating: bool) -> Decision {
+        Decision::Include(Conditions {
+            ready,
+            serving,
+            terminating,
+        })
+    }
+
+    #[test]
+    fn opted_out_pods_are_excluded_with_the_label_in_the_reason() {
+        let config = Config::parse("").unwrap();
+        let got = decide(
+            &service(),
+            &pod(&[(DEFAULT_LABEL, "true")], PodPhase::Running, true, false),
+            &config,
+        );
+        assert!(
+            matches!(&got, Decision::Exclude(r) if r.contains(DEFAULT_LABEL)),
+            "{got:?}"
+        );
+        let got = decide(
+            &service(),
+            &pod(&[(DEFAULT_LABEL, "false")], PodPhase::Running, true, false),
+            &config,
+        );
+        assert_eq!(got, cond(true, true, false));
+    }
+
+    #[test]
+    fn a_configured_label_replaces_the_default() {
+        let config = Config::parse(r#"{"label": "maintenance"}"#).unwrap();
+        let drained = pod(&[("maintenance", "yes")], PodPhase::Running, true, false);
+        assert!(matches!(
+            decide(&service(), &drained, &config),
+            Decision::Exclude(_)
+        ));
+        let default_label = pod(&[(DEFAULT_LABEL, "true")], PodPhase::Running, true, false);
+        assert_eq!(
+            decide(&service(), &default_label, &config),
+            cond(true, true, false)
+        );
+    }
+
+    #[test]
+    fn conditions_and_phases_follow_kubernetes() {
+        let config = Config::parse("").unwrap();
+        assert_eq!(
+            decide(
+                &service(),
+                &pod(&[], PodPhase::Running, true, true),
+                &config
+            ),
+            cond(false, true, true)
+        );
+        assert_eq!(
+            decide(
+                &service(),
+                &pod(&[], PodPhase::Pending, false, false),
+                &config
+            ),
+            cond(false, false, false)
+        );
+        let mut s = service();
+        s.publish_not_ready_addresses = true;
+        assert_eq!(
+            decide(&s, &pod(&[], PodPhase::Running, false, true), &config),
+            cond(true, false, true)
+        );
+        assert!(matches!(
+            decide(
+                &service(),
+                &pod(&[], PodPhase::Failed, false, false),
+                &config
+            ),
+            Decision::Exclude(_)
+        ));
+        assert!(matches!(
+            decide(
+                &service(),
+                &pod(&[], PodPhase::Succeeded, false, false),
+                &config
+            ),
+            Decision::Exclude(_)
+        ));
+    }
+
+    #[test]
+    fn bad_configuration_is_explained() {
+        assert!(
+            Config::parse(r#"{"lable": "x"}"#)
+                .unwrap_err()
+                .contains("unknown field")
+        );
+        assert!(
+            Config::parse(r#"{"label": ""}"#)
+                .unwrap_err()
+                .contains("must not be empty")
+        );
+        assert!(Config::parse("not json").is_err());
+    }
+}
