@@ -64,7 +64,8 @@ if [[ "${NAD_LOCK_HELD:-}" == 1 ]] || ! command -v flock >/dev/null; then
   remove_state
 else
   exec 9>>"$state/lock"
-  flock 9
+  # Wait for a concurrent local-up.sh; a lock held far longer is stale, so go on regardless.
+  flock -w 60 9 || log "could not take $state/lock in 60s; stopping anyway"
   stop_all
   remove_state
   rm -f "$state/lock"

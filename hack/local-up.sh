@@ -45,7 +45,7 @@ mkdir -p "$state"
 if command -v flock >/dev/null; then
   # Serialise concurrent runs (e.g. two test suites starting at once).
   exec 9>>"$state/lock"
-  flock 9
+  flock -w 1200 9 || die "another local-up.sh/local-down.sh has held $state/lock for 20 min"
 fi
 export NAD_LOCK_HELD=1
 
@@ -74,13 +74,14 @@ print_export() {
 }
 
 # Starts component $1 in its own session (so it outlives this script), logging to .local/logs.
+# Fd 9 (the lock) is closed for it, or it would hold the lock for as long as it runs.
 start() {
   local name="$1" bin="$2"
   shift 2
   log "starting $name (log: $logs/$name.log)"
   # shellcheck disable=SC2016 # expanded by the inner shell
   setsid bash -c 'echo $$ >"$0"; exec "$@"' "$pids/$name.pid" "$bin" "$@" \
-    </dev/null >>"$logs/$name.log" 2>&1 &
+    </dev/null >>"$logs/$name.log" 2>&1 9>&- &
   local _
   for _ in $(seq 50); do [[ -s "$pids/$name.pid" ]] && break; sleep 0.1; done
 }
@@ -131,7 +132,7 @@ for port in "$etcd_client_port" "$etcd_peer_port" "$apiserver_port" "$kcm_port";
 see the NAD_*_PORT variables in $hack/local-up.sh)"
 done
 
-mkdir -p "$pki" "$logs" "$pids" "$state/etcd" "$state/bin"
+mkdir -p "$pki" "$logs" "$pids" "$state/etcd" "$state/bin" "$state/kube-controller-manager/volume-plugins"
 chmod 700 "$state/etcd" "$pki"
 ln -sfn "${bin[kubectl]}" "$state/bin/kubectl"
 printf 'etcd_client=%s\netcd_peer=%s\napiserver=%s\nkube_controller_manager=%s\n' \

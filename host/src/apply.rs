@@ -11,11 +11,11 @@ use crate::{error::Error, plan::Changes};
 /// The one field manager this controller applies with.
 pub const FIELD_MANAGER: &str = "nad-service-controller.isim.dev";
 
-/// What a sync wrote.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// What a sync wrote: slice names with the generation the API server returned.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Written {
-    pub applied: usize,
-    pub deleted: usize,
+    pub applied: Vec<(String, Option<i64>)>,
+    pub deleted: Vec<String>,
 }
 
 /// Applies every changed slice and deletes the unwanted ones. Every write is attempted even
@@ -32,7 +32,7 @@ pub async fn write(client: &Client, namespace: &str, changes: Changes) -> Result
     for slice in changes.apply {
         let name = slice.name_any();
         match api.patch(&name, &params, &Patch::Apply(&slice)).await {
-            Ok(_) => written.applied += 1,
+            Ok(stored) => written.applied.push((name, stored.metadata.generation)),
             Err(source) => fail(Error::Apply {
                 namespace: namespace.to_owned(),
                 name,
@@ -42,7 +42,7 @@ pub async fn write(client: &Client, namespace: &str, changes: Changes) -> Result
     }
     for name in changes.delete {
         match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => written.deleted += 1,
+            Ok(_) => written.deleted.push(name),
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(source) => fail(Error::Delete {
                 namespace: namespace.to_owned(),
@@ -124,8 +124,8 @@ mod tests {
         assert_eq!(
             written,
             Written {
-                applied: 1,
-                deleted: 0
+                applied: vec![("web-ipv4-0".into(), None)],
+                deleted: vec![]
             },
             "a slice already gone is not an error"
         );

@@ -34,7 +34,9 @@ use kube::{
 use crate::{
     apply,
     error::{Error, retry_delay},
+    expectations::Expectations,
     metrics::Metrics,
+    network_status,
     observe::{self, Candidate, ZONE_LABEL},
     plan::{self, Decision, MANAGED_BY, MANAGED_BY_LABEL},
     plugin::{self, POLICY_ANNOTATION, Plugins},
@@ -48,6 +50,9 @@ pub const CONTROLLER_NAME: &str = "nad-service-controller";
 
 /// How often a Service is reconciled even when nothing seems to change.
 const RESYNC: Duration = Duration::from_secs(600);
+/// How soon a Service whose cache lags behind this controller's writes is looked at again
+/// (the watch events usually trigger it sooner).
+const STALE_RETRY: Duration = Duration::from_millis(500);
 /// How soon a Service with pods on unknown nodes is tried again.
 const NODE_RETRY: Duration = Duration::from_secs(10);
 
@@ -72,6 +77,7 @@ pub struct Context {
     settings: Settings,
     metrics: Arc<Metrics>,
     failures: Mutex<HashMap<ObjectRef<Service>, u32>>,
+    expectations: Mutex<Expectations>,
 }
 
 impl Context {
@@ -85,6 +91,12 @@ impl Context {
             ready.map_err(|_| Error::CachesNotReady)?;
         }
         Ok(())
+    }
+
+    fn expectations(&self) -> std::sync::MutexGuard<'_, Expectations> {
+        self.expectations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<Service>, u32>> {
@@ -182,10 +194,25 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
         s.metadata.namespace.as_deref() == Some(namespace.as_str())
             && plan::is_managed_slice_of(s, &name)
     });
+    if ctx
+        .expectations()
+        .cache_is_stale(&namespace, &name, &existing)
+    {
+        // The watch events of the last writes are on their way and will trigger a reconcile.
+        tracing::debug!("cache behind this controller's own writes; waiting for it");
+        return Ok(Action::requeue(STALE_RETRY));
+    }
     let target = match target::classify(service) {
         Target::Managed(target) => target,
         Target::Unmanaged => {
-            remove_all(ctx, &namespace, &existing, "the Service is not annotated").await?;
+            remove_all(
+                ctx,
+                &namespace,
+                &name,
+                &existing,
+                "the Service is not annotated",
+            )
+            .await?;
             return Ok(Action::await_change());
         }
         Target::Invalid(problems) => {
@@ -197,12 +224,13 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
             );
             tracing::warn!(problems = ?problems, "Service cannot be served; its EndpointSlices are removed");
             ctx.warn(service, "InvalidService", "Validate", note).await;
-            remove_all(ctx, &namespace, &existing, "the Service is invalid").await?;
+            remove_all(ctx, &namespace, &name, &existing, "the Service is invalid").await?;
             return Ok(Action::await_change());
         }
     };
     if service.meta().deletion_timestamp.is_some() {
         // The garbage collector removes the slices through their owner reference.
+        ctx.expectations().forget(&namespace, &name);
         return Ok(Action::await_change());
     }
 
@@ -232,19 +260,15 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
             "up to date"
         );
     } else {
-        let written = apply::write(&ctx.client, &namespace, changes).await;
-        if let Ok(w) = &written {
-            ctx.metrics.slices_written(w.applied, w.deleted);
-            tracing::info!(
-                endpoints = included.len(),
-                excluded = excluded.len(),
-                skipped = observation.skipped.len(),
-                applied = w.applied,
-                deleted = w.deleted,
-                "EndpointSlices updated"
-            );
-        }
-        written?;
+        let written = write(ctx, &namespace, &name, changes, &existing).await?;
+        tracing::info!(
+            endpoints = included.len(),
+            excluded = excluded.len(),
+            skipped = observation.skipped.len(),
+            applied = written.applied.len(),
+            deleted = written.deleted.len(),
+            "EndpointSlices updated"
+        );
     }
     Ok(Action::requeue(if observation.needs_retry() {
         NODE_RETRY
@@ -253,9 +277,35 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
     }))
 }
 
+/// Writes the changes, counting them and recording what the cache should show afterwards.
+async fn write(
+    ctx: &Context,
+    namespace: &str,
+    service: &str,
+    changes: plan::Changes,
+    existing: &[Arc<EndpointSlice>],
+) -> Result<apply::Written, Error> {
+    let written = apply::write(&ctx.client, namespace, changes).await?;
+    ctx.metrics
+        .slices_written(written.applied.len(), written.deleted.len());
+    let mut expectations = ctx.expectations();
+    for (slice, generation) in &written.applied {
+        expectations.applied(namespace, service, slice, *generation);
+    }
+    for slice in &written.deleted {
+        let uid = existing
+            .iter()
+            .find(|s| s.name_any() == *slice)
+            .and_then(|s| s.uid());
+        expectations.deleted(namespace, service, slice, uid);
+    }
+    Ok(written)
+}
+
 async fn remove_all(
     ctx: &Context,
     namespace: &str,
+    service: &str,
     existing: &[Arc<EndpointSlice>],
     why: &str,
 ) -> Result<(), Error> {
@@ -263,9 +313,12 @@ async fn remove_all(
         return Ok(());
     }
     let changes = plan::changes(Vec::new(), existing);
-    let written = apply::write(&ctx.client, namespace, changes).await?;
-    ctx.metrics.slices_written(0, written.deleted);
-    tracing::info!(deleted = written.deleted, why, "EndpointSlices removed");
+    let written = write(ctx, namespace, service, changes, existing).await?;
+    tracing::info!(
+        deleted = written.deleted.len(),
+        why,
+        "EndpointSlices removed"
+    );
     Ok(())
 }
 
@@ -403,9 +456,9 @@ fn services_on(services: &Store<Service>, pairs: &[(String, String)]) -> Vec<Obj
             let namespace = svc.metadata.namespace.as_deref().unwrap_or_default();
             pairs.iter().any(|(ns, _)| ns == namespace)
                 && target::managed_network(svc).is_some_and(|network| {
-                    pairs
-                        .iter()
-                        .any(|(ns, net)| ns == namespace && *net == network)
+                    pairs.iter().any(|(ns, net)| {
+                        ns == namespace && (*net == network || net == network_status::ANY_NETWORK)
+                    })
                 })
         })
         .map(|svc| ObjectRef::from_obj(&**svc))
@@ -506,9 +559,9 @@ pub async fn run(
                             let ns = p.namespace().unwrap_or_default();
                             let annotation = p
                                 .annotations()
-                                .get(crate::network_status::ANNOTATION)
+                                .get(network_status::ANNOTATION)
                                 .map(String::as_str);
-                            crate::network_status::networks(annotation, &ns)
+                            network_status::networks(annotation, &ns)
                                 .into_iter()
                                 .map(move |net| (ns.clone(), net))
                         })
@@ -533,6 +586,7 @@ pub async fn run(
         settings,
         metrics,
         failures: Mutex::default(),
+        expectations: Mutex::default(),
     });
     {
         let ctx = ctx.clone();

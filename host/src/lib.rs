@@ -14,6 +14,7 @@ pub mod apply;
 pub mod cli;
 pub mod controller;
 pub mod error;
+pub mod expectations;
 pub mod leader;
 pub mod metrics;
 pub mod network_status;

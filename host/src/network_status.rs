@@ -102,14 +102,18 @@ pub fn attachment(
     Ok(Some(Attachment { ips, invalid }))
 }
 
-/// Every network (`<namespace>/<name>`, default network excluded) the annotation lists.
-/// Unreadable annotations list nothing.
+/// Stands for "any network" where an annotation cannot be read: every managed Service of the
+/// pod's namespace must look at the pod (and report it).
+pub const ANY_NETWORK: &str = "*";
+
+/// Every network (`<namespace>/<name>`, default network excluded) the annotation lists;
+/// [`ANY_NETWORK`] when it cannot be read.
 pub fn networks(annotation: Option<&str>, pod_namespace: &str) -> Vec<String> {
     let Some(raw) = annotation else {
         return Vec::new();
     };
     let Ok(entries) = serde_json::from_str::<Vec<Entry>>(raw) else {
-        return Vec::new();
+        return vec![ANY_NETWORK.to_owned()];
     };
     let mut names: Vec<String> = entries
         .iter()
@@ -259,7 +263,7 @@ mod tests {
     #[test]
     fn networks_lists_attachments_except_the_default() {
         assert_eq!(networks(Some(KIND), "default"), vec!["default/macvlan"]);
-        assert!(networks(Some("nope"), "default").is_empty());
+        assert_eq!(networks(Some("nope"), "default"), vec![ANY_NETWORK]);
         assert!(networks(None, "default").is_empty());
     }
 }

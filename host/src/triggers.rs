@@ -157,6 +157,15 @@ mod tests {
     }
 
     #[test]
+    fn an_unreadable_annotation_reaches_every_network_of_the_namespace() {
+        let mut index = PodNetworks::default();
+        assert_eq!(
+            index.on_event(&Event::Apply(pod("p", Some("{oops")))),
+            vec![pair(network_status::ANY_NETWORK)]
+        );
+    }
+
+    #[test]
     fn pods_gone_during_a_relist_are_forgotten_and_reported() {
         let mut index = PodNetworks::default();
         index.on_event(&Event::Apply(pod("stays", Some(ON_A))));

@@ -1,0 +1,142 @@
+//! What the watch cache should show after this controller's own writes.
+//!
+//! A reconcile that runs before the watch events of the previous one's writes arrive would
+//! compare against old slices and write again for nothing. So each write records what it
+//! expects (the generation the API server returned, or a slice gone); while the cache is behind
+//! those expectations the Service waits for the events instead of writing.
+
+use std::{collections::HashMap, sync::Arc};
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Expect {
+    /// The slice exists with at least this generation.
+    Generation(i64),
+    /// The slice with this uid is gone.
+    Gone(String),
+}
+
+/// Per Service (`namespace`, `name`): per slice name, what the cache should show.
+#[derive(Debug, Default)]
+pub struct Expectations {
+    services: HashMap<(String, String), Vec<(String, Expect)>>,
+}
+
+impl Expectations {
+    pub fn applied(
+        &mut self,
+        namespace: &str,
+        service: &str,
+        slice: &str,
+        generation: Option<i64>,
+    ) {
+        if let Some(generation) = generation {
+            self.push(namespace, service, slice, Expect::Generation(generation));
+        }
+    }
+
+    pub fn deleted(&mut self, namespace: &str, service: &str, slice: &str, uid: Option<String>) {
+        if let Some(uid) = uid {
+            self.push(namespace, service, slice, Expect::Gone(uid));
+        }
+    }
+
+    fn push(&mut self, namespace: &str, service: &str, slice: &str, expect: Expect) {
+        let list = self
+            .services
+            .entry((namespace.to_owned(), service.to_owned()))
+            .or_default();
+        list.retain(|(name, _)| name != slice);
+        list.push((slice.to_owned(), expect));
+    }
+
+    /// Whether `existing` (the cache's slices of the Service) is older than this controller's
+    /// writes. Expectations the cache has met are forgotten. A slice missing from the cache
+    /// counts as met: it may have been deleted by someone, and must then be restored.
+    pub fn cache_is_stale(
+        &mut self,
+        namespace: &str,
+        service: &str,
+        existing: &[Arc<EndpointSlice>],
+    ) -> bool {
+        let key = (namespace.to_owned(), service.to_owned());
+        let Some(list) = self.services.get_mut(&key) else {
+            return false;
+        };
+        list.retain(|(name, expect)| {
+            let current = existing.iter().find(|s| s.name_any() == *name);
+            match (expect, current) {
+                (Expect::Generation(want), Some(slice)) => {
+                    slice.metadata.generation.unwrap_or(0) < *want
+                }
+                (Expect::Gone(uid), Some(slice)) => slice.uid().as_deref() == Some(uid.as_str()),
+                (_, None) => false,
+            }
+        });
+        let stale = !list.is_empty();
+        if !stale {
+            self.services.remove(&key);
+        }
+        stale
+    }
+
+    /// Forgets a Service (deleted or no longer managed).
+    pub fn forget(&mut self, namespace: &str, service: &str) {
+        self.services
+            .remove(&(namespace.to_owned(), service.to_owned()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice(name: &str, uid: &str, generation: i64) -> Arc<EndpointSlice> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "uid": uid, "generation": generation},
+                "addressType": "IPv4", "endpoints": []
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn the_cache_is_stale_until_it_shows_the_written_generation() {
+        let mut e = Expectations::default();
+        assert!(!e.cache_is_stale("ns", "web", &[]));
+        e.applied("ns", "web", "web-ipv4-0", Some(3));
+        assert!(e.cache_is_stale("ns", "web", &[slice("web-ipv4-0", "u", 2)]));
+        assert!(
+            !e.cache_is_stale("ns", "other", &[slice("web-ipv4-0", "u", 2)]),
+            "per Service"
+        );
+        assert!(!e.cache_is_stale("ns", "web", &[slice("web-ipv4-0", "u", 3)]));
+        // Met expectations are forgotten: an older generation later is someone else's doing.
+        assert!(!e.cache_is_stale("ns", "web", &[slice("web-ipv4-0", "u", 1)]));
+    }
+
+    #[test]
+    fn a_deleted_slice_is_stale_while_the_cache_still_has_it() {
+        let mut e = Expectations::default();
+        e.deleted("ns", "web", "web-ipv4-1", Some("u1".into()));
+        assert!(e.cache_is_stale("ns", "web", &[slice("web-ipv4-1", "u1", 1)]));
+        // Re-created by someone (another uid): not ours to wait for.
+        assert!(!e.cache_is_stale("ns", "web", &[slice("web-ipv4-1", "u2", 1)]));
+    }
+
+    #[test]
+    fn a_slice_missing_from_the_cache_is_not_waited_for() {
+        let mut e = Expectations::default();
+        e.applied("ns", "web", "web-ipv4-0", Some(1));
+        assert!(
+            !e.cache_is_stale("ns", "web", &[]),
+            "it may have been deleted: restore it"
+        );
+        e.applied("ns", "web", "web-ipv4-0", Some(5));
+        e.forget("ns", "web");
+        assert!(!e.cache_is_stale("ns", "web", &[slice("web-ipv4-0", "u", 1)]));
+    }
+}

@@ -1,0 +1,931 @@
+//! Behaviour on a real API server (started by `make local-up`; `make test` does it): real
+//! objects, real watches, the real garbage collector, the controller running in-process.
+//!
+//! Each test gets its own namespace and its own controller watching only that namespace; the
+//! node simulator plays scheduler, kubelet and Multus for the test's pods.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+
+use std::{
+    collections::BTreeSet,
+    io::Write,
+    path::PathBuf,
+    sync::{Arc, Mutex, OnceLock, atomic::AtomicU32},
+    time::Duration,
+};
+
+use futures::{FutureExt, StreamExt, stream};
+use k8s_openapi::api::{
+    core::v1::{Namespace, Pod, Service, ServiceAccount},
+    discovery::v1::EndpointSlice,
+    events::v1::Event,
+};
+use kube::{
+    Api, Client, Config, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+    runtime::events::Reporter,
+};
+use nad_service_controller::{
+    controller::{self, Settings},
+    leader::LeaderElector,
+    metrics::Metrics,
+    plan::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL},
+    plugin::{Configured, Limits, Plugins, Runtime},
+    server::Readiness,
+};
+use node_sim::Simulator;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+const OPT_OUT: &[u8] = include_bytes!(env!("NSC_EXAMPLE_OPT_OUT_WASM"));
+const WAIT: Duration = Duration::from_secs(60);
+
+// ---- log capture ------------------------------------------------------------------------------
+
+fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let writer = buffer.clone();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("info,nad_service_controller=debug")
+            .with_ansi(false)
+            .with_writer(move || Tee(writer.clone()))
+            .try_init();
+        buffer
+    })
+}
+
+/// Writes to the capture buffer.
+struct Tee(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Tee {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn captured() -> String {
+    String::from_utf8_lossy(&logs().lock().unwrap()).into_owned()
+}
+
+// ---- the test environment ----------------------------------------------------------------------
+
+async fn client() -> Client {
+    let path = std::env::var_os("KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.local/kubeconfig"));
+    assert!(
+        path.exists(),
+        "no control plane: {} does not exist. Run `make local-up` first (`make test` does).",
+        path.display()
+    );
+    let kubeconfig = Kubeconfig::read_from(&path).unwrap();
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    let client = Client::try_from(config).unwrap();
+    client.apiserver_version().await.unwrap_or_else(|e| {
+        panic!(
+            "the control plane in {} does not answer ({e}); run `make local-up`",
+            path.display()
+        )
+    });
+    client
+}
+
+struct Env {
+    client: Client,
+    ns: String,
+    sim: Simulator,
+    metrics: Arc<Metrics>,
+    stop: Option<oneshot::Sender<()>>,
+    controller: tokio::task::JoinHandle<()>,
+    _runtime: Arc<Runtime>,
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+async fn env(test: &str) -> Env {
+    logs();
+    let client = client().await;
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let ns = format!("nsc-{test}-{n}{:05x}", nanos & 0xfffff);
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": ns, "labels": {"nsc-test": "true"}}}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    // Pods can only be created once the controller manager made the default ServiceAccount.
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    eventually("the default ServiceAccount", || async {
+        accounts.get_opt("default").await.unwrap().map(|_| ())
+    })
+    .await;
+
+    let runtime = Arc::new(Runtime::new(Limits::default()).unwrap());
+    let mut plugins = Plugins::built_in(&runtime).unwrap();
+    let opt_out = runtime.load("opt-out", OPT_OUT).unwrap();
+    plugins.insert(
+        "opt-out",
+        Configured {
+            plugin: opt_out,
+            config: String::new(),
+        },
+    );
+
+    let metrics = Arc::new(Metrics::default());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let controller = tokio::spawn(controller::run(
+        client.clone(),
+        plugins,
+        Settings {
+            max_endpoints_per_slice: 100,
+            namespace: Some(ns.clone()),
+        },
+        metrics.clone(),
+        Readiness::default(),
+        Reporter {
+            controller: "nad-service-controller".into(),
+            instance: Some(ns.clone()),
+        },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let sim = Simulator::new(
+        client.clone(),
+        node_sim::Config {
+            finalize_terminating: false,
+            ..node_sim::Config::default()
+        },
+    );
+    sim.ensure_nodes().await.unwrap();
+    Env {
+        client,
+        ns,
+        sim,
+        metrics,
+        stop: Some(stop),
+        controller,
+        _runtime: runtime,
+    }
+}
+
+/// Polls `check` until it returns `Some`, for at most [`WAIT`].
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+impl Env {
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    async fn service(&self, name: &str, labels: Value, annotations: Value, spec: Value) -> Service {
+        let svc = json!({"metadata": {"name": name, "labels": labels, "annotations": annotations}, "spec": spec});
+        self.api::<Service>()
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(svc).unwrap(),
+            )
+            .await
+            .unwrap()
+    }
+
+    async fn headless(&self, name: &str) -> Service {
+        self.service(
+            name,
+            json!({"app": name}),
+            json!({"isim.dev/network": "macvlan"}),
+            json!({"clusterIP": "None", "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}),
+        )
+        .await
+    }
+
+    /// Creates a pod asking for `networks`, then lets the simulator run it.
+    async fn pod(&self, name: &str, labels: Value, networks: &str, ready: bool) -> Pod {
+        let pod = json!({
+            "metadata": {"name": name, "labels": labels, "annotations": {"k8s.v1.cni.cncf.io/networks": networks}},
+            "spec": {"containers": [{"name": "web", "image": "nginx:1.27",
+                     "ports": [{"name": "http", "containerPort": 8080}]}]},
+        });
+        self.api::<Pod>()
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(pod).unwrap(),
+            )
+            .await
+            .unwrap();
+        self.sim.start_pod(&self.ns, name, ready).await.unwrap()
+    }
+
+    async fn slices(&self, service: &str) -> Vec<EndpointSlice> {
+        let mut slices = self
+            .api::<EndpointSlice>()
+            .list(&ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}={service}")))
+            .await
+            .unwrap()
+            .items;
+        slices.sort_by_key(ResourceExt::name_any);
+        slices
+    }
+
+    /// Waits until the Service's slices satisfy `ok`.
+    async fn wait_slices(
+        &self,
+        service: &str,
+        what: &str,
+        ok: impl Fn(&[EndpointSlice]) -> bool,
+    ) -> Vec<EndpointSlice> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let slices = self.slices(service).await;
+            if ok(&slices) {
+                return slices;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}; slices of {service}: {}",
+                serde_json::to_string_pretty(&slices.iter().map(summary).collect::<Vec<_>>())
+                    .unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn events_for(&self, name: &str) -> Vec<Event> {
+        self.api::<Event>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .collect()
+    }
+
+    fn writes(&self) -> u64 {
+        metric(
+            &self.metrics.encode(),
+            "nad_service_controller_endpointslice_writes_total",
+        )
+    }
+
+    fn reconciles(&self) -> u64 {
+        metric(
+            &self.metrics.encode(),
+            "nad_service_controller_reconciles_total",
+        )
+    }
+
+    async fn finish(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(10), &mut self.controller).await;
+        // Without a kubelet, terminating pods would hold the namespace forever.
+        let _ = self
+            .api::<Pod>()
+            .delete_collection(
+                &DeleteParams::default().grace_period(0),
+                &ListParams::default(),
+            )
+            .await;
+        let _ = Api::<Namespace>::all(self.client.clone())
+            .delete(&self.ns, &DeleteParams::default())
+            .await;
+    }
+}
+
+/// Sum of a counter over all its label sets.
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .filter(|l| {
+            l.starts_with(name)
+                && (l[name.len()..].starts_with('{') || l[name.len()..].starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+fn endpoints(slice: &EndpointSlice) -> &[k8s_openapi::api::discovery::v1::Endpoint] {
+    slice.endpoints.as_deref().unwrap_or_default()
+}
+
+fn endpoint_count(slices: &[EndpointSlice]) -> usize {
+    slices.iter().map(|s| endpoints(s).len()).sum()
+}
+
+/// (address, ready, serving, terminating) of every endpoint.
+fn conditions(slices: &[EndpointSlice]) -> Vec<(String, bool, bool, bool)> {
+    let mut out: Vec<_> = slices
+        .iter()
+        .flat_map(endpoints)
+        .map(|e| {
+            let c = e.conditions.clone().unwrap_or_default();
+            (
+                e.addresses[0].clone(),
+                c.ready == Some(true),
+                c.serving == Some(true),
+                c.terminating == Some(true),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn summary(slice: &EndpointSlice) -> Value {
+    json!({"name": slice.name_any(), "addressType": slice.address_type, "endpoints": conditions(std::slice::from_ref(slice))})
+}
+
+/// The pod's IPs on `network`, from its network-status annotation.
+fn network_ips(pod: &Pod, network: &str) -> Vec<String> {
+    let status: Vec<Value> =
+        serde_json::from_str(&pod.annotations()["k8s.v1.cni.cncf.io/network-status"]).unwrap();
+    status
+        .iter()
+        .filter(|e| e["name"] == network)
+        .flat_map(|e| {
+            e["ips"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|ip| ip.as_str().unwrap().to_owned())
+        })
+        .collect()
+}
+
+// ---- the tests ---------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_ready_pods_give_one_ipv4_slice_with_everything_set() {
+    let env = env("basic").await;
+    let svc = env.headless("web").await;
+    let net = format!("{}/macvlan", env.ns);
+    let a = env
+        .pod("web-a", json!({"app": "web"}), "macvlan", true)
+        .await;
+    let b = env
+        .pod("web-b", json!({"app": "web"}), "macvlan", true)
+        .await;
+    env.pod("other", json!({"app": "other"}), "macvlan", true)
+        .await;
+    let slices = env
+        .wait_slices("web", "two endpoints", |s| endpoint_count(s) == 2)
+        .await;
+
+    assert_eq!(slices.len(), 1);
+    let slice = &slices[0];
+    assert_eq!(slice.name_any(), "web-ipv4-0");
+    assert_eq!(slice.address_type, "IPv4");
+    let labels = slice.labels();
+    assert_eq!(labels[SERVICE_NAME_LABEL], "web");
+    assert_eq!(labels[MANAGED_BY_LABEL], MANAGED_BY);
+    assert_eq!(labels["service.kubernetes.io/headless"], "");
+    assert_eq!(labels["app"], "web");
+    let owner = &slice.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("Service", "web")
+    );
+    assert_eq!(Some(owner.uid.clone()), svc.uid());
+    assert_eq!(owner.controller, Some(true));
+    let port = &slice.ports.as_ref().unwrap()[0];
+    assert_eq!(
+        (port.name.as_deref(), port.port, port.protocol.as_deref()),
+        (Some("http"), Some(8080), Some("TCP"))
+    );
+    let mut want: Vec<_> = [&a, &b]
+        .iter()
+        .flat_map(|p| network_ips(p, &net))
+        .map(|ip| (ip, true, true, false))
+        .collect();
+    want.sort();
+    assert_eq!(conditions(&slices), want);
+    for e in endpoints(slice) {
+        let target = e.target_ref.as_ref().unwrap();
+        assert_eq!(target.kind.as_deref(), Some("Pod"));
+        assert!(
+            e.node_name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("sim-node-")),
+            "{e:?}"
+        );
+        assert!(
+            e.zone.as_deref().is_some_and(|z| z.starts_with("zone-")),
+            "{e:?}"
+        );
+    }
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditions_follow_readiness_termination_and_removal() {
+    let env = env("conditions").await;
+    env.headless("web").await;
+    let pod = env
+        .pod("web-a", json!({"app": "web"}), "macvlan", true)
+        .await;
+    let ip = network_ips(&pod, &format!("{}/macvlan", env.ns))[0].clone();
+    let state = |r, s, t| vec![(ip.clone(), r, s, t)];
+
+    env.wait_slices("web", "T/T/F", |s| {
+        conditions(s) == state(true, true, false)
+    })
+    .await;
+    env.sim.set_ready(&env.ns, "web-a", false).await.unwrap();
+    env.wait_slices("web", "F/F/F after Ready=False", |s| {
+        conditions(s) == state(false, false, false)
+    })
+    .await;
+    env.sim.set_ready(&env.ns, "web-a", true).await.unwrap();
+    env.wait_slices("web", "T/T/F after Ready=True", |s| {
+        conditions(s) == state(true, true, false)
+    })
+    .await;
+
+    // Without a kubelet a deleted pod stays terminating.
+    env.api::<Pod>()
+        .delete("web-a", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_slices("web", "F/T/T while terminating", |s| {
+        conditions(s) == state(false, true, true)
+    })
+    .await;
+    let patch = json!({"spec": {"publishNotReadyAddresses": true}});
+    env.api::<Service>()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    env.wait_slices("web", "T/T/T with publishNotReadyAddresses", |s| {
+        conditions(s) == state(true, true, true)
+    })
+    .await;
+
+    env.sim.finalize(&env.ns, "web-a").await.unwrap();
+    env.wait_slices("web", "no endpoints once the pod is gone", |s| s.is_empty())
+        .await;
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_fifty_pods_give_three_slices_and_scale_down_removes_them() {
+    let env = env("scale").await;
+    env.headless("web").await;
+    let names: Vec<String> = (0..250).map(|i| format!("web-{i:03}")).collect();
+    stream::iter(&names)
+        .for_each_concurrent(16, |name| {
+            env.pod(name, json!({"app": "web"}), "macvlan", true)
+                .map(|_| ())
+        })
+        .await;
+    let slices = env
+        .wait_slices("web", "250 endpoints", |s| endpoint_count(s) == 250)
+        .await;
+    assert_eq!(
+        slices.iter().map(ResourceExt::name_any).collect::<Vec<_>>(),
+        ["web-ipv4-0", "web-ipv4-1", "web-ipv4-2"]
+    );
+    assert_eq!(
+        slices
+            .iter()
+            .map(|s| endpoints(s).len())
+            .collect::<Vec<_>>(),
+        [100, 100, 50]
+    );
+    let pods: BTreeSet<String> = slices
+        .iter()
+        .flat_map(endpoints)
+        .map(|e| e.target_ref.as_ref().unwrap().name.clone().unwrap())
+        .collect();
+    assert_eq!(pods.len(), 250, "each pod exactly once");
+
+    stream::iter(&names[1..])
+        .for_each_concurrent(16, |name| {
+            env.sim.finalize(&env.ns, name).map(|r| r.unwrap())
+        })
+        .await;
+    let slices = env
+        .wait_slices("web", "one slice with one endpoint", |s| {
+            s.len() == 1 && endpoint_count(s) == 1
+        })
+        .await;
+    assert_eq!(slices[0].name_any(), "web-ipv4-0");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dual_stack_pod_lands_in_an_ipv4_and_an_ipv6_slice() {
+    let env = env("dualstack").await;
+    let svc = env
+        .service(
+            "web",
+            json!({}),
+            json!({"isim.dev/network": "macvlan"}),
+            json!({"clusterIP": "None", "ipFamilyPolicy": "PreferDualStack", "ports": [{"port": 80}]}),
+        )
+        .await;
+    assert_eq!(
+        svc.spec.as_ref().unwrap().ip_families.as_deref(),
+        Some(&["IPv4".to_string(), "IPv6".to_string()][..]),
+        "the local control plane is dual-stack"
+    );
+    env.pod(
+        "web-a",
+        json!({}),
+        r#"[{"name": "macvlan", "ips": ["192.168.2.50", "fd00:2::50"]}]"#,
+        true,
+    )
+    .await;
+    let slices = env
+        .wait_slices("web", "an IPv4 and an IPv6 slice", |s| s.len() == 2)
+        .await;
+    let got: Vec<_> = slices
+        .iter()
+        .map(|s| {
+            (
+                s.name_any(),
+                s.address_type.clone(),
+                conditions(std::slice::from_ref(s))[0].0.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("web-ipv4-0".into(), "IPv4".into(), "192.168.2.50".into()),
+            ("web-ipv6-0".into(), "IPv6".into(), "fd00:2::50".into()),
+        ]
+    );
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_with_broken_network_status_is_skipped_and_logged_while_siblings_stay() {
+    let env = env("badstatus").await;
+    env.headless("web").await;
+    env.pod("web-a", json!({"app": "web"}), "macvlan", true)
+        .await;
+    env.pod("web-b", json!({"app": "web"}), "macvlan", true)
+        .await;
+    env.wait_slices("web", "two endpoints", |s| endpoint_count(s) == 2)
+        .await;
+    let broken = json!({
+        "metadata": {"name": "web-broken", "labels": {"app": "web"},
+                     "annotations": {"k8s.v1.cni.cncf.io/network-status": "[{\"name\": \"macvlan\", oops"}},
+        "spec": {"nodeName": "sim-node-0", "containers": [{"name": "web", "image": "nginx:1.27"}]},
+    });
+    env.api::<Pod>()
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(broken).unwrap(),
+        )
+        .await
+        .unwrap();
+    let line = eventually("a log line about the broken pod", || async {
+        captured()
+            .lines()
+            .find(|l| l.contains("web-broken") && l.contains("pod skipped") && l.contains(&env.ns))
+            .map(str::to_owned)
+    })
+    .await;
+    assert!(line.contains("not a JSON list"), "{line}");
+    let slices = env.slices("web").await;
+    assert_eq!(endpoint_count(&slices), 2, "the siblings stay published");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_services_get_a_warning_and_no_slices() {
+    let env = env("invalid").await;
+    env.pod("web-a", json!({"app": "web"}), "macvlan", true)
+        .await;
+    env.service(
+        "clustered",
+        json!({"app": "web"}),
+        json!({"isim.dev/network": "macvlan"}),
+        json!({"ports": [{"port": 80}]}),
+    )
+    .await;
+    env.service(
+        "selected",
+        json!({"app": "web"}),
+        json!({"isim.dev/network": "macvlan"}),
+        json!({"clusterIP": "None", "selector": {"app": "web"}, "ports": [{"port": 80}]}),
+    )
+    .await;
+    for (service, hint) in [
+        ("clustered", "spec.clusterIP: None"),
+        ("selected", "spec.selector is set"),
+    ] {
+        let event = eventually(&format!("a Warning Event on {service}"), || async {
+            env.events_for(service)
+                .await
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("InvalidService"))
+        })
+        .await;
+        assert_eq!(event.type_.as_deref(), Some("Warning"));
+        assert!(
+            event.note.as_deref().unwrap_or_default().contains(hint),
+            "{:?}",
+            event.note
+        );
+        let ours: Vec<_> = env
+            .slices(service)
+            .await
+            .into_iter()
+            .filter(|s| s.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY))
+            .collect();
+        assert!(
+            ours.is_empty(),
+            "no slices from this controller for {service}"
+        );
+    }
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_the_annotation_or_the_service_removes_the_slices() {
+    let env = env("removal").await;
+    env.headless("web").await;
+    env.pod("web-a", json!({"app": "web"}), "macvlan", true)
+        .await;
+    env.wait_slices("web", "a slice", |s| s.len() == 1).await;
+
+    let remove = json!({"metadata": {"annotations": {"isim.dev/network": null}}});
+    env.api::<Service>()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&remove))
+        .await
+        .unwrap();
+    env.wait_slices("web", "no slices without the annotation", |s| s.is_empty())
+        .await;
+
+    let add = json!({"metadata": {"annotations": {"isim.dev/network": "macvlan"}}});
+    env.api::<Service>()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&add))
+        .await
+        .unwrap();
+    env.wait_slices("web", "the slice back", |s| s.len() == 1)
+        .await;
+
+    // A network the pod is not on: the old slice goes.
+    let other = json!({"metadata": {"annotations": {"isim.dev/network": "sriov"}}});
+    env.api::<Service>()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&other))
+        .await
+        .unwrap();
+    env.wait_slices("web", "no slices on another network", |s| s.is_empty())
+        .await;
+    env.api::<Service>()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&add))
+        .await
+        .unwrap();
+    env.wait_slices("web", "the slice back", |s| s.len() == 1)
+        .await;
+
+    // Deleting the Service: the garbage collector removes the owned slices.
+    env.api::<Service>()
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_slices("web", "garbage collection", |s| s.is_empty())
+        .await;
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slices_deleted_or_edited_by_hand_are_restored() {
+    let env = env("restore").await;
+    env.headless("web").await;
+    env.pod("web-a", json!({"app": "web"}), "macvlan", true)
+        .await;
+    let original = env
+        .wait_slices("web", "a slice", |s| endpoint_count(s) == 1)
+        .await;
+    let want = conditions(&original);
+
+    env.api::<EndpointSlice>()
+        .delete("web-ipv4-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    let restored = env
+        .wait_slices("web", "the deleted slice back", |s| {
+            s.len() == 1 && s[0].uid() != original[0].uid()
+        })
+        .await;
+    assert_eq!(conditions(&restored), want);
+
+    let edit = json!({"endpoints": [{"addresses": ["10.9.9.9"], "conditions": {"ready": false}}]});
+    env.api::<EndpointSlice>()
+        .patch("web-ipv4-0", &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .unwrap();
+    env.wait_slices("web", "the edited slice restored", |s| {
+        conditions(s) == want
+    })
+    .await;
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_nothing_changing_a_reconcile_writes_nothing() {
+    let env = env("nowrite").await;
+    env.headless("web").await;
+    env.pod("web-a", json!({"app": "web"}), "macvlan", true)
+        .await;
+    env.pod("web-b", json!({"app": "web"}), "macvlan", true)
+        .await;
+    let before = env
+        .wait_slices("web", "two endpoints", |s| endpoint_count(s) == 2)
+        .await;
+    // Let the controller see its own writes settle.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = env
+        .slices("web")
+        .await
+        .into_iter()
+        .chain(before)
+        .take(1)
+        .collect::<Vec<_>>();
+    let (writes, reconciles) = (env.writes(), env.reconciles());
+
+    // Changes that move no endpoint: an unrelated Service annotation, a pod label the
+    // policy ignores, Ready re-set to what it was.
+    let touch = json!({"metadata": {"annotations": {"example.com/touched": "1"}}});
+    env.api::<Service>()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&touch))
+        .await
+        .unwrap();
+    let label = json!({"metadata": {"labels": {"example.com/irrelevant": "x"}}});
+    env.api::<Pod>()
+        .patch("web-a", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .unwrap();
+    env.sim.set_ready(&env.ns, "web-b", true).await.unwrap();
+    eventually("three more reconciles", || async {
+        (env.reconciles() >= reconciles + 3).then_some(())
+    })
+    .await;
+
+    let after = env.slices("web").await;
+    assert_eq!(
+        after[0].resource_version(),
+        before[0].resource_version(),
+        "the slice was not written"
+    );
+    assert_eq!(env.writes(), writes, "no EndpointSlice writes");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_named_by_the_service_changes_its_slice_without_a_restart() {
+    let env = env("plugin").await;
+    env.service(
+        "web",
+        json!({}),
+        json!({"isim.dev/network": "macvlan"}),
+        json!({"clusterIP": "None", "ports": [{"port": 80}]}),
+    )
+    .await;
+    env.pod(
+        "web-a",
+        json!({"endpoints.isim.dev/opt-out": "true"}),
+        "macvlan",
+        true,
+    )
+    .await;
+    env.pod("web-b", json!({}), "macvlan", true).await;
+    env.wait_slices("web", "both pods with the default plugin", |s| {
+        endpoint_count(s) == 2
+    })
+    .await;
+
+    let select = json!({"metadata": {"annotations": {"isim.dev/endpoint-policy": "opt-out"}}});
+    env.api::<Service>()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&select))
+        .await
+        .unwrap();
+    let slices = env
+        .wait_slices("web", "only web-b with opt-out", |s| endpoint_count(s) == 1)
+        .await;
+    assert_eq!(
+        endpoints(&slices[0])[0]
+            .target_ref
+            .as_ref()
+            .unwrap()
+            .name
+            .as_deref(),
+        Some("web-b")
+    );
+
+    // A plugin that is not loaded: a Warning Event, and the slices stay as they are.
+    let missing = json!({"metadata": {"annotations": {"isim.dev/endpoint-policy": "nope"}}});
+    env.api::<Service>()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&missing))
+        .await
+        .unwrap();
+    let event = eventually("an UnknownPlugin event", || async {
+        env.events_for("web")
+            .await
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("UnknownPlugin"))
+    })
+    .await;
+    assert!(event.note.unwrap_or_default().contains("\"nope\""));
+    assert_eq!(
+        endpoint_count(&env.slices("web").await),
+        1,
+        "the slices stay as last applied"
+    );
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_one_replica_leads_and_a_released_lease_passes_on() {
+    let env = env("leader").await;
+    let a = LeaderElector::new(env.client.clone(), &env.ns, "nsc", "a".into());
+    let b = LeaderElector::new(env.client.clone(), &env.ns, "nsc", "b".into());
+    assert!(a.try_acquire_or_renew().await.unwrap());
+    assert!(
+        !b.try_acquire_or_renew().await.unwrap(),
+        "the lease is held"
+    );
+    assert!(a.try_acquire_or_renew().await.unwrap(), "the holder renews");
+    a.release().await;
+    assert!(
+        b.try_acquire_or_renew().await.unwrap(),
+        "a released lease is taken over at once"
+    );
+    assert!(!a.try_acquire_or_renew().await.unwrap());
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_in_other_namespaces_are_never_published() {
+    let other = env("crossns-other").await;
+    let env = env("crossns").await;
+    env.headless("web").await;
+    // Same network name, same labels, other namespace: not a candidate.
+    other
+        .pod(
+            "web-x",
+            json!({"app": "web"}),
+            &format!("{}/macvlan", env.ns),
+            true,
+        )
+        .await;
+    env.pod("web-a", json!({"app": "web"}), "macvlan", true)
+        .await;
+    let slices = env
+        .wait_slices("web", "one endpoint", |s| endpoint_count(s) == 1)
+        .await;
+    assert_eq!(
+        endpoints(&slices[0])[0]
+            .target_ref
+            .as_ref()
+            .unwrap()
+            .name
+            .as_deref(),
+        Some("web-a")
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(endpoint_count(&env.slices("web").await), 1);
+    other.finish().await;
+    env.finish().await;
+}
