@@ -31,8 +31,24 @@ plugins: wasm-target ## Build the plugins as components to $(TARGET_DIR)/wasm32-
 	@ls -l $(PLUGIN_DIR)/*.wasm
 
 .PHONY: test
-test: wasm-target ## Build the plugins and run every test
-	$(CARGO) test --release --locked --workspace
+test: wasm-target ## Run every test: unit, plugin and integration (starts the local control plane)
+	CARGO="$(CARGO)" hack/test.sh
+
+.PHONY: test-unit
+test-unit: wasm-target ## Run the tests that need no control plane
+	$(CARGO) test --release --locked --workspace --lib --bins --test plugin_runtime
+
+.PHONY: demo
+demo: ## The main job end to end on the local control plane (DEMO_ONESHOT=1: check and exit)
+	CARGO="$(CARGO)" hack/demo.sh
+
+.PHONY: local-up
+local-up: ## Start the local control plane (built from source on first use) and print KUBECONFIG
+	@hack/local-up.sh
+
+.PHONY: local-down
+local-down: ## Stop the local control plane and remove its state
+	@hack/local-down.sh
 
 .PHONY: lint
 lint: wasm-target ## cargo fmt --check and clippy with warnings as errors

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs every test: unit, plugin and (on the local control plane) integration tests.
+# Starts the local control plane if it is not running, and stops it afterwards (even when tests
+# fail) unless it was already running before.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+
+was_up=false
+if [[ -f .local/kubeconfig ]] && [[ -x .local/bin/kubectl ]] \
+  && .local/bin/kubectl --kubeconfig .local/kubeconfig get --raw /readyz >/dev/null 2>&1; then
+  was_up=true
+fi
+
+echo "== starting the local control plane (the first run builds it from source: minutes)" >&2
+if ! exports="$(hack/local-up.sh)"; then
+  echo "test: the local control plane did not start; see the messages above and .local/logs/" >&2
+  exit 1
+fi
+eval "$exports"
+if [[ "$was_up" == false ]]; then
+  trap 'echo "== stopping the local control plane" >&2; hack/local-down.sh' EXIT
+fi
+
+echo "== cargo test (unit, plugin-runtime and cluster tests)" >&2
+${CARGO:-cargo} test --release --locked --workspace
