@@ -8,11 +8,11 @@ use kube::{Client, runtime::events::Reporter};
 use tokio::sync::watch;
 
 use crate::{
-    cli::{Cli, Command, RunArgs},
-    controller::{self, CONTROLLER_NAME, Settings},
+    cli::{Cli, Command, PluginCommand, RunArgs},
+    controller::{self, CONTROLLER_NAME, PluginSource, Settings},
     leader::LeaderElector,
     metrics::Metrics,
-    plugin::{Limits, Plugins, Runtime},
+    plugin::{Limits, PluginDir, Plugins, Runtime, SharedPlugins},
     server::{self, Readiness},
 };
 
@@ -20,7 +20,29 @@ use crate::{
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         None | Some(Command::Run) => run_controller(cli.run).await,
+        Some(Command::Plugin(PluginCommand::Eval(eval))) => {
+            let runtime = runtime(&cli.run)?;
+            crate::offline::eval(
+                &runtime,
+                &eval,
+                cli.run.max_endpoints_per_slice,
+                &mut std::io::stdout(),
+                &mut std::io::stderr(),
+            )
+        }
+        Some(Command::Plugin(PluginCommand::Inspect(inspect))) => {
+            let runtime = runtime(&cli.run)?;
+            crate::offline::inspect(&runtime, &inspect, &mut std::io::stdout())
+        }
     }
+}
+
+fn runtime(args: &RunArgs) -> anyhow::Result<Runtime> {
+    Runtime::new(Limits {
+        deadline: args.plugin_deadline,
+        memory_bytes: args.plugin_memory_limit_mib as usize * 1024 * 1024,
+    })
+    .context("starting the plugin runtime")
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -57,31 +79,45 @@ fn identity() -> String {
 }
 
 async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
-    let runtime = Runtime::new(Limits {
-        deadline: args.plugin_deadline,
-        memory_bytes: args.plugin_memory_limit_mib as usize * 1024 * 1024,
-    })
-    .context("starting the plugin runtime")?;
-    let mut plugins = Plugins::built_in(&runtime).context("loading the built-in default plugin")?;
-    if let Some(dir) = &args.plugin_dir {
-        let failed = plugins.load_dir(&runtime, dir);
-        if !failed.is_empty() {
+    let runtime = Arc::new(runtime(&args)?);
+    let mut plugins =
+        Plugins::built_in(&runtime).context("checking the built-in default plugin")?;
+    let (default_policy, policies) = args.failure_policies()?;
+    plugins.set_failure_policies(default_policy, policies);
+    if let Some(name) = &args.default_plugin {
+        plugins.set_default(name);
+    }
+    let dir = args.plugin_dir.as_ref().map(|dir| {
+        let mut dir = PluginDir::new(dir);
+        let scan = dir.scan(&runtime, &mut plugins);
+        if !scan.failed.is_empty() {
             tracing::warn!(
-                failed = failed.len(),
-                dir = %dir.display(),
-                "some plugins did not load; Services that name them keep their slices"
+                failed = scan.failed.len(),
+                dir = %dir.path().display(),
+                "some plugins did not load; Services that name them get a Warning Event"
             );
         }
-    }
-    if let Some(name) = &args.default_plugin {
-        plugins.set_default(name)?;
+        dir
+    });
+    if plugins.get(plugins.default_name()).is_err() {
+        tracing::warn!(
+            default = plugins.default_name(),
+            "the default plugin is not loaded (yet)"
+        );
     }
     tracing::info!(
         plugins = ?plugins.names().collect::<Vec<_>>(),
+        default = plugins.default_name(),
         deadline = ?args.plugin_deadline,
         memory_limit_mib = args.plugin_memory_limit_mib,
         "plugins ready"
     );
+    let source = PluginSource {
+        runtime,
+        plugins: Arc::new(SharedPlugins::new(plugins)),
+        dir,
+        poll: args.plugin_poll_interval,
+    };
 
     let client = Client::try_default()
         .await
@@ -162,7 +198,7 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
             }
         }
     };
-    let controller = controller::run(client, plugins, settings, metrics, ready, reporter, stop);
+    let controller = controller::run(client, source, settings, metrics, ready, reporter, stop);
     match &elector {
         Some(elector) => {
             tokio::select! {
@@ -182,7 +218,6 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
     if let Some(elector) = &elector {
         elector.release().await;
     }
-    drop(runtime);
     tracing::info!("stopped");
     Ok(())
 }

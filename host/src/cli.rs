@@ -1,10 +1,13 @@
 //! Command-line flags (each also settable through an environment variable).
 
-use std::{net::SocketAddr, time::Duration};
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::plan::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, MAX_ENDPOINTS_PER_SLICE};
+use crate::{
+    plan::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, MAX_ENDPOINTS_PER_SLICE},
+    plugin::FailurePolicy,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -27,6 +30,46 @@ pub struct Cli {
 pub enum Command {
     /// Run the controller (the default).
     Run,
+    /// Work with plugin files offline, through the same pipeline and plan as the controller.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Print the EndpointSlices a plugin would make for a Service and pods (YAML on stdout;
+    /// skipped and excluded pods with their reasons on stderr).
+    Eval(EvalArgs),
+    /// Print a plugin's name, version, WIT version, size and hash, and whether this host runs it.
+    Inspect(InspectArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct EvalArgs {
+    /// The plugin component (`.wasm`).
+    #[arg(long)]
+    pub plugin: PathBuf,
+    /// Its configuration (JSON), as `<name>.json` beside it would be.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// YAML with the Service (other documents in the file are ignored).
+    #[arg(long)]
+    pub service: PathBuf,
+    /// YAML with the pods: Pod documents, or a List of them.
+    #[arg(long)]
+    pub pods: PathBuf,
+    /// YAML with the Nodes (for zones); without it, nodes are taken to exist, without zones.
+    #[arg(long)]
+    pub nodes: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct InspectArgs {
+    /// The plugin component (`.wasm`).
+    pub plugin: PathBuf,
+    /// Its configuration (JSON), for the config and self-test steps.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -92,6 +135,22 @@ pub struct RunArgs {
     #[arg(long, env = "NSC_DEFAULT_PLUGIN", global = true)]
     pub default_plugin: Option<String>,
 
+    /// How often the plugin directory is checked for new, changed and deleted plugins.
+    #[arg(long, env = "NSC_PLUGIN_POLL_INTERVAL", default_value = "2s", value_parser = humantime::parse_duration, global = true)]
+    pub plugin_poll_interval: Duration,
+
+    /// What a Service gets when its plugin is missing or fails: `keep` its slices as last
+    /// applied, or `fallback` to the built-in plugin. `<plugin>=<policy>` sets one plugin's;
+    /// repeat the flag for several.
+    #[arg(
+        long,
+        env = "NSC_PLUGIN_FAILURE_POLICY",
+        value_delimiter = ',',
+        default_value = "keep",
+        global = true
+    )]
+    pub plugin_failure_policy: Vec<String>,
+
     /// Deadline of one plugin call, e.g. 100ms or 1s.
     #[arg(long, env = "NSC_PLUGIN_DEADLINE", default_value = "100ms", value_parser = humantime::parse_duration, global = true)]
     pub plugin_deadline: Duration,
@@ -108,6 +167,30 @@ pub struct RunArgs {
     /// Log filter (tracing EnvFilter syntax), e.g. info or nad_service_controller=debug.
     #[arg(long, env = "RUST_LOG", default_value = "info", global = true)]
     pub log_filter: String,
+}
+
+impl RunArgs {
+    /// The default failure policy and the per-plugin ones.
+    pub fn failure_policies(
+        &self,
+    ) -> anyhow::Result<(FailurePolicy, BTreeMap<String, FailurePolicy>)> {
+        let parse = |s: &str| {
+            <FailurePolicy as ValueEnum>::from_str(s.trim(), true).map_err(|_| {
+                anyhow::anyhow!("--plugin-failure-policy: {s:?} is not keep or fallback")
+            })
+        };
+        let mut default = FailurePolicy::Keep;
+        let mut per_plugin = BTreeMap::new();
+        for item in &self.plugin_failure_policy {
+            match item.split_once('=') {
+                Some((plugin, policy)) => {
+                    per_plugin.insert(plugin.trim().to_owned(), parse(policy)?);
+                }
+                None => default = parse(item)?,
+            }
+        }
+        Ok((default, per_plugin))
+    }
 }
 
 fn parse_max_endpoints(s: &str) -> Result<usize, String> {
@@ -149,6 +232,63 @@ mod tests {
         assert_eq!(cli.run.max_endpoints_per_slice, 1000);
         assert_eq!(cli.run.plugin_deadline, Duration::from_secs(2));
         assert_eq!(cli.run.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn failure_policies_have_a_default_and_per_plugin_values() {
+        let cli = Cli::try_parse_from(["nsc"]).unwrap();
+        assert_eq!(
+            cli.run.failure_policies().unwrap(),
+            (FailurePolicy::Keep, BTreeMap::new())
+        );
+        let cli = Cli::try_parse_from([
+            "nsc",
+            "--plugin-failure-policy",
+            "fallback,zones=keep",
+            "--plugin-failure-policy",
+            "opt-out=fallback",
+        ])
+        .unwrap();
+        let (default, per_plugin) = cli.run.failure_policies().unwrap();
+        assert_eq!(default, FailurePolicy::Fallback);
+        assert_eq!(per_plugin["zones"], FailurePolicy::Keep);
+        assert_eq!(per_plugin["opt-out"], FailurePolicy::Fallback);
+        let cli = Cli::try_parse_from(["nsc", "--plugin-failure-policy", "x=maybe"]).unwrap();
+        assert!(
+            cli.run
+                .failure_policies()
+                .unwrap_err()
+                .to_string()
+                .contains("\"maybe\"")
+        );
+    }
+
+    #[test]
+    fn plugin_subcommands_parse() {
+        let cli = Cli::try_parse_from([
+            "nsc",
+            "plugin",
+            "eval",
+            "--plugin",
+            "p.wasm",
+            "--service",
+            "s.yaml",
+            "--pods",
+            "p.yaml",
+        ])
+        .unwrap();
+        assert!(matches!(
+            cli.command,
+            Some(Command::Plugin(PluginCommand::Eval(EvalArgs {
+                nodes: None,
+                ..
+            })))
+        ));
+        let cli = Cli::try_parse_from(["nsc", "plugin", "inspect", "p.wasm"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Some(Command::Plugin(PluginCommand::Inspect(_)))
+        ));
     }
 
     #[test]

@@ -39,7 +39,9 @@ use crate::{
     network_status,
     observe::{self, Candidate, ZONE_LABEL},
     plan::{self, Decision, MANAGED_BY, MANAGED_BY_LABEL},
-    plugin::{self, POLICY_ANNOTATION, Plugins},
+    plugin::{
+        self, Configured, FailurePolicy, POLICY_ANNOTATION, PluginDir, Runtime, SharedPlugins,
+    },
     server::Readiness,
     target::{self, ServiceTarget, Target},
     triggers::{NodeZones, PodNetworks},
@@ -73,7 +75,7 @@ pub struct Context {
     pods: Store<Pod>,
     nodes: Store<Node>,
     slices: Store<EndpointSlice>,
-    plugins: Plugins,
+    plugins: Arc<SharedPlugins>,
     settings: Settings,
     metrics: Arc<Metrics>,
     failures: Mutex<HashMap<ObjectRef<Service>, u32>>,
@@ -246,7 +248,7 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
         tracing::warn!(pod = %ignored.pod, ips = ?ignored.ips, network = %target.network, "unparsable IPs in the network-status annotation were left out");
     }
 
-    let decisions = decide(ctx, &target, &observation.candidates).await?;
+    let decisions = decide(ctx, service, &target, &observation.candidates).await?;
     let plan::Split { included, excluded } = plan::split(&observation.candidates, &decisions);
     for (candidate, reason) in &excluded {
         tracing::debug!(pod = %candidate.name(), reason, "excluded by the policy");
@@ -322,22 +324,86 @@ async fn remove_all(
     Ok(())
 }
 
-/// One call of the Service's plugin for all candidates, off the async runtime (it may run up
-/// to its deadline).
+/// Asks the Service's plugin about its candidates, applying the plugin's failure policy when
+/// it is missing or fails.
 async fn decide(
     ctx: &Context,
+    service: &Service,
     target: &ServiceTarget,
     candidates: &[Candidate],
 ) -> Result<Vec<Decision>, Error> {
-    let chosen = ctx
-        .plugins
-        .select(
-            target
-                .annotations
-                .get(POLICY_ANNOTATION)
-                .map(String::as_str),
-        )?
-        .clone();
+    let plugins = ctx.plugins.snapshot();
+    let annotation = target
+        .annotations
+        .get(POLICY_ANNOTATION)
+        .map(String::as_str);
+    let name = plugins.name_for(annotation).to_owned();
+    let policy = plugins.failure_policy(&name);
+    if let Some(failure) = plugins.failure(&name) {
+        let serving = if plugins.get(&name).is_ok() {
+            "the previous version keeps serving"
+        } else {
+            "no version of it is loaded"
+        };
+        ctx.warn(
+            service,
+            "PluginLoadFailed",
+            "Load",
+            format!("{failure}; {serving}"),
+        )
+        .await;
+    }
+    let chosen = match plugins.get(&name) {
+        Ok(chosen) => chosen.clone(),
+        Err(unknown) if policy == FailurePolicy::Fallback => {
+            let reason = unknown.to_string();
+            return fall_back(ctx, service, &plugins, &name, reason, target, candidates).await;
+        }
+        Err(unknown) => return Err(unknown.into()),
+    };
+    match evaluate(ctx, chosen, target, candidates).await {
+        Err(Error::Plugin(e)) if policy == FailurePolicy::Fallback => {
+            fall_back(
+                ctx,
+                service,
+                &plugins,
+                &name,
+                e.to_string(),
+                target,
+                candidates,
+            )
+            .await
+        }
+        result => result,
+    }
+}
+
+/// The `fallback` failure policy: the built-in plugin decides, and the Service is told why.
+async fn fall_back(
+    ctx: &Context,
+    service: &Service,
+    plugins: &plugin::Plugins,
+    name: &str,
+    reason: String,
+    target: &ServiceTarget,
+    candidates: &[Candidate],
+) -> Result<Vec<Decision>, Error> {
+    ctx.metrics.plugin_fell_back(name);
+    let note = format!(
+        "{reason}; decided by the built-in default plugin instead (failure policy: fallback)"
+    );
+    ctx.warn(service, "PluginFallback", "Evaluate", note).await;
+    evaluate(ctx, plugins.fallback().clone(), target, candidates).await
+}
+
+/// One call of a plugin for all candidates, off the async runtime (it may run up to its
+/// deadline).
+async fn evaluate(
+    ctx: &Context,
+    chosen: Configured,
+    target: &ServiceTarget,
+    candidates: &[Candidate],
+) -> Result<Vec<Decision>, Error> {
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
@@ -465,10 +531,77 @@ fn services_on(services: &Store<Service>, pairs: &[(String, String)]) -> Vec<Obj
         .collect()
 }
 
+/// Where the controller's plugins come from.
+pub struct PluginSource {
+    pub runtime: Arc<Runtime>,
+    pub plugins: Arc<SharedPlugins>,
+    /// Scanned every `poll` for new, changed and deleted plugins.
+    pub dir: Option<PluginDir>,
+    pub poll: Duration,
+}
+
+/// Rescans the plugin directory every `poll`; on a change swaps the plugin set and asks for a
+/// reconcile of every Service whose plugin changed.
+fn watch_plugin_dir(
+    source: PluginSource,
+    services: Store<Service>,
+    metrics: Arc<Metrics>,
+) -> impl futures::Stream<Item = ObjectRef<Service>> + Send + 'static {
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    if let Some(mut dir) = source.dir {
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(source.poll).await;
+                let (runtime, shared) = (source.runtime.clone(), source.plugins.clone());
+                let scanned = tokio::task::spawn_blocking(move || {
+                    let mut next = (*shared.snapshot()).clone();
+                    let scan = dir.scan(&runtime, &mut next);
+                    (dir, scan, next)
+                })
+                .await;
+                let Ok((returned, scan, next)) = scanned else {
+                    tracing::error!("the plugin directory scan panicked; plugin reloading stopped");
+                    return;
+                };
+                dir = returned;
+                if scan.is_empty() {
+                    continue;
+                }
+                for name in &scan.loaded {
+                    metrics.plugin_loaded(name, "ok");
+                }
+                for failure in &scan.failed {
+                    metrics.plugin_loaded(&failure.plugin, failure.step.as_str());
+                }
+                let changed = scan.changed();
+                let refs: Vec<ObjectRef<Service>> = services
+                    .state()
+                    .iter()
+                    .filter(|svc| target::managed_network(svc).is_some())
+                    .filter(|svc| {
+                        let annotation =
+                            svc.annotations().get(POLICY_ANNOTATION).map(String::as_str);
+                        changed.iter().any(|n| n == next.name_for(annotation))
+                    })
+                    .map(|svc| ObjectRef::from_obj(&**svc))
+                    .collect();
+                source.plugins.replace(next);
+                tracing::info!(plugins = ?changed, services = refs.len(), "plugins changed; reconciling their Services");
+                for r in refs {
+                    if tx.unbounded_send(r).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+    }
+    rx
+}
+
 /// Watches everything, reconciles until `shutdown` resolves (then finishes what is running).
 pub async fn run(
     client: Client,
-    plugins: Plugins,
+    plugins: PluginSource,
     settings: Settings,
     metrics: Arc<Metrics>,
     ready: Readiness,
@@ -575,6 +708,16 @@ pub async fn run(
             .flatten()
     };
 
+    let plugin_triggers = watch_plugin_dir(
+        PluginSource {
+            runtime: plugins.runtime.clone(),
+            plugins: plugins.plugins.clone(),
+            dir: plugins.dir,
+            poll: plugins.poll,
+        },
+        services.clone(),
+        metrics.clone(),
+    );
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
         client,
@@ -582,7 +725,7 @@ pub async fn run(
         pods,
         nodes,
         slices,
-        plugins,
+        plugins: plugins.plugins,
         settings,
         metrics,
         failures: Mutex::default(),
@@ -602,6 +745,7 @@ pub async fn run(
         .owns_stream(slice_stream)
         .reconcile_on(pod_triggers)
         .reconcile_on(node_triggers)
+        .reconcile_on(plugin_triggers)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| {

@@ -19,6 +19,7 @@ pub mod leader;
 pub mod metrics;
 pub mod network_status;
 pub mod observe;
+pub mod offline;
 pub mod plan;
 pub mod plugin;
 pub mod server;

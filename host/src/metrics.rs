@@ -42,6 +42,13 @@ pub struct Metrics {
     reconcile_duration: HistogramFamily<ResultLabels>,
     slice_writes: Family<WriteLabels, Counter>,
     plugin_calls: HistogramFamily<PluginLabels>,
+    plugin_loads: Family<PluginLabels, Counter>,
+    plugin_fallbacks: Family<PluginNameLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginNameLabels {
+    pub plugin: String,
 }
 
 impl Default for Metrics {
@@ -75,8 +82,22 @@ impl Default for Metrics {
             "Time of one plugin evaluate call (one per reconcile), by plugin and result",
             plugin_calls.clone(),
         );
+        let plugin_loads = Family::<PluginLabels, Counter>::default();
+        registry.register(
+            "plugin_loads",
+            "Plugin files run through the load pipeline, by plugin and result (ok or the failed step)",
+            plugin_loads.clone(),
+        );
+        let plugin_fallbacks = Family::<PluginNameLabels, Counter>::default();
+        registry.register(
+            "plugin_fallbacks",
+            "Reconciles decided by the built-in plugin because the Service's plugin was missing or failed",
+            plugin_fallbacks.clone(),
+        );
         Self {
             registry,
+            plugin_loads,
+            plugin_fallbacks,
             reconciles,
             reconcile_duration,
             slice_writes,
@@ -115,6 +136,23 @@ impl Metrics {
                 result: result.to_owned(),
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    pub fn plugin_loaded(&self, plugin: &str, result: &str) {
+        self.plugin_loads
+            .get_or_create(&PluginLabels {
+                plugin: plugin.to_owned(),
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn plugin_fell_back(&self, plugin: &str) {
+        self.plugin_fallbacks
+            .get_or_create(&PluginNameLabels {
+                plugin: plugin.to_owned(),
+            })
+            .inc();
     }
 
     /// The text exposition format.

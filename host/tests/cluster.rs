@@ -27,11 +27,11 @@ use kube::{
     runtime::events::Reporter,
 };
 use nad_service_controller::{
-    controller::{self, Settings},
+    controller::{self, PluginSource, Settings},
     leader::LeaderElector,
     metrics::Metrics,
     plan::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL},
-    plugin::{Configured, Limits, Plugins, Runtime},
+    plugin::{Limits, PluginDir, Plugins, Runtime, SharedPlugins, prepare},
     server::Readiness,
 };
 use node_sim::Simulator;
@@ -111,9 +111,9 @@ struct Env {
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
-async fn env(test: &str) -> Env {
+/// A fresh namespace whose default ServiceAccount exists (so pods can be created).
+async fn namespace(client: &Client, test: &str) -> String {
     logs();
-    let client = client().await;
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -121,39 +121,54 @@ async fn env(test: &str) -> Env {
         .subsec_nanos();
     let ns = format!("nsc-{test}-{n}{:05x}", nanos & 0xfffff);
     let namespaces: Api<Namespace> = Api::all(client.clone());
+    let body = json!({"metadata": {"name": ns, "labels": {"nsc-test": "true"}}});
     namespaces
         .create(
             &PostParams::default(),
-            &serde_json::from_value(
-                json!({"metadata": {"name": ns, "labels": {"nsc-test": "true"}}}),
-            )
-            .unwrap(),
+            &serde_json::from_value(body).unwrap(),
         )
         .await
         .unwrap();
-    // Pods can only be created once the controller manager made the default ServiceAccount.
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
     eventually("the default ServiceAccount", || async {
         accounts.get_opt("default").await.unwrap().map(|_| ())
     })
     .await;
+    ns
+}
 
+async fn env(test: &str) -> Env {
+    env_with(test, |_| {}, None).await
+}
+
+/// An environment whose plugins are the built-in one, `opt-out`, whatever `configure` adds,
+/// and what the plugin directory `dir` holds (rescanned every 200 ms).
+async fn env_with(test: &str, configure: impl FnOnce(&mut Plugins), dir: Option<PathBuf>) -> Env {
+    let client = client().await;
+    let ns = namespace(&client, test).await;
     let runtime = Arc::new(Runtime::new(Limits::default()).unwrap());
     let mut plugins = Plugins::built_in(&runtime).unwrap();
-    let opt_out = runtime.load("opt-out", OPT_OUT).unwrap();
     plugins.insert(
         "opt-out",
-        Configured {
-            plugin: opt_out,
-            config: String::new(),
-        },
+        prepare(&runtime, "opt-out", OPT_OUT, "").unwrap(),
     );
-
+    configure(&mut plugins);
+    let dir = dir.map(|d| {
+        let mut dir = PluginDir::new(d);
+        dir.scan(&runtime, &mut plugins);
+        dir
+    });
+    let source = PluginSource {
+        runtime: runtime.clone(),
+        plugins: Arc::new(SharedPlugins::new(plugins)),
+        dir,
+        poll: Duration::from_millis(200),
+    };
     let metrics = Arc::new(Metrics::default());
     let (stop, stopped) = oneshot::channel::<()>();
     let controller = tokio::spawn(controller::run(
         client.clone(),
-        plugins,
+        source,
         Settings {
             max_endpoints_per_slice: 100,
             namespace: Some(ns.clone()),

@@ -8,7 +8,9 @@
 
 mod bindings;
 mod convert;
+mod pipeline;
 mod registry;
+mod reload;
 
 use std::{
     sync::{
@@ -27,9 +29,14 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use bindings::EndpointPolicyPre;
 pub use bindings::isim::nad_endpoints::types as wit;
 pub use convert::{pod_view, service_view};
-pub use registry::{
-    BUILT_IN, Configured, LoadError, MAX_PLUGIN_BYTES, POLICY_ANNOTATION, Plugins, UnknownPlugin,
+pub use pipeline::{
+    HOST_WIT_VERSION, Inspection, PipelineError, Step, WIT_PACKAGE, inspect, prepare,
 };
+pub use registry::{
+    BUILT_IN, Configured, FailurePolicy, MAX_PLUGIN_BYTES, POLICY_ANNOTATION, Plugins,
+    SharedPlugins, UnknownPlugin,
+};
+pub use reload::{PluginDir, Scan};
 
 use crate::plan::Decision;
 
@@ -249,16 +256,25 @@ impl Runtime {
         self.limits
     }
 
-    /// Compiles and links a component. Loading does not run any of its code.
+    /// Compiles and links a component and asks it for its `info`.
     pub fn load(&self, name: &str, bytes: &[u8]) -> Result<Plugin, PluginError> {
-        let component =
-            Component::new(&self.engine, bytes).map_err(|source| PluginError::Compile {
-                plugin: name.to_owned(),
-                source,
-            })?;
+        let component = self.compile(name, bytes)?;
+        self.link(name, &component)
+    }
+
+    /// Compiles a component (no code of it runs).
+    pub fn compile(&self, name: &str, bytes: &[u8]) -> Result<Component, PluginError> {
+        Component::new(&self.engine, bytes).map_err(|source| PluginError::Compile {
+            plugin: name.to_owned(),
+            source,
+        })
+    }
+
+    /// Links a compiled component against the host's imports and asks it for its `info`.
+    pub fn link(&self, name: &str, component: &Component) -> Result<Plugin, PluginError> {
         let pre = self
             .linker
-            .instantiate_pre(&component)
+            .instantiate_pre(component)
             .and_then(EndpointPolicyPre::new)
             .map_err(|source| PluginError::Link {
                 plugin: name.to_owned(),
@@ -278,6 +294,16 @@ impl Runtime {
         };
         plugin.info = plugin.call("info", |policy, store| policy.call_info(store))?;
         Ok(plugin)
+    }
+
+    /// Names (with versions) of the component's exports, e.g.
+    /// `isim:nad-endpoints/policy@1.0.0`.
+    pub fn exports(&self, component: &Component) -> Vec<String> {
+        component
+            .component_type()
+            .exports(&self.engine)
+            .map(|(name, _)| name.to_owned())
+            .collect()
     }
 
     /// The built-in default plugin.

@@ -1,11 +1,12 @@
-//! The plugins a controller can use, by name, and how a Service picks one.
+//! The plugins a controller can use, by name, how a Service picks one, and what happens when
+//! the one it picks is missing or fails.
 
 use std::{
     collections::BTreeMap,
-    path::{Path, PathBuf},
+    sync::{Arc, RwLock},
 };
 
-use super::{Plugin, PluginError, Runtime};
+use super::{DEFAULT_PLUGIN_WASM, PipelineError, Plugin, Runtime, prepare};
 
 /// The Service annotation naming the plugin that decides its pods.
 pub const POLICY_ANNOTATION: &str = "isim.dev/endpoint-policy";
@@ -19,32 +20,18 @@ pub const MAX_PLUGIN_BYTES: u64 = 16 << 20;
 pub struct Configured {
     pub plugin: Plugin,
     pub config: String,
+    /// sha256 of the component.
+    pub hash: String,
 }
 
-/// Why a plugin file in the plugin directory was not loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    #[error("plugin file {path}: cannot read it: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("plugin file {path}: {size} bytes is over the limit of {MAX_PLUGIN_BYTES} bytes")]
-    TooLarge { path: PathBuf, size: u64 },
-    #[error("plugin file {path}: {source}")]
-    Plugin {
-        path: PathBuf,
-        #[source]
-        source: PluginError,
-    },
-}
-
-/// The built-in plugin and those loaded from the plugin directory.
-#[derive(Debug, Clone)]
-pub struct Plugins {
-    default_name: String,
-    by_name: BTreeMap<String, Configured>,
+/// What a Service gets when its plugin is missing or its call fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum FailurePolicy {
+    /// Keep the slices as last applied (and report).
+    #[default]
+    Keep,
+    /// Decide with the built-in default plugin instead (and report).
+    Fallback,
 }
 
 /// A Service named a plugin that is not loaded.
@@ -58,128 +45,138 @@ pub struct UnknownPlugin {
     pub loaded: String,
 }
 
+/// An immutable set of plugins; the controller swaps whole sets when the directory changes.
+#[derive(Debug, Clone)]
+pub struct Plugins {
+    built_in: Configured,
+    default_name: String,
+    by_name: BTreeMap<String, Configured>,
+    /// The last load failure of each name (its previous version, if any, keeps serving).
+    failures: BTreeMap<String, String>,
+    default_policy: FailurePolicy,
+    policies: BTreeMap<String, FailurePolicy>,
+}
+
 impl Plugins {
-    /// Only the built-in default plugin.
-    pub fn built_in(runtime: &Runtime) -> Result<Self, PluginError> {
-        let plugin = runtime.load_default()?;
-        plugin.validate_config("")?;
+    /// Only the built-in default plugin, checked by the same pipeline as any other.
+    pub fn built_in(runtime: &Runtime) -> Result<Self, PipelineError> {
         Ok(Self {
+            built_in: prepare(runtime, BUILT_IN, DEFAULT_PLUGIN_WASM, "")?,
             default_name: BUILT_IN.to_owned(),
-            by_name: BTreeMap::from([(
-                BUILT_IN.to_owned(),
-                Configured {
-                    plugin,
-                    config: String::new(),
-                },
-            )]),
+            by_name: BTreeMap::new(),
+            failures: BTreeMap::new(),
+            default_policy: FailurePolicy::Keep,
+            policies: BTreeMap::new(),
         })
     }
 
-    /// Adds a plugin (replacing one of the same name).
+    /// Adds or replaces a plugin; a plugin named `default` shadows the built-in one.
     pub fn insert(&mut self, name: &str, configured: Configured) {
         self.by_name.insert(name.to_owned(), configured);
+        self.failures.remove(name);
     }
 
-    /// Loads every `<name>.wasm` in `dir` (with `<name>.json` as its configuration when
-    /// present). A file that fails is reported and left out; the others load.
-    pub fn load_dir(&mut self, runtime: &Runtime, dir: &Path) -> Vec<LoadError> {
-        let mut errors = Vec::new();
-        let entries = match std::fs::read_dir(dir) {
-            Ok(entries) => entries,
-            Err(source) => {
-                errors.push(LoadError::Read {
-                    path: dir.to_owned(),
-                    source,
-                });
-                return errors;
-            }
-        };
-        let mut paths: Vec<PathBuf> = entries
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
-            .collect();
-        paths.sort();
-        for path in paths {
-            match load_file(runtime, &path) {
-                Ok((name, configured)) => {
-                    tracing::info!(
-                        plugin = %name,
-                        version = %configured.plugin.info().version,
-                        path = %path.display(),
-                        "plugin loaded"
-                    );
-                    self.insert(&name, configured);
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "plugin not loaded");
-                    errors.push(e);
-                }
-            }
-        }
-        errors
+    pub fn remove(&mut self, name: &str) -> Option<Configured> {
+        self.failures.remove(name);
+        self.by_name.remove(name)
     }
 
-    /// Makes another loaded plugin the default for Services without the annotation.
-    pub fn set_default(&mut self, name: &str) -> Result<(), UnknownPlugin> {
-        self.get(name)?;
+    /// Records that a new version of `name` failed to load; the previous one keeps serving.
+    pub fn record_failure(&mut self, name: &str, message: String) {
+        self.failures.insert(name.to_owned(), message);
+    }
+
+    /// Why the latest version of `name` is not serving, if it failed.
+    pub fn failure(&self, name: &str) -> Option<&str> {
+        self.failures.get(name).map(String::as_str)
+    }
+
+    /// Makes another plugin the default for Services without the annotation. It need not be
+    /// loaded yet (it may arrive in the plugin directory later).
+    pub fn set_default(&mut self, name: &str) {
         name.clone_into(&mut self.default_name);
-        Ok(())
+    }
+
+    pub fn default_name(&self) -> &str {
+        &self.default_name
+    }
+
+    pub fn set_failure_policies(
+        &mut self,
+        default: FailurePolicy,
+        per_plugin: BTreeMap<String, FailurePolicy>,
+    ) {
+        self.default_policy = default;
+        self.policies = per_plugin;
+    }
+
+    pub fn failure_policy(&self, name: &str) -> FailurePolicy {
+        self.policies
+            .get(name)
+            .copied()
+            .unwrap_or(self.default_policy)
+    }
+
+    /// The built-in default plugin (what a failing plugin falls back to).
+    pub fn fallback(&self) -> &Configured {
+        &self.built_in
     }
 
     pub fn get(&self, name: &str) -> Result<&Configured, UnknownPlugin> {
-        self.by_name.get(name).ok_or_else(|| UnknownPlugin {
-            name: name.to_owned(),
-            loaded: self.by_name.keys().cloned().collect::<Vec<_>>().join(", "),
-        })
-    }
-
-    /// The plugin a Service uses: the one its annotation names, else the default.
-    pub fn select(&self, annotation: Option<&str>) -> Result<&Configured, UnknownPlugin> {
-        match annotation.map(str::trim).filter(|a| !a.is_empty()) {
-            Some(name) => self.get(name),
-            None => self.get(&self.default_name),
+        match self.by_name.get(name) {
+            Some(configured) => Ok(configured),
+            None if name == BUILT_IN => Ok(&self.built_in),
+            None => Err(UnknownPlugin {
+                name: name.to_owned(),
+                loaded: self.names().collect::<Vec<_>>().join(", "),
+            }),
         }
     }
 
+    /// The name of the plugin a Service uses: its annotation's, else the default.
+    pub fn name_for<'a>(&'a self, annotation: Option<&'a str>) -> &'a str {
+        annotation
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .unwrap_or(&self.default_name)
+    }
+
+    /// The plugin a Service uses.
+    pub fn select(&self, annotation: Option<&str>) -> Result<&Configured, UnknownPlugin> {
+        self.get(self.name_for(annotation))
+    }
+
+    /// Loaded plugin names, the built-in one included.
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.by_name.keys().map(String::as_str)
+        let shadowed = self.by_name.contains_key(BUILT_IN);
+        (!shadowed)
+            .then_some(BUILT_IN)
+            .into_iter()
+            .chain(self.by_name.keys().map(String::as_str))
     }
 }
 
-fn load_file(runtime: &Runtime, path: &Path) -> Result<(String, Configured), LoadError> {
-    let read_err = |source| LoadError::Read {
-        path: path.to_owned(),
-        source,
-    };
-    let size = std::fs::metadata(path).map_err(read_err)?.len();
-    if size > MAX_PLUGIN_BYTES {
-        return Err(LoadError::TooLarge {
-            path: path.to_owned(),
-            size,
-        });
+/// The current set of plugins, replaced as a whole when the plugin directory changes.
+#[derive(Debug)]
+pub struct SharedPlugins(RwLock<Arc<Plugins>>);
+
+impl SharedPlugins {
+    pub fn new(plugins: Plugins) -> Self {
+        Self(RwLock::new(Arc::new(plugins)))
     }
-    let bytes = std::fs::read(path).map_err(read_err)?;
-    let name = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let config_path = path.with_extension("json");
-    let config = match std::fs::read_to_string(&config_path) {
-        Ok(config) => config,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(source) => {
-            return Err(LoadError::Read {
-                path: config_path,
-                source,
-            });
-        }
-    };
-    let plugin_err = |source| LoadError::Plugin {
-        path: path.to_owned(),
-        source,
-    };
-    let plugin = runtime.load(&name, &bytes).map_err(plugin_err)?;
-    plugin.validate_config(&config).map_err(plugin_err)?;
-    Ok((name, Configured { plugin, config }))
+
+    /// The set a reconcile uses from start to end.
+    pub fn snapshot(&self) -> Arc<Plugins> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    pub fn replace(&self, plugins: Plugins) {
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(plugins);
+    }
 }

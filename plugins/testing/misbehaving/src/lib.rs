@@ -12,6 +12,7 @@
 //! | `policy-error` | returns `Err("deliberate policy error")`                             |
 //! | `echo`         | includes every pod (ready = serving = pod.ready) and logs "echo"     |
 //! | `show-inputs`  | excludes every pod with a reason describing what the plugin received |
+//! | `trap-on-team-red` | like `echo`, but traps when a pod has the label `team=red` |
 //!
 //! `bad-config` is always rejected by `validate-config` (and by `evaluate`); anything else is an
 //! unknown mode.
@@ -46,9 +47,11 @@ enum Mode {
     PolicyError,
     Echo,
     ShowInputs,
+    TrapOnTeamRed,
 }
 
-const MODES: &str = "loop, memory-bomb, trap, short-answer, policy-error, echo, show-inputs";
+const MODES: &str =
+    "loop, memory-bomb, trap, short-answer, policy-error, echo, show-inputs, trap-on-team-red";
 
 impl Mode {
     fn parse(config: &str) -> Result<Self, String> {
@@ -60,6 +63,7 @@ impl Mode {
             "policy-error" => Ok(Self::PolicyError),
             "echo" => Ok(Self::Echo),
             "show-inputs" => Ok(Self::ShowInputs),
+            "trap-on-team-red" => Ok(Self::TrapOnTeamRed),
             "bad-config" => Err("bad-config is never valid".to_string()),
             other => Err(format!("unknown mode {other:?} (expected one of: {MODES})")),
         }
@@ -101,6 +105,17 @@ impl Guest for Misbehaving {
                 .iter()
                 .map(|pod| Decision::Exclude(show_inputs(pod)))
                 .collect()),
+            // A bug that only some inputs reach (the host's self-test passes).
+            Mode::TrapOnTeamRed => {
+                if pods.iter().any(|p| {
+                    p.labels
+                        .iter()
+                        .any(|kv| kv.key == "team" && kv.value == "red")
+                }) {
+                    panic!("deliberate trap on team=red");
+                }
+                Ok(pods.iter().map(echo).collect())
+            }
         }
     }
 }

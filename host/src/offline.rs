@@ -1,0 +1,231 @@
+//! `plugin eval` and `plugin inspect`: a plugin run offline through the same pipeline,
+//! observation and plan as in the controller, on Service, Pod and Node YAML files.
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use kube::ResourceExt;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::{
+    cli::{EvalArgs, InspectArgs},
+    observe, plan,
+    plugin::{self, HOST_WIT_VERSION, Runtime, WIT_PACKAGE},
+    target::{self, Target},
+};
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("{}: cannot read it", path.display()))
+}
+
+/// Every object in a YAML file: documents, with `List`s (e.g. `kubectl get -o yaml`) expanded.
+fn documents(path: &Path) -> anyhow::Result<Vec<Value>> {
+    let text = read(path)?;
+    let docs: Vec<Value> = serde_saphyr::from_str_multiple(&text)
+        .map_err(|e| anyhow::anyhow!("{}: not valid YAML: {e}", path.display()))?;
+    Ok(docs
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .flat_map(|d| match d.get("items").and_then(Value::as_array) {
+            Some(items) if d["kind"].as_str().is_some_and(|k| k.ends_with("List")) => items.clone(),
+            _ => vec![d],
+        })
+        .collect())
+}
+
+/// The objects of one kind, each deserialized with the path of a bad field in the error.
+fn objects<K: DeserializeOwned>(path: &Path, kind: &str) -> anyhow::Result<Vec<K>> {
+    documents(path)?
+        .into_iter()
+        .enumerate()
+        .filter(|(_, d)| d["kind"].as_str().is_none_or(|k| k == kind))
+        .map(|(i, doc)| {
+            let name = doc["metadata"]["name"]
+                .as_str()
+                .unwrap_or("<unnamed>")
+                .to_owned();
+            serde_path_to_error::deserialize(doc).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: {kind} {name:?} (document {}): field {}: {}",
+                    path.display(),
+                    i + 1,
+                    e.path(),
+                    e.inner()
+                )
+            })
+        })
+        .collect()
+}
+
+fn plugin_file(path: &Path, config: Option<&PathBuf>) -> anyhow::Result<(String, Vec<u8>, String)> {
+    let bytes =
+        std::fs::read(path).with_context(|| format!("{}: cannot read it", path.display()))?;
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let config = config.map(|c| read(c)).transpose()?.unwrap_or_default();
+    Ok((name, bytes, config))
+}
+
+/// Prints the slices the plugin would make (YAML documents) to `out`, and every pod left out
+/// with its reason to `err`.
+pub fn eval(
+    runtime: &Runtime,
+    args: &EvalArgs,
+    max_endpoints: usize,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> anyhow::Result<()> {
+    let (name, bytes, config) = plugin_file(&args.plugin, args.config.as_ref())?;
+    let configured = plugin::prepare(runtime, &name, &bytes, &config)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.plugin.display()))?;
+
+    let services: Vec<Service> = objects(&args.service, "Service")?;
+    let service = match services.as_slice() {
+        [service] => service,
+        [] => bail!("{}: no Service in it", args.service.display()),
+        many => bail!(
+            "{}: {} Services in it ({}); keep one",
+            args.service.display(),
+            many.len(),
+            many.iter()
+                .map(ResourceExt::name_any)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let mut service = service.clone();
+    if service.metadata.namespace.is_none() {
+        service.metadata.namespace = Some("default".to_owned());
+    }
+    if service.metadata.uid.is_none() {
+        service.metadata.uid = Some("00000000-0000-0000-0000-000000000000".to_owned());
+    }
+    let target = match target::classify(&service) {
+        Target::Managed(target) => target,
+        Target::Unmanaged => bail!(
+            "{}: Service {} has no {} annotation, so the controller ignores it",
+            args.service.display(),
+            service.name_any(),
+            target::NETWORK_ANNOTATION
+        ),
+        Target::Invalid(problems) => bail!(
+            "{}: Service {} cannot be served: {}",
+            args.service.display(),
+            service.name_any(),
+            problems.join("; ")
+        ),
+    };
+
+    let pods: Vec<Arc<Pod>> = objects::<Pod>(&args.pods, "Pod")?
+        .into_iter()
+        .map(|mut pod| {
+            if pod.metadata.namespace.is_none() {
+                pod.metadata.namespace = Some(target.namespace.clone());
+            }
+            Arc::new(pod)
+        })
+        .collect();
+    let nodes: Option<Vec<Arc<Node>>> = args
+        .nodes
+        .as_ref()
+        .map(|path| objects::<Node>(path, "Node").map(|n| n.into_iter().map(Arc::new).collect()))
+        .transpose()?;
+    let lookup = |name: &str| match &nodes {
+        Some(nodes) => nodes.iter().find(|n| n.name_any() == name).cloned(),
+        None => Some(Arc::new(Node {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_owned()),
+                ..Default::default()
+            },
+            ..Node::default()
+        })),
+    };
+    let observation = observe::candidates(&target, &pods, lookup);
+    for skipped in &observation.skipped {
+        writeln!(err, "skipped pod {}: {}", skipped.pod, skipped.reason)?;
+    }
+    for ignored in &observation.ignored_ips {
+        writeln!(
+            err,
+            "pod {}: unparsable IPs left out: {:?}",
+            ignored.pod, ignored.ips
+        )?;
+    }
+
+    let service_view = plugin::service_view(&target);
+    let views: Vec<_> = observation
+        .candidates
+        .iter()
+        .map(|c| plugin::pod_view(c, &configured.plugin))
+        .collect();
+    let decisions = if views.is_empty() {
+        Vec::new()
+    } else {
+        configured
+            .plugin
+            .evaluate(&service_view, &views, &configured.config)?
+    };
+    let split = plan::split(&observation.candidates, &decisions);
+    for (candidate, reason) in &split.excluded {
+        writeln!(err, "excluded pod {}: {reason}", candidate.name())?;
+    }
+    let slices = plan::desired_slices(&target, &split.included, max_endpoints);
+    if slices.is_empty() {
+        writeln!(err, "no EndpointSlices: no pod is included")?;
+    }
+    for slice in &slices {
+        let yaml = serde_saphyr::to_string(slice).context("rendering an EndpointSlice as YAML")?;
+        write!(out, "---\n{yaml}")?;
+    }
+    Ok(())
+}
+
+/// Prints what a plugin file is and whether this host runs it; fails when it does not.
+pub fn inspect(runtime: &Runtime, args: &InspectArgs, out: &mut impl Write) -> anyhow::Result<()> {
+    let (name, bytes, config) = plugin_file(&args.plugin, args.config.as_ref())?;
+    let report = plugin::inspect(runtime, &name, &bytes, &config);
+    writeln!(out, "file:            {}", args.plugin.display())?;
+    writeln!(out, "size:            {} bytes", report.size)?;
+    writeln!(out, "sha256:          {}", report.hash)?;
+    match report.wit_version {
+        Some((major, minor, patch)) => writeln!(
+            out,
+            "targets:         {WIT_PACKAGE}@{major}.{minor}.{patch}"
+        )?,
+        None => writeln!(out, "targets:         (no {WIT_PACKAGE} policy export)")?,
+    }
+    writeln!(
+        out,
+        "host runs:       {WIT_PACKAGE}@{}.0 to {}.{}",
+        HOST_WIT_VERSION.0, HOST_WIT_VERSION.0, HOST_WIT_VERSION.1
+    )?;
+    match &report.result {
+        Ok(info) => {
+            let keys = |k: &[String]| {
+                if k.is_empty() {
+                    "(none)".to_owned()
+                } else {
+                    k.join(", ")
+                }
+            };
+            writeln!(out, "name:            {}", info.name)?;
+            writeln!(out, "version:         {}", info.version)?;
+            writeln!(out, "label keys:      {}", keys(&info.label_keys))?;
+            writeln!(out, "annotation keys: {}", keys(&info.annotation_keys))?;
+            writeln!(out, "runs here:       yes")?;
+            Ok(())
+        }
+        Err(e) => {
+            writeln!(out, "runs here:       no ({} step failed)", e.step.as_str())?;
+            bail!("{}: {e}", args.plugin.display())
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! The pipeline every plugin file goes through before it serves: size limit, content hash,
+//! parse, compile, WIT world version, link, `info`, configuration, and a self-test call.
+//!
+//! The same pipeline serves the controller's plugin directory and the `plugin eval` and
+//! `plugin inspect` commands, so what an author tests offline is what the controller runs.
+
+use sha2::{Digest, Sha256};
+
+use super::{Configured, PluginError, Runtime, wit};
+
+/// The WIT package plugins implement.
+pub const WIT_PACKAGE: &str = "isim:nad-endpoints";
+/// The version of the WIT package this host was built with. A plugin built for `1.y` runs
+/// here when its major version is the same and its minor version is not newer.
+pub const HOST_WIT_VERSION: (u64, u64, u64) = (1, 0, 0);
+const POLICY_INTERFACE: &str = "isim:nad-endpoints/policy";
+
+/// The step of the pipeline a plugin failed at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Size,
+    Parse,
+    Compile,
+    World,
+    Link,
+    Config,
+    SelfTest,
+}
+
+impl Step {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Size => "size",
+            Step::Parse => "parse",
+            Step::Compile => "compile",
+            Step::World => "world",
+            Step::Link => "link",
+            Step::Config => "config",
+            Step::SelfTest => "self-test",
+        }
+    }
+}
+
+/// A plugin file that cannot serve, with the step and the cause.
+#[derive(Debug, thiserror::Error)]
+#[error("plugin {plugin} (sha256 {hash}): {step} check failed: {message}", step = step.as_str())]
+pub struct PipelineError {
+    pub plugin: String,
+    pub hash: String,
+    pub step: Step,
+    pub message: String,
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// `isim:nad-endpoints/policy@1.2.3` -> `(1, 2, 3)`.
+fn policy_version(exports: &[String]) -> Option<(u64, u64, u64)> {
+    exports.iter().find_map(|name| {
+        let version = name.strip_prefix(POLICY_INTERFACE)?.strip_prefix('@')?;
+        let mut parts = version.split(['.', '-', '+']).map(str::parse::<u64>);
+        Some((
+            parts.next()?.ok()?,
+            parts.next()?.ok()?,
+            parts.next()?.ok()?,
+        ))
+    })
+}
+
+/// Whether this host can run a plugin built for `version` of the WIT package.
+pub fn supported(version: (u64, u64, u64)) -> bool {
+    version.0 == HOST_WIT_VERSION.0 && version.1 <= HOST_WIT_VERSION.1
+}
+
+fn self_test_input() -> (wit::Service, Vec<wit::Pod>) {
+    let service = wit::Service {
+        name: "self-test".into(),
+        namespace: "self-test".into(),
+        labels: vec![],
+        annotations: vec![],
+        ports: vec![wit::ServicePort {
+            name: "http".into(),
+            protocol: "TCP".into(),
+            port: 80,
+            target_port: wit::TargetPort::Number(8080),
+            app_protocol: None,
+        }],
+        publish_not_ready_addresses: false,
+        network: "self-test/net".into(),
+    };
+    let pod = |name: &str, ready: bool, ip: &str| wit::Pod {
+        name: name.into(),
+        namespace: "self-test".into(),
+        uid: format!("uid-{name}"),
+        labels: vec![],
+        annotations: vec![],
+        phase: wit::PodPhase::Running,
+        ready,
+        terminating: false,
+        node_name: "node".into(),
+        zone: "zone".into(),
+        ips: vec![ip.into()],
+    };
+    (
+        service,
+        vec![pod("a", true, "192.0.2.1"), pod("b", false, "2001:db8::2")],
+    )
+}
+
+/// Runs a plugin file through every step. `config` is its configuration document ("" for
+/// none). On success the plugin is ready to serve.
+pub fn prepare(
+    runtime: &Runtime,
+    name: &str,
+    bytes: &[u8],
+    config: &str,
+) -> Result<Configured, PipelineError> {
+    let hash = sha256_hex(bytes);
+    let fail = |step: Step, message: String| PipelineError {
+        plugin: name.to_owned(),
+        hash: hash.clone(),
+        step,
+        message,
+    };
+    if bytes.len() as u64 > super::MAX_PLUGIN_BYTES {
+        return Err(fail(
+            Step::Size,
+            format!(
+                "{} bytes is over the limit of {} bytes",
+                bytes.len(),
+                super::MAX_PLUGIN_BYTES
+            ),
+        ));
+    }
+    // A component starts with the Wasm magic and the component-model layer (0x0d 00 01 00).
+    if !bytes.starts_with(b"\0asm") {
+        return Err(fail(
+            Step::Parse,
+            "not a WebAssembly file (no \\0asm header)".into(),
+        ));
+    }
+    if bytes.get(4..8) != Some(&[0x0d, 0x00, 0x01, 0x00]) {
+        return Err(fail(
+            Step::Parse,
+            "a core WebAssembly module, not a component: build for wasm32-wasip2 (or wrap the module with `wasm-tools component new`)".into(),
+        ));
+    }
+    let component = runtime
+        .compile(name, bytes)
+        .map_err(|e| fail(Step::Compile, error_text(&e)))?;
+    let exports = runtime.exports(&component);
+    match policy_version(&exports) {
+        Some(version) if supported(version) => {}
+        Some((major, minor, patch)) => {
+            return Err(fail(
+                Step::World,
+                format!(
+                    "built for {WIT_PACKAGE}@{major}.{minor}.{patch}; this host runs {WIT_PACKAGE}@{}.x up to {}.{}",
+                    HOST_WIT_VERSION.0, HOST_WIT_VERSION.0, HOST_WIT_VERSION.1
+                ),
+            ));
+        }
+        None => {
+            return Err(fail(
+                Step::World,
+                format!(
+                    "does not export {POLICY_INTERFACE}@{}.x (exports: {}); implement world {WIT_PACKAGE}/endpoint-policy",
+                    HOST_WIT_VERSION.0,
+                    if exports.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        exports.join(", ")
+                    }
+                ),
+            ));
+        }
+    }
+    let plugin = runtime
+        .link(name, &component)
+        .map_err(|e| fail(Step::Link, error_text(&e)))?;
+    plugin
+        .validate_config(config)
+        .map_err(|e| fail(Step::Config, error_text(&e)))?;
+    let (service, pods) = self_test_input();
+    match plugin.evaluate(&service, &pods, config) {
+        Ok(_) | Err(PluginError::Rejected { .. }) => {}
+        Err(e) => return Err(fail(Step::SelfTest, error_text(&e))),
+    }
+    Ok(Configured {
+        plugin,
+        config: config.to_owned(),
+        hash,
+    })
+}
+
+/// The cause alone: the plugin's name is already in [`PipelineError`].
+fn error_text(e: &PluginError) -> String {
+    let text = e.to_string();
+    let prefix = match e {
+        PluginError::Compile { plugin, .. }
+        | PluginError::Link { plugin, .. }
+        | PluginError::Instantiate { plugin, .. }
+        | PluginError::Timeout { plugin, .. }
+        | PluginError::MemoryLimit { plugin, .. }
+        | PluginError::Trap { plugin, .. }
+        | PluginError::WrongAnswer { plugin, .. }
+        | PluginError::Rejected { plugin, .. }
+        | PluginError::InvalidConfig { plugin, .. } => format!("plugin {plugin}: "),
+    };
+    text.strip_prefix(&prefix).unwrap_or(&text).to_owned()
+}
+
+/// What `plugin inspect` reports about a file.
+#[derive(Debug)]
+pub struct Inspection {
+    pub size: usize,
+    pub hash: String,
+    /// The WIT package version the component's policy export targets, if any.
+    pub wit_version: Option<(u64, u64, u64)>,
+    /// `Ok` with name, version and keys when the whole pipeline passes.
+    pub result: Result<wit::PluginInfo, PipelineError>,
+}
+
+pub fn inspect(runtime: &Runtime, name: &str, bytes: &[u8], config: &str) -> Inspection {
+    let wit_version = runtime
+        .compile(name, bytes)
+        .ok()
+        .and_then(|c| policy_version(&runtime.exports(&c)));
+    Inspection {
+        size: bytes.len(),
+        hash: sha256_hex(bytes),
+        wit_version,
+        result: prepare(runtime, name, bytes, config).map(|c| c.plugin.info().clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_read_from_the_policy_export() {
+        let exports = |v: &str| {
+            vec![
+                "wasi:cli/run@0.2.0".to_string(),
+                format!("{POLICY_INTERFACE}@{v}"),
+            ]
+        };
+        assert_eq!(policy_version(&exports("1.0.0")), Some((1, 0, 0)));
+        assert_eq!(policy_version(&exports("1.3.2-rc.1")), Some((1, 3, 2)));
+        assert_eq!(policy_version(&["other:pkg/policy@1.0.0".into()]), None);
+        assert_eq!(policy_version(&[POLICY_INTERFACE.into()]), None);
+    }
+
+    #[test]
+    fn the_host_runs_its_major_version_up_to_its_minor() {
+        assert!(supported((1, 0, 0)));
+        assert!(supported((1, 0, 9)));
+        assert!(!supported((1, HOST_WIT_VERSION.1 + 1, 0)));
+        assert!(!supported((2, 0, 0)));
+        assert!(!supported((0, 9, 0)));
+    }
+
+    #[test]
+    fn hashes_are_sha256_hex() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}

@@ -1,0 +1,193 @@
+//! The plugin directory: `<name>.wasm` files with optional `<name>.json` configuration, in a
+//! cluster a mounted ConfigMap. Scanned periodically, so that every way a file can change is
+//! seen: plain writes, deletions, and kubelet's atomic `..data` symlink swap (the resolved
+//! path of every file changes).
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    time::SystemTime,
+};
+
+use super::{PipelineError, Plugins, Runtime, pipeline::sha256_hex, prepare};
+
+/// Identity of a file as the filesystem reports it: resolved path, size and mtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileId {
+    resolved: PathBuf,
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+fn file_id(path: &Path) -> std::io::Result<FileId> {
+    let resolved = std::fs::canonicalize(path)?;
+    let meta = std::fs::metadata(&resolved)?;
+    Ok(FileId {
+        resolved,
+        len: meta.len(),
+        modified: meta.modified().ok(),
+    })
+}
+
+#[derive(Debug, Clone)]
+struct Seen {
+    files: (FileId, Option<FileId>),
+    /// sha256 of the component and of its configuration.
+    content: (String, String),
+}
+
+/// What one scan changed.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// New or replaced plugins, now serving.
+    pub loaded: Vec<String>,
+    /// Plugins whose new file failed (a previous version, if any, keeps serving).
+    pub failed: Vec<PipelineError>,
+    /// Plugins whose file is gone.
+    pub removed: Vec<String>,
+}
+
+impl Scan {
+    pub fn is_empty(&self) -> bool {
+        self.loaded.is_empty() && self.failed.is_empty() && self.removed.is_empty()
+    }
+
+    /// Every plugin name this scan touched.
+    pub fn changed(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .loaded
+            .iter()
+            .chain(&self.removed)
+            .cloned()
+            .chain(self.failed.iter().map(|e| e.plugin.clone()))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+/// Watches one directory of plugins.
+#[derive(Debug)]
+pub struct PluginDir {
+    dir: PathBuf,
+    seen: BTreeMap<String, Seen>,
+}
+
+impl PluginDir {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            seen: BTreeMap::new(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `<name>.wasm` files; kubelet's hidden `..data` entries are skipped.
+    fn plugin_files(&self) -> std::io::Result<BTreeMap<String, PathBuf>> {
+        let mut files = BTreeMap::new();
+        for entry in std::fs::read_dir(&self.dir)? {
+            let path = entry?.path();
+            let Some(file_name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            if let Some(name) = file_name.strip_suffix(".wasm")
+                && !name.is_empty()
+                && !name.starts_with('.')
+                && path.is_file()
+            {
+                files.insert(name.to_owned(), path);
+            }
+        }
+        Ok(files)
+    }
+
+    /// Brings `plugins` up to date with the directory. Only new or changed files go through
+    /// the pipeline; a file that fails leaves the previous version of its plugin serving.
+    pub fn scan(&mut self, runtime: &Runtime, plugins: &mut Plugins) -> Scan {
+        let mut scan = Scan::default();
+        let files = match self.plugin_files() {
+            Ok(files) => files,
+            Err(e) => {
+                // A missing or unreadable directory changes nothing: better stale than empty.
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot read the plugin directory");
+                return scan;
+            }
+        };
+        for (name, path) in &files {
+            let config_path = path.with_extension("json");
+            let Ok(wasm_id) = file_id(path) else { continue };
+            let config_id = file_id(&config_path).ok();
+            let ids = (wasm_id, config_id);
+            if self.seen.get(name).is_some_and(|s| s.files == ids) {
+                continue;
+            }
+            let (bytes, config) = match (std::fs::read(path), read_config(&config_path)) {
+                (Ok(bytes), Ok(config)) => (bytes, config),
+                (Err(e), _) | (_, Err(e)) => {
+                    // Mid-swap: the next scan sees the settled state.
+                    tracing::debug!(plugin = %name, error = %e, "plugin file not readable yet");
+                    continue;
+                }
+            };
+            let content = (sha256_hex(&bytes), sha256_hex(config.as_bytes()));
+            let unchanged = self.seen.get(name).is_some_and(|s| s.content == content);
+            self.seen.insert(
+                name.clone(),
+                Seen {
+                    files: ids,
+                    content,
+                },
+            );
+            if unchanged {
+                continue;
+            }
+            match prepare(runtime, name, &bytes, &config) {
+                Ok(configured) => {
+                    tracing::info!(
+                        plugin = %name,
+                        version = %configured.plugin.info().version,
+                        sha256 = %configured.hash,
+                        "plugin loaded"
+                    );
+                    plugins.insert(name, configured);
+                    scan.loaded.push(name.clone());
+                }
+                Err(e) => {
+                    tracing::error!(
+                        plugin = %name,
+                        step = e.step.as_str(),
+                        error = %e,
+                        "plugin file refused; the previous version (if any) keeps serving"
+                    );
+                    plugins.record_failure(name, e.to_string());
+                    scan.failed.push(e);
+                }
+            }
+        }
+        let gone: Vec<String> = self
+            .seen
+            .keys()
+            .filter(|name| !files.contains_key(*name))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.seen.remove(&name);
+            plugins.remove(&name);
+            tracing::info!(plugin = %name, "plugin removed");
+            scan.removed.push(name);
+        }
+        scan
+    }
+}
+
+fn read_config(path: &Path) -> std::io::Result<String> {
+    match std::fs::read_to_string(path) {
+        Ok(config) => Ok(config),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(e),
+    }
+}

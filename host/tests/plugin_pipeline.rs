@@ -1,0 +1,250 @@
+//! The load pipeline, step by step, and the plugin directory's reloads (plain files, kubelet's
+//! `..data` symlink swap, deletions), with real components built from source.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+
+use std::{os::unix::fs::symlink, path::Path, time::Duration};
+
+use nad_service_controller::plugin::{
+    Limits, MAX_PLUGIN_BYTES, PluginDir, Plugins, Runtime, Step, prepare,
+};
+
+const DEFAULT: &[u8] = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));
+const OPT_OUT: &[u8] = include_bytes!(env!("NSC_EXAMPLE_OPT_OUT_WASM"));
+const MISBEHAVING: &[u8] = include_bytes!(env!("NSC_TEST_MISBEHAVING_WASM"));
+
+fn runtime() -> Runtime {
+    Runtime::new(Limits {
+        deadline: Duration::from_millis(50),
+        memory_bytes: 16 << 20,
+    })
+    .unwrap()
+}
+
+fn failed_step(bytes: &[u8], config: &str) -> (Step, String) {
+    let err = prepare(&runtime(), "p", bytes, config).unwrap_err();
+    (err.step, err.to_string())
+}
+
+#[test]
+fn a_good_plugin_passes_every_step() {
+    let configured = prepare(&runtime(), "opt-out", OPT_OUT, r#"{"label": "drain"}"#).unwrap();
+    assert_eq!(configured.plugin.info().name, "opt-out");
+    assert_eq!(configured.config, r#"{"label": "drain"}"#);
+    assert_eq!(configured.hash.len(), 64);
+}
+
+#[test]
+fn files_over_the_size_limit_are_refused_before_parsing() {
+    let mut big = b"\0asm\x0d\0\x01\0".to_vec();
+    big.resize(MAX_PLUGIN_BYTES as usize + 1, 0);
+    let (step, message) = failed_step(&big, "");
+    assert_eq!(step, Step::Size);
+    assert!(message.contains("over the limit"), "{message}");
+}
+
+#[test]
+fn non_wasm_files_and_core_modules_fail_to_parse() {
+    let (step, message) = failed_step(b"#!/bin/sh\necho hi\n", "");
+    assert_eq!(step, Step::Parse);
+    assert!(message.contains("not a WebAssembly file"), "{message}");
+    let (step, message) = failed_step(&wat::parse_str("(module)").unwrap(), "");
+    assert_eq!(step, Step::Parse);
+    assert!(message.contains("not a component"), "{message}");
+}
+
+#[test]
+fn a_corrupt_component_fails_to_compile() {
+    let mut corrupt = DEFAULT.to_vec();
+    corrupt.truncate(corrupt.len() / 2);
+    assert_eq!(failed_step(&corrupt, "").0, Step::Compile);
+}
+
+#[test]
+fn a_component_of_another_world_is_refused_with_what_it_exports() {
+    let other = wat::parse_str("(component)").unwrap();
+    let (step, message) = failed_step(&other, "");
+    assert_eq!(step, Step::World);
+    assert!(
+        message.contains("does not export isim:nad-endpoints/policy@1.x"),
+        "{message}"
+    );
+    assert!(message.contains("exports: none"), "{message}");
+}
+
+#[test]
+fn a_configuration_the_plugin_rejects_is_refused() {
+    let err = prepare(&runtime(), "opt-out", OPT_OUT, r#"{"lable": "x"}"#).unwrap_err();
+    assert_eq!(err.step, Step::Config);
+    assert!(err.to_string().contains("unknown field"), "{err}");
+    assert!(err.to_string().contains("plugin opt-out"), "{err}");
+}
+
+#[test]
+fn the_self_test_catches_plugins_that_trap_loop_or_answer_wrong() {
+    for (mode, cause) in [
+        ("trap", "trapped"),
+        ("loop", "deadline"),
+        ("memory-bomb", "memory limit"),
+        ("short-answer", "returned 1 decisions for 2 pods"),
+    ] {
+        let err = prepare(&runtime(), "misbehaving", MISBEHAVING, mode).unwrap_err();
+        assert_eq!(err.step, Step::SelfTest, "{mode}: {err}");
+        assert!(err.to_string().contains(cause), "{mode}: {err}");
+    }
+    // A policy error is an answer, not a failure.
+    prepare(&runtime(), "misbehaving", MISBEHAVING, "policy-error").unwrap();
+}
+
+// ---- the plugin directory ----------------------------------------------------------------------
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("nsc-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn serving_hash(plugins: &Plugins, name: &str) -> Option<String> {
+    plugins.get(name).ok().map(|c| c.hash.clone())
+}
+
+#[test]
+fn files_added_changed_broken_and_deleted_are_followed() {
+    let rt = runtime();
+    let dir = temp_dir("reload");
+    let mut plugins = Plugins::built_in(&rt).unwrap();
+    let mut watch = PluginDir::new(&dir);
+    assert!(watch.scan(&rt, &mut plugins).is_empty());
+
+    std::fs::write(dir.join("team.wasm"), OPT_OUT).unwrap();
+    std::fs::write(dir.join("notes.txt"), "not a plugin").unwrap();
+    let scan = watch.scan(&rt, &mut plugins);
+    assert_eq!(scan.loaded, vec!["team"]);
+    let first = serving_hash(&plugins, "team").unwrap();
+    assert!(watch.scan(&rt, &mut plugins).is_empty(), "nothing changed");
+
+    // The same bytes written again: not loaded again.
+    std::fs::write(dir.join("team.wasm"), OPT_OUT).unwrap();
+    assert!(watch.scan(&rt, &mut plugins).is_empty());
+
+    // A configuration file beside it is a new version.
+    std::fs::write(dir.join("team.json"), r#"{"label": "drain"}"#).unwrap();
+    assert_eq!(watch.scan(&rt, &mut plugins).loaded, vec!["team"]);
+    assert_eq!(plugins.get("team").unwrap().config, r#"{"label": "drain"}"#);
+
+    // Another component under the same name.
+    std::fs::remove_file(dir.join("team.json")).unwrap();
+    std::fs::write(dir.join("team.wasm"), DEFAULT).unwrap();
+    assert_eq!(watch.scan(&rt, &mut plugins).loaded, vec!["team"]);
+    assert_eq!(plugins.get("team").unwrap().plugin.info().name, "default");
+    let second = serving_hash(&plugins, "team").unwrap();
+    assert_ne!(first, second);
+
+    // A broken file never serves: the previous version does, and the failure is recorded.
+    std::fs::write(dir.join("team.wasm"), b"garbage").unwrap();
+    let scan = watch.scan(&rt, &mut plugins);
+    assert_eq!(scan.failed.len(), 1);
+    assert_eq!(scan.failed[0].step, Step::Parse);
+    assert_eq!(serving_hash(&plugins, "team"), Some(second.clone()));
+    assert!(
+        plugins
+            .failure("team")
+            .unwrap()
+            .contains("parse check failed")
+    );
+
+    // Fixed again: serving, failure cleared.
+    std::fs::write(dir.join("team.wasm"), OPT_OUT).unwrap();
+    assert_eq!(watch.scan(&rt, &mut plugins).loaded, vec!["team"]);
+    assert_eq!(plugins.failure("team"), None);
+
+    std::fs::remove_file(dir.join("team.wasm")).unwrap();
+    assert_eq!(watch.scan(&rt, &mut plugins).removed, vec!["team"]);
+    assert!(plugins.get("team").is_err());
+    assert!(plugins.get("default").is_ok(), "the built-in plugin stays");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Writes a kubelet-style ConfigMap volume generation: `..<gen>/<files>`, `..data -> ..<gen>`.
+fn configmap_generation(dir: &Path, generation: &str, files: &[(&str, &[u8])]) {
+    let gen_dir = dir.join(format!("..{generation}"));
+    std::fs::create_dir_all(&gen_dir).unwrap();
+    for (name, bytes) in files {
+        std::fs::write(gen_dir.join(name), bytes).unwrap();
+        let link = dir.join(name);
+        if std::fs::symlink_metadata(&link).is_err() {
+            symlink(Path::new("..data").join(name), &link).unwrap();
+        }
+    }
+    // Atomic swap, as kubelet does it: a new link renamed over ..data.
+    let tmp = dir.join("..data_tmp");
+    symlink(format!("..{generation}"), &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+}
+
+#[test]
+fn configmap_volume_updates_through_the_data_symlink_are_seen() {
+    let rt = runtime();
+    let dir = temp_dir("configmap");
+    let mut plugins = Plugins::built_in(&rt).unwrap();
+    let mut watch = PluginDir::new(&dir);
+
+    configmap_generation(&dir, "2026_11_29_1", &[("zones.wasm", OPT_OUT)]);
+    assert_eq!(watch.scan(&rt, &mut plugins).loaded, vec!["zones"]);
+    assert_eq!(plugins.get("zones").unwrap().plugin.info().name, "opt-out");
+
+    configmap_generation(
+        &dir,
+        "2026_11_29_2",
+        &[("zones.wasm", DEFAULT), ("zones.json", b"{}")],
+    );
+    assert_eq!(watch.scan(&rt, &mut plugins).loaded, vec!["zones"]);
+    assert_eq!(plugins.get("zones").unwrap().plugin.info().name, "default");
+    assert_eq!(plugins.get("zones").unwrap().config, "{}");
+    assert!(
+        !plugins.names().any(|n| n.starts_with('.')),
+        "kubelet's hidden entries are no plugins"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_plugin_named_default_shadows_the_built_in_one_until_removed() {
+    let rt = runtime();
+    let dir = temp_dir("shadow");
+    let mut plugins = Plugins::built_in(&rt).unwrap();
+    let mut watch = PluginDir::new(&dir);
+    std::fs::write(dir.join("default.wasm"), OPT_OUT).unwrap();
+    watch.scan(&rt, &mut plugins);
+    assert_eq!(plugins.select(None).unwrap().plugin.info().name, "opt-out");
+    std::fs::remove_file(dir.join("default.wasm")).unwrap();
+    watch.scan(&rt, &mut plugins);
+    assert_eq!(plugins.select(None).unwrap().plugin.info().name, "default");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn services_select_by_annotation_else_the_configured_default() {
+    let rt = runtime();
+    let mut plugins = Plugins::built_in(&rt).unwrap();
+    plugins.insert("opt-out", prepare(&rt, "opt-out", OPT_OUT, "").unwrap());
+    assert_eq!(plugins.select(None).unwrap().plugin.info().name, "default");
+    assert_eq!(
+        plugins
+            .select(Some(" opt-out "))
+            .unwrap()
+            .plugin
+            .info()
+            .name,
+        "opt-out"
+    );
+    let err = plugins.select(Some("nope")).unwrap_err();
+    assert!(err.to_string().contains("default, opt-out"), "{err}");
+    plugins.set_default("opt-out");
+    assert_eq!(plugins.select(None).unwrap().plugin.info().name, "opt-out");
+    assert_eq!(
+        plugins.select(Some("")).unwrap().plugin.info().name,
+        "opt-out"
+    );
+}
