@@ -13,7 +13,7 @@ use std::{
     process::Command,
 };
 
-const PLUGINS: [(&str, &str, &str); 3] = [
+const PLUGINS: [(&str, &str, &str); 4] = [
     (
         "nad-default-plugin",
         "nad_default_plugin",
@@ -28,6 +28,11 @@ const PLUGINS: [(&str, &str, &str); 3] = [
         "nad-plugin-opt-out",
         "nad_plugin_opt_out",
         "NSC_EXAMPLE_OPT_OUT_WASM",
+    ),
+    (
+        "nad-plugin-preferred-zones",
+        "nad_plugin_preferred_zones",
+        "NSC_EXAMPLE_PREFERRED_ZONES_WASM",
     ),
 ];
 

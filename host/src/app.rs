@@ -16,23 +16,24 @@ use crate::{
     server::{self, Readiness},
 };
 
-/// Runs the command the flags name.
-pub async fn run(cli: Cli) -> anyhow::Result<()> {
+/// Runs the command the flags name. The plugin commands run without an async runtime: a
+/// plugin's (blocking) WASI calls must not run on an async runtime's threads.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        None | Some(Command::Run) => run_controller(cli.run).await,
-        Some(Command::Plugin(PluginCommand::Eval(eval))) => {
-            let runtime = runtime(&cli.run)?;
-            crate::offline::eval(
-                &runtime,
-                &eval,
-                cli.run.max_endpoints_per_slice,
-                &mut std::io::stdout(),
-                &mut std::io::stderr(),
-            )
-        }
+        None | Some(Command::Run) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?
+            .block_on(run_controller(cli.run)),
+        Some(Command::Plugin(PluginCommand::Eval(eval))) => crate::offline::eval(
+            &runtime(&cli.run)?,
+            &eval,
+            cli.run.max_endpoints_per_slice,
+            &mut std::io::stdout(),
+            &mut std::io::stderr(),
+        ),
         Some(Command::Plugin(PluginCommand::Inspect(inspect))) => {
-            let runtime = runtime(&cli.run)?;
-            crate::offline::inspect(&runtime, &inspect, &mut std::io::stdout())
+            crate::offline::inspect(&runtime(&cli.run)?, &inspect, &mut std::io::stdout())
         }
     }
 }
@@ -80,25 +81,35 @@ fn identity() -> String {
 
 async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
     let runtime = Arc::new(runtime(&args)?);
-    let mut plugins =
-        Plugins::built_in(&runtime).context("checking the built-in default plugin")?;
+    let mut plugins = tokio::task::block_in_place(|| Plugins::built_in(&runtime))
+        .context("checking the built-in default plugin")?;
     let (default_policy, policies) = args.failure_policies()?;
     plugins.set_failure_policies(default_policy, policies);
     if let Some(name) = &args.default_plugin {
         plugins.set_default(name);
     }
-    let dir = args.plugin_dir.as_ref().map(|dir| {
-        let mut dir = PluginDir::new(dir);
-        let scan = dir.scan(&runtime, &mut plugins);
-        if !scan.failed.is_empty() {
-            tracing::warn!(
-                failed = scan.failed.len(),
-                dir = %dir.path().display(),
-                "some plugins did not load; Services that name them get a Warning Event"
-            );
+    let (dir, plugins) = match args.plugin_dir.clone() {
+        None => (None, plugins),
+        Some(path) => {
+            // Plugins run off the async runtime's threads (see `run`).
+            let runtime = runtime.clone();
+            let (dir, plugins, scan) = tokio::task::spawn_blocking(move || {
+                let mut dir = PluginDir::new(path);
+                let scan = dir.scan(&runtime, &mut plugins);
+                (dir, plugins, scan)
+            })
+            .await
+            .context("loading the plugin directory")?;
+            if !scan.failed.is_empty() {
+                tracing::warn!(
+                    failed = scan.failed.len(),
+                    dir = %dir.path().display(),
+                    "some plugins did not load; Services that name them get a Warning Event"
+                );
+            }
+            (Some(dir), plugins)
         }
-        dir
-    });
+    };
     if plugins.get(plugins.default_name()).is_err() {
         tracing::warn!(
             default = plugins.default_name(),

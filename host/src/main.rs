@@ -1,9 +1,8 @@
 use clap::Parser;
 use nad_service_controller::{cli::Cli, run, telemetry};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     telemetry::init(cli.run.log_format, &cli.run.log_filter)?;
-    run(cli).await
+    run(cli)
 }

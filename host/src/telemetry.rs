@@ -1,4 +1,5 @@
-//! Structured logging: human-readable text or one JSON object per line.
+//! Structured logging to stderr (stdout stays free for command output such as
+//! `plugin eval`'s YAML): human-readable text or one JSON object per line.
 
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
@@ -9,10 +10,13 @@ pub fn init(format: LogFormat, filter: &str) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("invalid --log-filter {filter:?}: {e}"))?;
     let registry = tracing_subscriber::registry().with(filter);
     match format {
-        LogFormat::Text => registry.with(fmt::layer()).try_init()?,
+        LogFormat::Text => registry
+            .with(fmt::layer().with_writer(std::io::stderr))
+            .try_init()?,
         LogFormat::Json => registry
             .with(
                 fmt::layer()
+                    .with_writer(std::io::stderr)
                     .json()
                     .flatten_event(true)
                     .with_current_span(true)

@@ -101,12 +101,17 @@ pub enum PluginError {
         function: &'static str,
         limit: usize,
     },
-    #[error("plugin {plugin}: call to {function} trapped: {source:#}")]
+    #[error(
+        "plugin {plugin}: call to {function} trapped: {source:#}{}",
+        guest_output(output)
+    )]
     Trap {
         plugin: String,
         function: &'static str,
         #[source]
         source: wasmtime::Error,
+        /// What the guest wrote to stdout/stderr during the call (e.g. its panic message).
+        output: String,
     },
     #[error("plugin {plugin}: returned {got} decisions for {expected} pods")]
     WrongAnswer {
@@ -118,6 +123,14 @@ pub enum PluginError {
     Rejected { plugin: String, message: String },
     #[error("plugin {plugin}: invalid configuration: {message}")]
     InvalidConfig { plugin: String, message: String },
+}
+
+fn guest_output(output: &str) -> String {
+    if output.is_empty() {
+        String::new()
+    } else {
+        format!(" (plugin output: {output})")
+    }
 }
 
 impl PluginError {
@@ -137,12 +150,51 @@ impl PluginError {
     }
 }
 
+/// Links only the WASI interfaces a Rust `wasm32-wasip2` guest imports through its standard
+/// library (streams for stdio, cli environment/exit/std streams), all backed by an empty
+/// context: no arguments, no environment, stdin empty, stdout and stderr captured. Clocks,
+/// random numbers, the filesystem and sockets are not linked, so a plugin that imports them
+/// is refused at load (a clock would let it sleep past its deadline: epoch interruption only
+/// stops guest code).
+fn link_minimal_wasi(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
+    use wasmtime::component::HasData;
+    use wasmtime_wasi::{
+        cli::{WasiCli, WasiCliView},
+        p2::bindings::{cli, sync::io},
+    };
+
+    struct Io;
+    impl HasData for Io {
+        type Data<'a> = &'a mut ResourceTable;
+    }
+    let l = linker;
+    io::error::add_to_linker::<CallState, Io>(l, |t| &mut t.table)?;
+    io::poll::add_to_linker::<CallState, Io>(l, |t| &mut t.table)?;
+    io::streams::add_to_linker::<CallState, Io>(l, |t| &mut t.table)?;
+    cli::exit::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    cli::environment::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    cli::stdin::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    cli::stdout::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    cli::stderr::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    cli::terminal_input::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    cli::terminal_output::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    cli::terminal_stdin::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    cli::terminal_stdout::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    cli::terminal_stderr::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    Ok(())
+}
+
+/// How much of a guest's stdout/stderr (e.g. a panic message) is kept for error messages.
+const MAX_GUEST_OUTPUT: usize = 1024;
+
 /// Per-call state: an empty WASI context and the call's resource accounting.
 struct CallState {
     wasi: WasiCtx,
     table: ResourceTable,
     limiter: MemoryLimiter,
     plugin: Arc<str>,
+    /// `namespace/name` of the Service being evaluated, for the plugin's log lines.
+    service: Option<String>,
     log_lines: usize,
 }
 
@@ -172,12 +224,13 @@ impl bindings::isim::nad_endpoints::log::Host for CallState {
             message.push('…');
         }
         let plugin = &*self.plugin;
+        let service = self.service.as_deref().unwrap_or_default();
         match level {
-            Level::Trace => tracing::trace!(plugin, "{message}"),
-            Level::Debug => tracing::debug!(plugin, "{message}"),
-            Level::Info => tracing::info!(plugin, "{message}"),
-            Level::Warn => tracing::warn!(plugin, "{message}"),
-            Level::Error => tracing::error!(plugin, "{message}"),
+            Level::Trace => tracing::trace!(plugin, service, "{message}"),
+            Level::Debug => tracing::debug!(plugin, service, "{message}"),
+            Level::Info => tracing::info!(plugin, service, "{message}"),
+            Level::Warn => tracing::warn!(plugin, service, "{message}"),
+            Level::Error => tracing::error!(plugin, service, "{message}"),
         }
     }
 }
@@ -232,7 +285,7 @@ impl Runtime {
         config.epoch_interruption(true);
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        link_minimal_wasi(&mut linker)?;
         bindings::EndpointPolicy::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let (ticker_engine, stop) = (engine.clone(), ticker_stop.clone());
@@ -292,7 +345,7 @@ impl Runtime {
                 annotation_keys: Vec::new(),
             },
         };
-        plugin.info = plugin.call("info", |policy, store| policy.call_info(store))?;
+        plugin.info = plugin.call("info", None, |policy, store| policy.call_info(store))?;
         Ok(plugin)
     }
 
@@ -361,7 +414,7 @@ impl Plugin {
     }
 
     pub fn validate_config(&self, config: &str) -> Result<(), PluginError> {
-        self.call("validate-config", |policy, store| {
+        self.call("validate-config", None, |policy, store| {
             policy.call_validate_config(store, config)
         })?
         .map_err(|message| PluginError::InvalidConfig {
@@ -378,7 +431,7 @@ impl Plugin {
         config: &str,
     ) -> Result<Vec<Decision>, PluginError> {
         let answer = self
-            .call("evaluate", |policy, store| {
+            .call("evaluate", Some(service), |policy, store| {
                 policy.call_evaluate(store, service, pods, config)
             })?
             .map_err(|message| PluginError::Rejected {
@@ -399,21 +452,27 @@ impl Plugin {
     fn call<R>(
         &self,
         function: &'static str,
+        service: Option<&wit::Service>,
         f: impl FnOnce(
             &bindings::exports::isim::nad_endpoints::policy::Guest,
             &mut Store<CallState>,
         ) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
+        let output = wasmtime_wasi::p2::pipe::MemoryOutputPipe::new(MAX_GUEST_OUTPUT);
         let mut store = Store::new(
             &self.engine,
             CallState {
-                wasi: WasiCtx::builder().build(),
+                wasi: WasiCtx::builder()
+                    .stdout(output.clone())
+                    .stderr(output.clone())
+                    .build(),
                 table: ResourceTable::new(),
                 limiter: MemoryLimiter {
                     limit: self.limits.memory_bytes,
                     hit: false,
                 },
                 plugin: self.name.clone(),
+                service: service.map(|s| format!("{}/{}", s.namespace, s.name)),
                 log_lines: 0,
             },
         );
@@ -463,10 +522,14 @@ impl Plugin {
             } else if instantiating {
                 PluginError::Instantiate { plugin, source }
             } else {
+                let output = String::from_utf8_lossy(&output.contents())
+                    .trim()
+                    .to_owned();
                 PluginError::Trap {
                     plugin,
                     function,
                     source,
+                    output,
                 }
             }
         })

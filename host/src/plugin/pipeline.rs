@@ -49,6 +49,8 @@ pub struct PipelineError {
     pub hash: String,
     pub step: Step,
     pub message: String,
+    /// The self-test ran out of time: perhaps a busy machine, so worth another try later.
+    pub timed_out: bool,
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -125,6 +127,7 @@ pub fn prepare(
         hash: hash.clone(),
         step,
         message,
+        timed_out: false,
     };
     if bytes.len() as u64 > super::MAX_PLUGIN_BYTES {
         return Err(fail(
@@ -188,7 +191,12 @@ pub fn prepare(
     let (service, pods) = self_test_input();
     match plugin.evaluate(&service, &pods, config) {
         Ok(_) | Err(PluginError::Rejected { .. }) => {}
-        Err(e) => return Err(fail(Step::SelfTest, error_text(&e))),
+        Err(e) => {
+            return Err(PipelineError {
+                timed_out: matches!(e, PluginError::Timeout { .. }),
+                ..fail(Step::SelfTest, error_text(&e))
+            });
+        }
     }
     Ok(Configured {
         plugin,

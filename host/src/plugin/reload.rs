@@ -6,8 +6,11 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    time::SystemTime,
+    time::{Duration, Instant, SystemTime},
 };
+
+/// A file whose self-test timed out is tried again after this long, even if unchanged.
+const TIMEOUT_RETRY: Duration = Duration::from_secs(60);
 
 use super::{PipelineError, Plugins, Runtime, pipeline::sha256_hex, prepare};
 
@@ -34,6 +37,8 @@ struct Seen {
     files: (FileId, Option<FileId>),
     /// sha256 of the component and of its configuration.
     content: (String, String),
+    /// When an unchanged file that failed transiently is tried again.
+    retry_at: Option<Instant>,
 }
 
 /// What one scan changed.
@@ -122,7 +127,12 @@ impl PluginDir {
             let Ok(wasm_id) = file_id(path) else { continue };
             let config_id = file_id(&config_path).ok();
             let ids = (wasm_id, config_id);
-            if self.seen.get(name).is_some_and(|s| s.files == ids) {
+            let retry_due = self
+                .seen
+                .get(name)
+                .and_then(|s| s.retry_at)
+                .is_some_and(|at| Instant::now() >= at);
+            if !retry_due && self.seen.get(name).is_some_and(|s| s.files == ids) {
                 continue;
             }
             let (bytes, config) = match (std::fs::read(path), read_config(&config_path)) {
@@ -135,16 +145,17 @@ impl PluginDir {
             };
             let content = (sha256_hex(&bytes), sha256_hex(config.as_bytes()));
             let unchanged = self.seen.get(name).is_some_and(|s| s.content == content);
-            self.seen.insert(
-                name.clone(),
-                Seen {
-                    files: ids,
-                    content,
-                },
-            );
-            if unchanged {
+            let seen = self.seen.entry(name.clone()).or_insert_with(|| Seen {
+                files: ids.clone(),
+                content: content.clone(),
+                retry_at: None,
+            });
+            seen.files = ids;
+            seen.content = content;
+            if unchanged && !retry_due {
                 continue;
             }
+            seen.retry_at = None;
             match prepare(runtime, name, &bytes, &config) {
                 Ok(configured) => {
                     tracing::info!(
@@ -163,6 +174,9 @@ impl PluginDir {
                         error = %e,
                         "plugin file refused; the previous version (if any) keeps serving"
                     );
+                    if e.timed_out {
+                        seen.retry_at = Some(Instant::now() + TIMEOUT_RETRY);
+                    }
                     plugins.record_failure(name, e.to_string());
                     scan.failed.push(e);
                 }

@@ -25,6 +25,9 @@ impl Config {
                 label: default_label(),
             });
         }
+        if !text.trim_start().starts_with('{') {
+            return Err("opt-out configuration: expected a JSON object such as {\"label\": \"maintenance\"}".to_owned());
+        }
         let config: Config =
             serde_json::from_str(text).map_err(|e| format!("opt-out configuration: {e}"))?;
         if config.label.is_empty() {
@@ -194,5 +197,10 @@ mod tests {
                 .contains("must not be empty")
         );
         assert!(Config::parse("not json").is_err());
+        assert!(
+            Config::parse(r#"["maintenance"]"#)
+                .unwrap_err()
+                .contains("JSON object")
+        );
     }
 }

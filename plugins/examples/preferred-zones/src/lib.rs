@@ -1,0 +1,64 @@
+//! Example plugin `preferred-zones`: keeps a Service's traffic zone-local. The Service names
+//! its zones in the annotation `endpoints.isim.dev/preferred-zones: "zone-a,zone-b"`; pods on
+//! nodes in those zones are published, the others are left out. If no pod that would otherwise
+//! be published is in a preferred zone, all of them are published (the fallback), so a Service
+//! never goes dark because its zones have no pods. Terminal pods are left out and conditions
+//! follow Kubernetes' rules, as in the default plugin.
+//!
+//! Configuration (`preferred-zones.json`, optional): `{"annotation": "<key>"}` reads another
+//! Service annotation, `{"fallback": false}` turns the fallback off.
+//!
+//! This file is only glue; the decisions are in the plain-Rust [`policy`] module.
+
+mod policy;
+
+/// The WIT bindings and the component's exports (the generated ABI glue is `unsafe`).
+#[allow(unsafe_code)]
+mod bindings {
+    wit_bindgen::generate!({
+        path: "../../../wit",
+        world: "endpoint-policy",
+        // Lets the policy's tests compare decisions; unused impls cost nothing in the component.
+        additional_derives: [PartialEq, Eq],
+    });
+
+    use super::PreferredZones;
+    export!(PreferredZones);
+}
+
+use bindings::exports::isim::nad_endpoints::policy::Guest;
+use bindings::isim::nad_endpoints::log::{Level, log};
+use bindings::isim::nad_endpoints::types::{Decision, PluginInfo, Pod, Service};
+
+/// The exported component.
+struct PreferredZones;
+
+impl Guest for PreferredZones {
+    fn info() -> PluginInfo {
+        policy::info()
+    }
+
+    fn validate_config(config: String) -> Result<(), String> {
+        policy::Config::parse(&config).map(|_| ())
+    }
+
+    fn evaluate(service: Service, pods: Vec<Pod>, config: String) -> Result<Vec<Decision>, String> {
+        let config = policy::Config::parse(&config)?;
+        let outcome = policy::evaluate(&service, &pods, &config);
+        // Worth an operator's attention when the Service is not zone-local right now.
+        let level = if outcome.fell_back {
+            Level::Info
+        } else {
+            Level::Debug
+        };
+        // The host tags the line with the plugin's name; name the Service here.
+        let line = format!(
+            "service {}/{}: {}",
+            service.namespace,
+            service.name,
+            outcome.summary()
+        );
+        log(level, &line);
+        Ok(outcome.decisions)
+    }
+}
