@@ -54,7 +54,7 @@ local-down: ## Stop the local control plane and remove its state
 lint: wasm-target ## cargo fmt --check and clippy with warnings as errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
-	$(CARGO) clippy --locked --target $(WASM_TARGET) -p nad-default-plugin -p nad-test-misbehaving -- -D warnings
+	$(CARGO) clippy --locked --target $(WASM_TARGET) -p nad-default-plugin -p nad-plugin-opt-out -p nad-plugin-preferred-zones -p nad-test-misbehaving -- -D warnings
 
 .PHONY: fmt
 fmt: ## Format the code

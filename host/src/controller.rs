@@ -71,7 +71,6 @@ pub struct Settings {
 pub struct Context {
     client: Client,
     recorder: Recorder,
-    services: Store<Service>,
     pods: Store<Pod>,
     nodes: Store<Node>,
     slices: Store<EndpointSlice>,
@@ -80,19 +79,22 @@ pub struct Context {
     metrics: Arc<Metrics>,
     failures: Mutex<HashMap<ObjectRef<Service>, u32>>,
     expectations: Mutex<Expectations>,
+    caches_ready: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Context {
+    /// Waits until every cache has its initial list.
+    ///
+    /// Only one task awaits the stores themselves (see [`run`]): `Store::wait_until_ready`
+    /// keeps the waker of its last poller only, so concurrent reconciles waiting on it directly
+    /// could sleep forever. Reconciles wait on this watch channel instead.
     async fn wait_ready(&self) -> Result<(), Error> {
-        for ready in [
-            self.services.wait_until_ready().await,
-            self.pods.wait_until_ready().await,
-            self.nodes.wait_until_ready().await,
-            self.slices.wait_until_ready().await,
-        ] {
-            ready.map_err(|_| Error::CachesNotReady)?;
-        }
-        Ok(())
+        let mut ready = self.caches_ready.clone();
+        ready
+            .wait_for(|ready| *ready)
+            .await
+            .map(|_| ())
+            .map_err(|_| Error::CachesNotReady)
     }
 
     fn expectations(&self) -> std::sync::MutexGuard<'_, Expectations> {
@@ -248,6 +250,11 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
         tracing::warn!(pod = %ignored.pod, ips = ?ignored.ips, network = %target.network, "unparsable IPs in the network-status annotation were left out");
     }
 
+    tracing::debug!(
+        candidates = observation.candidates.len(),
+        skipped = observation.skipped.len(),
+        "observed"
+    );
     let decisions = decide(ctx, service, &target, &observation.candidates).await?;
     let plan::Split { included, excluded } = plan::split(&observation.candidates, &decisions);
     for (candidate, reason) in &excluded {
@@ -262,6 +269,11 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
             "up to date"
         );
     } else {
+        tracing::debug!(
+            apply = changes.apply.len(),
+            delete = changes.delete.len(),
+            "writing"
+        );
         let written = write(ctx, &namespace, &name, changes, &existing).await?;
         tracing::info!(
             endpoints = included.len(),
@@ -531,6 +543,24 @@ fn services_on(services: &Store<Service>, pairs: &[(String, String)]) -> Vec<Obj
         .collect()
 }
 
+/// Whether a store got its initial list (`false`: its writer is gone).
+///
+/// Polled again every 100 ms: `Store::wait_until_ready` wakes only its last poller, and the
+/// controller's own runner waits on the Service store too, so a single await could sleep
+/// forever.
+async fn store_ready<K>(store: &Store<K>) -> bool
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    loop {
+        match tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready()).await {
+            Ok(result) => return result.is_ok(),
+            Err(_) => continue,
+        }
+    }
+}
+
 /// Where the controller's plugins come from.
 pub struct PluginSource {
     pub runtime: Arc<Runtime>,
@@ -612,7 +642,7 @@ pub async fn run(
     let (pods, pod_writer) = reflector::store::<Pod>();
     let (nodes, node_writer) = reflector::store::<Node>();
     let (slices, slice_writer) = reflector::store::<EndpointSlice>();
-    let any = || watcher::Config::default().any_semantic();
+    let any = watcher::Config::default;
     let scoped = |client: Client| match &settings.namespace {
         Some(ns) => (
             Api::namespaced(client.clone(), ns),
@@ -718,10 +748,29 @@ pub async fn run(
         services.clone(),
         metrics.clone(),
     );
+    let (caches_synced, caches_ready) = tokio::sync::watch::channel(false);
+    {
+        let stores = (
+            services.clone(),
+            pods.clone(),
+            nodes.clone(),
+            slices.clone(),
+        );
+        tokio::spawn(async move {
+            let synced = store_ready(&stores.0).await
+                && store_ready(&stores.1).await
+                && store_ready(&stores.2).await
+                && store_ready(&stores.3).await;
+            if synced {
+                tracing::info!("caches synced");
+                ready.set(true);
+                let _ = caches_synced.send(true);
+            }
+        });
+    }
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
         client,
-        services: services.clone(),
         pods,
         nodes,
         slices,
@@ -730,16 +779,8 @@ pub async fn run(
         metrics,
         failures: Mutex::default(),
         expectations: Mutex::default(),
+        caches_ready,
     });
-    {
-        let ctx = ctx.clone();
-        tokio::spawn(async move {
-            if ctx.wait_ready().await.is_ok() {
-                tracing::info!("caches synced");
-                ready.set(true);
-            }
-        });
-    }
 
     Controller::for_stream(service_stream, services)
         .owns_stream(slice_stream)

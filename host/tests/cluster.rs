@@ -31,7 +31,7 @@ use nad_service_controller::{
     leader::LeaderElector,
     metrics::Metrics,
     plan::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL},
-    plugin::{Limits, PluginDir, Plugins, Runtime, SharedPlugins, prepare},
+    plugin::{FailurePolicy, Limits, PluginDir, Plugins, Runtime, SharedPlugins, prepare},
     server::Readiness,
 };
 use node_sim::Simulator;
@@ -39,6 +39,8 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 const OPT_OUT: &[u8] = include_bytes!(env!("NSC_EXAMPLE_OPT_OUT_WASM"));
+const PREFERRED_ZONES: &[u8] = include_bytes!(env!("NSC_EXAMPLE_PREFERRED_ZONES_WASM"));
+const MISBEHAVING: &[u8] = include_bytes!(env!("NSC_TEST_MISBEHAVING_WASM"));
 const WAIT: Duration = Duration::from_secs(60);
 
 // ---- log capture ------------------------------------------------------------------------------
@@ -49,7 +51,7 @@ fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
         let buffer = Arc::new(Mutex::new(Vec::new()));
         let writer = buffer.clone();
         let _ = tracing_subscriber::fmt()
-            .with_env_filter("info,nad_service_controller=debug")
+            .with_env_filter("info,nad_service_controller=debug,kube_runtime=debug")
             .with_ansi(false)
             .with_writer(move || Tee(writer.clone()))
             .try_init();
@@ -138,12 +140,16 @@ async fn namespace(client: &Client, test: &str) -> String {
 }
 
 async fn env(test: &str) -> Env {
-    env_with(test, |_| {}, None).await
+    env_with(test, |_, _| {}, None).await
 }
 
 /// An environment whose plugins are the built-in one, `opt-out`, whatever `configure` adds,
 /// and what the plugin directory `dir` holds (rescanned every 200 ms).
-async fn env_with(test: &str, configure: impl FnOnce(&mut Plugins), dir: Option<PathBuf>) -> Env {
+async fn env_with(
+    test: &str,
+    configure: impl FnOnce(&Runtime, &mut Plugins),
+    dir: Option<PathBuf>,
+) -> Env {
     let client = client().await;
     let ns = namespace(&client, test).await;
     let runtime = Arc::new(Runtime::new(Limits::default()).unwrap());
@@ -152,7 +158,7 @@ async fn env_with(test: &str, configure: impl FnOnce(&mut Plugins), dir: Option<
         "opt-out",
         prepare(&runtime, "opt-out", OPT_OUT, "").unwrap(),
     );
-    configure(&mut plugins);
+    configure(&runtime, &mut plugins);
     let dir = dir.map(|d| {
         let mut dir = PluginDir::new(d);
         dir.scan(&runtime, &mut plugins);
@@ -293,9 +299,11 @@ impl Env {
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}; slices of {service}: {}",
+                "timed out waiting for {what}; slices of {service}: {}\nthe controller's log for {}:\n{}",
                 serde_json::to_string_pretty(&slices.iter().map(summary).collect::<Vec<_>>())
-                    .unwrap()
+                    .unwrap(),
+                self.ns,
+                self.log_tail()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -310,6 +318,14 @@ impl Env {
             .into_iter()
             .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
             .collect()
+    }
+
+    /// The last lines the controller logged about this namespace.
+    fn log_tail(&self) -> String {
+        let log = captured();
+        let _ = std::fs::write(std::env::temp_dir().join("nsc-captured.log"), &log);
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains(&self.ns)).collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
     }
 
     fn writes(&self) -> u64 {
@@ -751,7 +767,9 @@ async fn slices_deleted_or_edited_by_hand_are_restored() {
     env.pod("web-a", json!({"app": "web"}), "macvlan", true)
         .await;
     let original = env
-        .wait_slices("web", "a slice", |s| endpoint_count(s) == 1)
+        .wait_slices("web", "a ready endpoint", |s| {
+            conditions(s).iter().map(|c| c.1).collect::<Vec<_>>() == [true]
+        })
         .await;
     let want = conditions(&original);
 
@@ -942,5 +960,238 @@ async fn pods_in_other_namespaces_are_never_published() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(endpoint_count(&env.slices("web").await), 1);
     other.finish().await;
+    env.finish().await;
+}
+
+fn metric_with(env: &Env, name: &str, labels: &str) -> u64 {
+    let text = env.metrics.encode();
+    let line = format!("{name}{{{labels}}}");
+    text.lines()
+        .filter(|l| l.starts_with(&line))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+fn pod_names(slices: &[EndpointSlice]) -> Vec<String> {
+    let mut names: Vec<String> = slices
+        .iter()
+        .flat_map(endpoints)
+        .map(|e| e.target_ref.as_ref().unwrap().name.clone().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_directory_changed_while_running_changes_slices_and_never_serves_a_broken_file() {
+    let dir = std::env::temp_dir().join(format!("nsc-plugins-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let env = env_with("reload", |_, _| {}, Some(dir.clone())).await;
+    env.service(
+        "web",
+        json!({}),
+        json!({"isim.dev/network": "macvlan", "isim.dev/endpoint-policy": "tenant"}),
+        json!({"clusterIP": "None", "ports": [{"port": 80}]}),
+    )
+    .await;
+    env.pod(
+        "web-a",
+        json!({"endpoints.isim.dev/opt-out": "true"}),
+        "macvlan",
+        true,
+    )
+    .await;
+    env.pod("web-b", json!({}), "macvlan", true).await;
+    let unknown = "nad_service_controller_reconciles_total";
+    eventually("a reconcile naming the missing plugin", || async {
+        (metric_with(&env, unknown, "result=\"unknown_plugin\"") > 0).then_some(())
+    })
+    .await;
+    assert!(env.slices("web").await.is_empty());
+
+    // Added: the opt-out example serves as "tenant".
+    std::fs::write(dir.join("tenant.wasm"), OPT_OUT).unwrap();
+    env.wait_slices("web", "web-b only, with tenant = opt-out", |s| {
+        pod_names(s) == ["web-b"]
+    })
+    .await;
+
+    // Replaced with a new version: the default policy publishes both.
+    std::fs::write(
+        dir.join("tenant.wasm"),
+        include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM")),
+    )
+    .unwrap();
+    env.wait_slices("web", "both pods with the new version", |s| {
+        pod_names(s) == ["web-a", "web-b"]
+    })
+    .await;
+
+    // Replaced with a broken file: a Warning Event, and the previous version keeps serving.
+    std::fs::write(dir.join("tenant.wasm"), b"\0asm\x0d\0\x01\0 truncated").unwrap();
+    let event = eventually("a PluginLoadFailed event", || async {
+        env.events_for("web")
+            .await
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("PluginLoadFailed"))
+    })
+    .await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains("compile check failed") && note.contains("previous version keeps serving"),
+        "{note}"
+    );
+    env.pod(
+        "web-c",
+        json!({"endpoints.isim.dev/opt-out": "true"}),
+        "macvlan",
+        true,
+    )
+    .await;
+    env.wait_slices("web", "web-c added by the version still serving", |s| {
+        pod_names(s).len() == 3
+    })
+    .await;
+    assert_eq!(
+        metric_with(
+            &env,
+            "nad_service_controller_plugin_loads_total",
+            "plugin=\"tenant\",result=\"compile\""
+        ),
+        1
+    );
+
+    // Deleted: the Service keeps its slices (failure policy keep) and is told.
+    let before = metric_with(&env, unknown, "result=\"unknown_plugin\"");
+    std::fs::remove_file(dir.join("tenant.wasm")).unwrap();
+    eventually("a reconcile after the deletion", || async {
+        (metric_with(&env, unknown, "result=\"unknown_plugin\"") > before).then_some(())
+    })
+    .await;
+    assert_eq!(
+        pod_names(&env.slices("web").await),
+        ["web-a", "web-b", "web-c"]
+    );
+    env.finish().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_plugin_keeps_the_last_slices_or_falls_back_as_configured() {
+    let env = env_with(
+        "failpolicy",
+        |rt, plugins| {
+            for name in ["buggy", "buggy-fallback"] {
+                plugins.insert(
+                    name,
+                    prepare(rt, name, MISBEHAVING, "trap-on-team-red").unwrap(),
+                );
+            }
+            plugins.set_failure_policies(
+                FailurePolicy::Keep,
+                [("buggy-fallback".to_string(), FailurePolicy::Fallback)].into(),
+            );
+        },
+        None,
+    )
+    .await;
+    for (service, plugin) in [("keep", "buggy"), ("fall", "buggy-fallback")] {
+        env.service(
+            service,
+            json!({}),
+            json!({"isim.dev/network": "macvlan", "isim.dev/endpoint-policy": plugin}),
+            json!({"clusterIP": "None", "ports": [{"port": 80}]}),
+        )
+        .await;
+    }
+    env.pod("web-b", json!({"team": "blue"}), "macvlan", true)
+        .await;
+    env.wait_slices("keep", "web-b", |s| pod_names(s) == ["web-b"])
+        .await;
+    env.wait_slices("fall", "web-b", |s| pod_names(s) == ["web-b"])
+        .await;
+
+    // A pod that makes the plugin trap.
+    env.pod("web-r", json!({"team": "red"}), "macvlan", true)
+        .await;
+    env.wait_slices("fall", "both pods, decided by the built-in plugin", |s| {
+        pod_names(s) == ["web-b", "web-r"]
+    })
+    .await;
+    let failed = eventually("a PluginFailed event on keep", || async {
+        env.events_for("keep")
+            .await
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("PluginFailed"))
+    })
+    .await;
+    let note = failed.note.unwrap_or_default();
+    assert!(
+        note.contains("plugin buggy") && note.contains("deliberate trap on team=red"),
+        "{note}"
+    );
+    assert_eq!(
+        pod_names(&env.slices("keep").await),
+        ["web-b"],
+        "keep: the slices stay as last applied"
+    );
+    let fell_back = eventually("a PluginFallback event on fall", || async {
+        env.events_for("fall")
+            .await
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("PluginFallback"))
+    })
+    .await;
+    assert!(
+        fell_back
+            .note
+            .unwrap_or_default()
+            .contains("built-in default plugin")
+    );
+    assert!(
+        metric_with(
+            &env,
+            "nad_service_controller_plugin_fallbacks_total",
+            "plugin=\"buggy-fallback\""
+        ) >= 1
+    );
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_preferred_zones_example_keeps_a_service_zone_local() {
+    let env = env_with(
+        "zones",
+        |rt, plugins| {
+            plugins.insert(
+                "preferred-zones",
+                prepare(rt, "preferred-zones", PREFERRED_ZONES, "").unwrap(),
+            )
+        },
+        None,
+    )
+    .await;
+    env.service(
+        "web",
+        json!({}),
+        json!({"isim.dev/network": "macvlan", "isim.dev/endpoint-policy": "preferred-zones",
+               "endpoints.isim.dev/preferred-zones": "zone-a"}),
+        json!({"clusterIP": "None", "ports": [{"port": 80}]}),
+    )
+    .await;
+    // The simulator places pods on its two nodes in turn: zone-a, zone-b, zone-a, zone-b.
+    for name in ["web-0", "web-1", "web-2", "web-3"] {
+        env.pod(name, json!({}), "macvlan", true).await;
+    }
+    let slices = env
+        .wait_slices("web", "the zone-a pods", |s| endpoint_count(s) == 2)
+        .await;
+    assert!(
+        slices
+            .iter()
+            .flat_map(endpoints)
+            .all(|e| e.zone.as_deref() == Some("zone-a"))
+    );
     env.finish().await;
 }
