@@ -104,7 +104,8 @@ async fn client() -> Client {
 struct Env {
     client: Client,
     ns: String,
-    sim: Simulator,
+    sim: Arc<Simulator>,
+    heartbeat: tokio::task::JoinHandle<()>,
     metrics: Arc<Metrics>,
     stop: Option<oneshot::Sender<()>>,
     controller: tokio::task::JoinHandle<()>,
@@ -189,18 +190,27 @@ async fn env_with(
             let _ = stopped.await;
         },
     ));
-    let sim = Simulator::new(
+    let sim = Arc::new(Simulator::new(
         client.clone(),
         node_sim::Config {
             finalize_terminating: false,
             ..node_sim::Config::default()
         },
-    );
+    ));
     sim.ensure_nodes().await.unwrap();
+    // Without heartbeats the node lifecycle controller would mark the nodes, and so the pods,
+    // not ready after about 40 s, changing endpoints under a test's feet.
+    let heartbeat = tokio::spawn({
+        let sim = sim.clone();
+        async move {
+            let _ = sim.heartbeat().await;
+        }
+    });
     Env {
         client,
         ns,
         sim,
+        heartbeat,
         metrics,
         stop: Some(stop),
         controller,
@@ -323,23 +333,28 @@ impl Env {
     /// The last lines the controller logged about this namespace.
     fn log_tail(&self) -> String {
         let log = captured();
-        let _ = std::fs::write(std::env::temp_dir().join("nsc-captured.log"), &log);
         let lines: Vec<&str> = log.lines().filter(|l| l.contains(&self.ns)).collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
     }
 
     fn writes(&self) -> u64 {
-        metric(
-            &self.metrics.encode(),
+        metric_with(
+            self,
             "nad_service_controller_endpointslice_writes_total",
+            "",
         )
     }
 
+    /// Waits until the reconcile count passes `count`.
+    async fn reconciled_after(&self, count: u64) {
+        eventually("a reconcile", || async {
+            (self.reconciles() > count).then_some(())
+        })
+        .await;
+    }
+
     fn reconciles(&self) -> u64 {
-        metric(
-            &self.metrics.encode(),
-            "nad_service_controller_reconciles_total",
-        )
+        metric_with(self, "nad_service_controller_reconciles_total", "")
     }
 
     async fn finish(mut self) {
@@ -347,6 +362,7 @@ impl Env {
             let _ = stop.send(());
         }
         let _ = tokio::time::timeout(Duration::from_secs(10), &mut self.controller).await;
+        self.heartbeat.abort();
         // Without a kubelet, terminating pods would hold the namespace forever.
         let _ = self
             .api::<Pod>()
@@ -361,12 +377,16 @@ impl Env {
     }
 }
 
-/// Sum of a counter over all its label sets.
-fn metric(text: &str, name: &str) -> u64 {
+/// Sum of a counter over all its label sets (`labels` "") or the one set `labels`.
+fn metric(text: &str, name: &str, labels: &str) -> u64 {
     text.lines()
         .filter(|l| {
-            l.starts_with(name)
-                && (l[name.len()..].starts_with('{') || l[name.len()..].starts_with(' '))
+            l.strip_prefix(name).is_some_and(|rest| {
+                rest.strip_prefix('{')
+                    .map_or(labels.is_empty() && rest.starts_with(' '), |rest| {
+                        labels.is_empty() || rest.starts_with(&format!("{labels}}}"))
+                    })
+            })
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
@@ -819,22 +839,24 @@ async fn with_nothing_changing_a_reconcile_writes_nothing() {
     let (writes, reconciles) = (env.writes(), env.reconciles());
 
     // Changes that move no endpoint: an unrelated Service annotation, a pod label the
-    // policy ignores, Ready re-set to what it was.
+    // policy ignores, Ready re-set to what it was. One at a time, each followed by the
+    // reconcile it triggers (queued triggers for one Service merge into one reconcile).
     let touch = json!({"metadata": {"annotations": {"example.com/touched": "1"}}});
     env.api::<Service>()
         .patch("web", &PatchParams::default(), &Patch::Merge(&touch))
         .await
         .unwrap();
+    env.reconciled_after(reconciles).await;
     let label = json!({"metadata": {"labels": {"example.com/irrelevant": "x"}}});
+    let count = env.reconciles();
     env.api::<Pod>()
         .patch("web-a", &PatchParams::default(), &Patch::Merge(&label))
         .await
         .unwrap();
+    env.reconciled_after(count).await;
+    let count = env.reconciles();
     env.sim.set_ready(&env.ns, "web-b", true).await.unwrap();
-    eventually("three more reconciles", || async {
-        (env.reconciles() >= reconciles + 3).then_some(())
-    })
-    .await;
+    env.reconciled_after(count).await;
 
     let after = env.slices("web").await;
     assert_eq!(
@@ -964,12 +986,7 @@ async fn pods_in_other_namespaces_are_never_published() {
 }
 
 fn metric_with(env: &Env, name: &str, labels: &str) -> u64 {
-    let text = env.metrics.encode();
-    let line = format!("{name}{{{labels}}}");
-    text.lines()
-        .filter(|l| l.starts_with(&line))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    metric(&env.metrics.encode(), name, labels)
 }
 
 fn pod_names(slices: &[EndpointSlice]) -> Vec<String> {

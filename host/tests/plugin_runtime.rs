@@ -9,7 +9,9 @@ use k8s_openapi::api::core::v1::Pod;
 use nad_service_controller::{
     observe::Candidate,
     plan::{Conditions, Decision},
-    plugin::{Limits, Plugin, PluginError, Runtime, pod_view, service_view, wit},
+    plugin::{
+        DEFAULT_PLUGIN_WASM, Limits, Plugin, PluginError, Runtime, pod_view, service_view, wit,
+    },
     target::ServiceTarget,
 };
 use serde_json::json;
@@ -97,7 +99,7 @@ fn include(ready: bool, serving: bool, terminating: bool) -> Decision {
 #[test]
 fn the_default_plugin_describes_itself() {
     let rt = runtime();
-    let plugin = rt.load_default().unwrap();
+    let plugin = rt.load("default", DEFAULT_PLUGIN_WASM).unwrap();
     assert_eq!(plugin.info().name, "default");
     assert_eq!(plugin.info().version, env!("CARGO_PKG_VERSION"));
     assert!(plugin.reads_label("app.kubernetes.io/name") && plugin.reads_label("app"));
@@ -112,7 +114,7 @@ fn the_default_plugin_describes_itself() {
 #[test]
 fn the_default_plugin_maps_conditions_exactly_as_kubernetes() {
     let rt = runtime();
-    let plugin = rt.load_default().unwrap();
+    let plugin = rt.load("default", DEFAULT_PLUGIN_WASM).unwrap();
     // (ready, terminating, publishNotReadyAddresses) -> (ready, serving, terminating)
     let table = [
         ((true, false, false), (true, true, false)),
@@ -144,7 +146,7 @@ fn the_default_plugin_maps_conditions_exactly_as_kubernetes() {
 #[test]
 fn the_default_plugin_filters_by_label_and_phase() {
     let rt = runtime();
-    let plugin = rt.load_default().unwrap();
+    let plugin = rt.load("default", DEFAULT_PLUGIN_WASM).unwrap();
     let by_name = candidate(PodSpec {
         name: "by-name",
         labels: json!({"app.kubernetes.io/name": "web", "app": "other"}),
@@ -236,7 +238,7 @@ fn pods_carry_only_the_labels_and_annotations_the_plugin_declared() {
         seen,
         "labels=team=blue;annotations=k8s.v1.cni.cncf.io/network-status=[],note=n;ips=192.168.2.4,fd00::4;zone=zone-a;node=node-1;phase=running"
     );
-    let default = rt.load_default().unwrap();
+    let default = rt.load("default", DEFAULT_PLUGIN_WASM).unwrap();
     let view = pod_view(&pod("a", "web"), &default);
     let keys: Vec<_> = view.labels.iter().map(|kv| kv.key.as_str()).collect();
     assert_eq!(keys, vec!["app"]);
@@ -355,7 +357,7 @@ fn files_that_are_not_components_are_refused_at_load() {
 #[test]
 fn one_plugin_serves_calls_from_many_threads() {
     let rt = runtime();
-    let plugin = rt.load_default().unwrap();
+    let plugin = rt.load("default", DEFAULT_PLUGIN_WASM).unwrap();
     let pods: Vec<_> = (0..100).map(|i| pod(&format!("p{i}"), "web")).collect();
     std::thread::scope(|s| {
         for _ in 0..4 {

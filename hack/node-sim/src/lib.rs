@@ -13,7 +13,7 @@
 
 use std::{
     collections::{BTreeMap, HashSet},
-    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    net::{IpAddr, Ipv4Addr},
     sync::Mutex,
 };
 
@@ -481,11 +481,6 @@ fn mac(ip: IpAddr) -> String {
     };
     let b: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
     format!("02:42:{}", b.join(":"))
-}
-
-/// An IPv6 address for tests that need one (fd00:<network byte>::<n>).
-pub fn ula(network: u16, host: u16) -> IpAddr {
-    IpAddr::V6(Ipv6Addr::new(0xfd00, network, 0, 0, 0, 0, 0, host))
 }
 
 #[cfg(test)]

@@ -305,10 +305,6 @@ impl Runtime {
         })
     }
 
-    pub fn limits(&self) -> Limits {
-        self.limits
-    }
-
     /// Compiles and links a component and asks it for its `info`.
     pub fn load(&self, name: &str, bytes: &[u8]) -> Result<Plugin, PluginError> {
         let component = self.compile(name, bytes)?;
@@ -357,11 +353,6 @@ impl Runtime {
             .exports(&self.engine)
             .map(|(name, _)| name.to_owned())
             .collect()
-    }
-
-    /// The built-in default plugin.
-    pub fn load_default(&self) -> Result<Plugin, PluginError> {
-        self.load("default", DEFAULT_PLUGIN_WASM)
     }
 }
 
