@@ -11,10 +11,24 @@ BIN := $(TARGET_DIR)/release/nad-service-controller
 WASM_TARGET := wasm32-wasip2
 PLUGIN_DIR := $(TARGET_DIR)/$(WASM_TARGET)/wasm-release
 RUN_ARGS ?= --leader-election=false
+# A static (musl) binary of this machine's architecture, as the image holds.
+STATIC_TARGET ?= $(shell uname -m)-unknown-linux-musl
+STATIC_OUT ?= $(TARGET_DIR)/static
+# Images: `make image` pushes $(IMAGE); KinD gets $(KIND_IMAGE), loaded without a registry.
+IMAGE_REPO ?= ghcr.io/ihcsim/nad-service-controller
+IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+IMAGE ?= $(IMAGE_REPO):$(IMAGE_TAG)
+KIND_CLUSTER_NAME ?= nad-service-controller
+KIND_IMAGE ?= nad-service-controller:dev
+# Which deploy/overlays/ directory `apply`, `apply-kind` and `delete` use: default or with-plugins.
+OVERLAY ?= default
+KUBECTL ?= kubectl
+RELEASE_MANIFEST ?= deploy/deploy.yaml
+export KIND_CLUSTER_NAME
 
 .PHONY: help
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: wasm-target
 wasm-target: ## Install the wasm32-wasip2 Rust target if it is missing
@@ -30,8 +44,18 @@ plugins: wasm-target ## Build the plugins as components to $(TARGET_DIR)/wasm32-
 	$(CARGO) build --locked --target $(WASM_TARGET) --profile wasm-release -p nad-default-plugin
 	@ls -l $(PLUGIN_DIR)/*.wasm
 
+.PHONY: build-static
+build-static: wasm-target ## Build a static (musl) controller binary to $(STATIC_OUT)/, as the image holds
+	@command -v musl-gcc >/dev/null || { echo "build-static: musl-gcc is missing: install Debian's musl-tools (apt-get install musl-tools)" >&2; exit 1; }
+	@rustup target list --installed | grep -qx '$(STATIC_TARGET)' || rustup target add $(STATIC_TARGET)
+	CC_$(subst -,_,$(STATIC_TARGET))=musl-gcc $(CARGO) build --release --locked --target $(STATIC_TARGET) \
+		--config 'profile.release.strip="symbols"' -p nad-service-controller
+	@mkdir -p $(STATIC_OUT)
+	cp $(TARGET_DIR)/$(STATIC_TARGET)/release/nad-service-controller $(STATIC_OUT)/
+	@echo "built $(STATIC_OUT)/nad-service-controller"
+
 .PHONY: test
-test: wasm-target ## Run every test: unit, plugin and integration (starts the local control plane)
+test: wasm-target ## Run every test: unit, plugin, integration, RBAC and manifests (starts the local control plane)
 	CARGO="$(CARGO)" hack/test.sh
 
 .PHONY: test-unit
@@ -51,10 +75,22 @@ local-down: ## Stop the local control plane and remove its state
 	@hack/local-down.sh
 
 .PHONY: lint
-lint: wasm-target ## cargo fmt --check and clippy with warnings as errors
+lint: lint-rust lint-workflows deny ## All linters: lint-rust, lint-workflows, deny
+
+.PHONY: lint-rust
+lint-rust: wasm-target ## cargo fmt --check and clippy (host and wasm32 guests) with warnings as errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --locked --target $(WASM_TARGET) -p nad-default-plugin -p nad-plugin-opt-out -p nad-plugin-preferred-zones -p nad-test-misbehaving -- -D warnings
+
+.PHONY: lint-workflows
+lint-workflows: ## Lint .github/workflows: actionlint (with shellcheck, if installed), SHA pins, permissions, timeouts
+	"$$(hack/tools.sh actionlint)" -color=false
+	python3 hack/check-workflows.py
+
+.PHONY: deny
+deny: ## cargo deny: licences, bans, sources (and advisories with DENY_ADVISORIES=1; needs github.com)
+	"$$(hack/tools.sh cargo-deny)" check licenses bans sources $(if $(DENY_ADVISORIES),advisories)
 
 .PHONY: fmt
 fmt: ## Format the code
@@ -63,3 +99,53 @@ fmt: ## Format the code
 .PHONY: run
 run: build ## Run the controller against the current kubeconfig (RUN_ARGS=... for flags)
 	$(BIN) $(RUN_ARGS)
+
+.PHONY: release-manifest
+release-manifest: ## Render deploy/overlays/default to $(RELEASE_MANIFEST) (RELEASE_IMAGE=repo:tag for a release)
+	hack/manifests.sh render $(RELEASE_IMAGE) > $(RELEASE_MANIFEST).tmp
+	mv $(RELEASE_MANIFEST).tmp $(RELEASE_MANIFEST)
+	@echo "wrote $(RELEASE_MANIFEST)"
+
+.PHONY: deploy-plugins
+deploy-plugins: wasm-target ## Build the example plugin into deploy/overlays/with-plugins/plugins/
+	CARGO="$(CARGO)" hack/manifests.sh plugins
+
+.PHONY: image-local
+image-local: ## Build the image for this machine into the local container engine (IMAGE=...)
+	IMAGE="$(IMAGE)" hack/image.sh local
+
+.PHONY: image
+image: ## Build the linux/amd64 and linux/arm64 image and push it to $(IMAGE_REPO) (IMAGE=...)
+	IMAGE="$(IMAGE)" hack/image.sh push
+
+.PHONY: cluster
+cluster: ## Create a KinD cluster with Multus, whereabouts, macvlan and the macvlan network
+	KUBECTL="$(KUBECTL)" hack/kind/cluster.sh
+
+.PHONY: apply-kind
+apply-kind: $(if $(filter with-plugins,$(OVERLAY)),deploy-plugins) ## Build the image, load it into KinD and deploy the controller there (OVERLAY=...)
+	IMAGE="$(KIND_IMAGE)" hack/image.sh local
+	"$$(hack/tools.sh kind)" load docker-image "$(KIND_IMAGE)" --name "$(KIND_CLUSTER_NAME)"
+	MANIFEST_KUBECTL="$(KUBECTL)" hack/manifests.sh render "$(KIND_IMAGE)" "$(OVERLAY)" \
+		| $(KUBECTL) --context "kind-$(KIND_CLUSTER_NAME)" apply -f -
+	$(KUBECTL) --context "kind-$(KIND_CLUSTER_NAME)" -n nad-service-controller rollout status deployment/nad-service-controller --timeout=300s
+
+.PHONY: apply
+apply: $(if $(filter with-plugins,$(OVERLAY)),deploy-plugins) ## Deploy the controller with $(IMAGE) to the current kubectl context (OVERLAY=...)
+	MANIFEST_KUBECTL="$(KUBECTL)" hack/manifests.sh render "$(IMAGE)" "$(OVERLAY)" | $(KUBECTL) apply -f -
+
+.PHONY: delete
+delete: $(if $(filter with-plugins,$(OVERLAY)),deploy-plugins) ## Remove the controller (and its namespace) from the current kubectl context (OVERLAY=...)
+	MANIFEST_KUBECTL="$(KUBECTL)" hack/manifests.sh render "$(IMAGE)" "$(OVERLAY)" | $(KUBECTL) delete --ignore-not-found -f -
+
+.PHONY: testdata
+testdata: ## Apply testdata/ (the nginx and netutils workloads, the macvlan network) to the default namespace
+	$(KUBECTL) apply -n default -f testdata/
+
+.PHONY: e2e-check
+e2e-check: ## The quick start's checks on the KinD cluster: slice IPs, and curl from the netutils pods
+	KUBECTL="$(KUBECTL)" hack/kind/check.sh
+
+.PHONY: purge
+purge: ## Delete the KinD cluster
+	"$$(hack/tools.sh kind)" delete cluster --name "$(KIND_CLUSTER_NAME)"

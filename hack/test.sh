@@ -22,5 +22,8 @@ if [[ "$was_up" == false ]]; then
   trap 'echo "== stopping the local control plane" >&2; hack/local-down.sh' EXIT
 fi
 
-echo "== cargo test (unit, plugin-runtime and cluster tests)" >&2
+echo "== deploy/ manifests: deploy.yaml up to date, server-side dry runs of every overlay" >&2
+hack/manifests.sh check
+
+echo "== cargo test (unit, plugin-runtime, cluster and RBAC tests)" >&2
 ${CARGO:-cargo} test --release --locked --workspace

@@ -3,6 +3,7 @@
 # from the Go module in this directory into the shared cache, skipping any already there:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/bin/<component>-<version>/<component>
 # Prints one line per component: "<component> <path>". Used by hack/local-up.sh; may be run alone.
+# Arguments, if any, name the components to build (e.g. `build.sh kubectl`); default: all.
 # The versions are the ones pinned in go.mod; keep the two in step.
 set -euo pipefail
 
@@ -37,6 +38,9 @@ export GOFLAGS=-mod=readonly
 cd "$here"
 for spec in "${components[@]}"; do
   IFS=: read -r name version pkg <<<"$spec"
+  if (($#)) && [[ " $* " != *" $name "* ]]; then
+    continue
+  fi
   dir="$NAD_BIN_CACHE/$name-$version"
   if [[ ! -x "$dir/$name" ]]; then
     if [[ -z "${hinted:-}" ]]; then

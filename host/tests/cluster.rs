@@ -10,20 +10,19 @@ use std::{
     collections::BTreeSet,
     io::Write,
     path::PathBuf,
-    sync::{Arc, Mutex, OnceLock, atomic::AtomicU32},
+    sync::{Arc, Mutex, OnceLock},
     time::Duration,
 };
 
 use futures::{FutureExt, StreamExt, stream};
 use k8s_openapi::api::{
-    core::v1::{Namespace, Pod, Service, ServiceAccount},
+    core::v1::{Namespace, Pod, Service},
     discovery::v1::EndpointSlice,
     events::v1::Event,
 };
 use kube::{
-    Api, Client, Config, ResourceExt,
+    Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
-    config::{KubeConfigOptions, Kubeconfig},
     runtime::events::Reporter,
 };
 use nad_service_controller::{
@@ -41,7 +40,9 @@ use tokio::sync::oneshot;
 const OPT_OUT: &[u8] = include_bytes!(env!("NSC_EXAMPLE_OPT_OUT_WASM"));
 const PREFERRED_ZONES: &[u8] = include_bytes!(env!("NSC_EXAMPLE_PREFERRED_ZONES_WASM"));
 const MISBEHAVING: &[u8] = include_bytes!(env!("NSC_TEST_MISBEHAVING_WASM"));
-const WAIT: Duration = Duration::from_secs(60);
+
+mod support;
+use support::{WAIT, client, eventually};
 
 // ---- log capture ------------------------------------------------------------------------------
 
@@ -78,29 +79,6 @@ fn captured() -> String {
 
 // ---- the test environment ----------------------------------------------------------------------
 
-async fn client() -> Client {
-    let path = std::env::var_os("KUBECONFIG")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.local/kubeconfig"));
-    assert!(
-        path.exists(),
-        "no control plane: {} does not exist. Run `make local-up` first (`make test` does).",
-        path.display()
-    );
-    let kubeconfig = Kubeconfig::read_from(&path).unwrap();
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    let client = Client::try_from(config).unwrap();
-    client.apiserver_version().await.unwrap_or_else(|e| {
-        panic!(
-            "the control plane in {} does not answer ({e}); run `make local-up`",
-            path.display()
-        )
-    });
-    client
-}
-
 struct Env {
     client: Client,
     ns: String,
@@ -112,32 +90,10 @@ struct Env {
     _runtime: Arc<Runtime>,
 }
 
-static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// A fresh namespace whose default ServiceAccount exists (so pods can be created).
+/// A fresh namespace, with the log capture started.
 async fn namespace(client: &Client, test: &str) -> String {
     logs();
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let ns = format!("nsc-{test}-{n}{:05x}", nanos & 0xfffff);
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let body = json!({"metadata": {"name": ns, "labels": {"nsc-test": "true"}}});
-    namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(body).unwrap(),
-        )
-        .await
-        .unwrap();
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
-    eventually("the default ServiceAccount", || async {
-        accounts.get_opt("default").await.unwrap().map(|_| ())
-    })
-    .await;
-    ns
+    support::namespace(client, test).await
 }
 
 async fn env(test: &str) -> Env {
@@ -215,25 +171,6 @@ async fn env_with(
         stop: Some(stop),
         controller,
         _runtime: runtime,
-    }
-}
-
-/// Polls `check` until it returns `Some`, for at most [`WAIT`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -1,0 +1,439 @@
+//! The shipped RBAC is enough, and no more than the controller needs: the controller binary runs
+//! as the ServiceAccount of `deploy/deploy.yaml`, with a token of that account and the roles and
+//! bindings of that file only, watching all namespaces with leader election on, and passes the
+//! main scenario on the local control plane (`make test` starts it).
+//!
+//! Its own test binary, so that no other test's controller runs while this cluster-wide one does.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use k8s_openapi::api::{
+    authentication::v1::{TokenRequest, TokenRequestSpec},
+    coordination::v1::Lease,
+    core::v1::{ConfigMap, Namespace, Pod, Secret, Service, ServiceAccount},
+    discovery::v1::EndpointSlice,
+    events::v1::Event,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{
+        DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+    },
+    config::Kubeconfig,
+    discovery::{Scope, pinned_kind},
+};
+use node_sim::Simulator;
+use serde_json::{Value, json};
+
+mod support;
+use support::{client, client_for, eventually, kubeconfig_path, namespace};
+
+const MANIFEST: &str = include_str!("../../deploy/deploy.yaml");
+const CONTROLLER_NS: &str = "nad-service-controller";
+const ACCOUNT: &str = "nad-service-controller";
+const LEASE: &str = "nad-service-controller";
+const RBAC_KINDS: [&str; 6] = [
+    "Namespace",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+];
+
+/// Applies the namespace, ServiceAccount, roles and bindings of `deploy/deploy.yaml`, as they are.
+async fn install_rbac(admin: &Client) {
+    let docs: Vec<Value> = serde_saphyr::from_str_multiple(MANIFEST).unwrap();
+    let mut applied = Vec::new();
+    for doc in docs.into_iter().filter(|d| !d.is_null()) {
+        let kind = doc["kind"].as_str().unwrap().to_owned();
+        if !RBAC_KINDS.contains(&kind.as_str()) {
+            continue;
+        }
+        let (group, version) = match doc["apiVersion"].as_str().unwrap().split_once('/') {
+            Some((g, v)) => (g.to_owned(), v.to_owned()),
+            None => (
+                String::new(),
+                doc["apiVersion"].as_str().unwrap().to_owned(),
+            ),
+        };
+        let (resource, caps) = pinned_kind(admin, &GroupVersionKind::gvk(&group, &version, &kind))
+            .await
+            .unwrap();
+        let object: DynamicObject = serde_json::from_value(doc).unwrap();
+        let api: Api<DynamicObject> = match (caps.scope, object.namespace()) {
+            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(admin.clone(), &ns, &resource),
+            (Scope::Namespaced, None) => panic!("{kind} {} has no namespace", object.name_any()),
+            (Scope::Cluster, _) => Api::all_with(admin.clone(), &resource),
+        };
+        api.patch(
+            &object.name_any(),
+            &PatchParams::apply("nsc-rbac-test").force(),
+            &Patch::Apply(&object),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying {kind} {}: {e}", object.name_any()));
+        applied.push(kind);
+    }
+    applied.sort();
+    let mut want = RBAC_KINDS.map(str::to_owned).to_vec();
+    want.sort();
+    assert_eq!(applied, want, "deploy/deploy.yaml has one of each");
+}
+
+/// A kubeconfig that authenticates as the controller's ServiceAccount, with a fresh token.
+async fn service_account_kubeconfig(admin: &Client, dir: &Path) -> PathBuf {
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), CONTROLLER_NS);
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: None,
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let token = accounts
+        .create_token_request(ACCOUNT, &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    let admin_config = Kubeconfig::read_from(kubeconfig_path()).unwrap();
+    let cluster = admin_config.clusters[0].cluster.clone().unwrap();
+    let config = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": {
+            "server": cluster.server,
+            "certificate-authority-data": cluster.certificate_authority_data,
+        }}],
+        "users": [{"name": ACCOUNT, "user": {"token": token}}],
+        "contexts": [{"name": ACCOUNT, "context": {"cluster": "local", "user": ACCOUNT}}],
+        "current-context": ACCOUNT,
+    });
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+    path
+}
+
+/// Asserts that `result` is the API server's 403.
+fn assert_forbidden<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Error>) {
+    match result {
+        Err(kube::Error::Api(status)) if status.code == 403 => {}
+        other => panic!("{what}: expected 403 Forbidden, got {other:?}"),
+    }
+}
+
+/// The controller binary, as the ServiceAccount, in the controller's namespace.
+struct Controller {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Controller {
+    fn start(kubeconfig: &Path, dir: &Path, identity: &str) -> Self {
+        let log = dir.join("controller.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_nad-service-controller"))
+            .args([
+                "run",
+                "--leader-election=true",
+                "--health-address=127.0.0.1:0",
+                "--metrics-address=127.0.0.1:0",
+                "--log-filter=info,nad_service_controller=debug",
+            ])
+            .env("KUBECONFIG", kubeconfig)
+            .env("POD_NAME", identity)
+            .env("POD_NAMESPACE", CONTROLLER_NS)
+            .env_remove("NSC_WATCH_NAMESPACE")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Self { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, as kubelet sends it; the controller releases its Lease and exits 0.
+    fn stop(mut self) -> String {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let exit = loop {
+            if let Some(exit) = self.child.try_wait().unwrap() {
+                break exit;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("the controller did not stop on SIGTERM:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let log = self.log();
+        assert!(exit.success(), "the controller exited with {exit}:\n{log}");
+        log
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+    }
+}
+
+fn endpoints(slices: &[EndpointSlice]) -> Vec<(String, bool)> {
+    let mut all: Vec<_> = slices
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .map(|e| {
+            (
+                e.target_ref.as_ref().unwrap().name.clone().unwrap(),
+                e.conditions.as_ref().unwrap().ready.unwrap(),
+            )
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_rbac_is_enough_to_run_the_controller_cluster_wide() {
+    let admin = client().await;
+    install_rbac(&admin).await;
+    let dir = std::env::temp_dir().join(format!("nsc-rbac-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = service_account_kubeconfig(&admin, &dir).await;
+    let account = client_for(&kubeconfig).await;
+
+    // No more than needed: what the controller never does is refused.
+    assert_forbidden(
+        "listing Secrets",
+        Api::<Secret>::all(account.clone())
+            .list(&ListParams::default())
+            .await,
+    );
+    assert_forbidden(
+        "listing ConfigMaps",
+        Api::<ConfigMap>::all(account.clone())
+            .list(&ListParams::default())
+            .await,
+    );
+    assert_forbidden(
+        "deleting a Service",
+        Api::<Service>::namespaced(account.clone(), "default")
+            .delete("kubernetes", &DeleteParams::default().dry_run())
+            .await,
+    );
+    assert_forbidden(
+        "creating a Pod",
+        Api::<Pod>::namespaced(account.clone(), "default")
+            .create(
+                &PostParams {
+                    dry_run: true,
+                    ..PostParams::default()
+                },
+                &serde_json::from_value(json!({"metadata": {"name": "x"},
+                    "spec": {"containers": [{"name": "x", "image": "x"}]}}))
+                .unwrap(),
+            )
+            .await,
+    );
+    assert_forbidden(
+        "reading a Lease in another namespace",
+        Api::<Lease>::namespaced(account.clone(), "default")
+            .get(LEASE)
+            .await,
+    );
+    assert_forbidden(
+        "reading another Lease in its own namespace",
+        Api::<Lease>::namespaced(account.clone(), CONTROLLER_NS)
+            .get("someone-else")
+            .await,
+    );
+
+    // A Lease left by an earlier run that was killed would hold the controller back.
+    let _ = Api::<Lease>::namespaced(admin.clone(), CONTROLLER_NS)
+        .delete(LEASE, &DeleteParams::default())
+        .await;
+    let ns = namespace(&admin, "rbac").await;
+    let sim = std::sync::Arc::new(Simulator::new(admin.clone(), node_sim::Config::default()));
+    sim.ensure_nodes().await.unwrap();
+    let heartbeat = tokio::spawn({
+        let sim = sim.clone();
+        async move {
+            let _ = sim.heartbeat().await;
+        }
+    });
+    let identity = format!("rbac-test-{}", std::process::id());
+    let controller = Controller::start(&kubeconfig, &dir, &identity);
+
+    let services: Api<Service> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let slices: Api<EndpointSlice> = Api::namespaced(admin.clone(), &ns);
+    let events: Api<Event> = Api::namespaced(admin.clone(), &ns);
+    let service = |name: &str, spec: Value| -> Service {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"app": "web"},
+                         "annotations": {"isim.dev/network": "macvlan"}},
+            "spec": spec,
+        }))
+        .unwrap()
+    };
+    services
+        .create(
+            &PostParams::default(),
+            &service(
+                "web",
+                json!({"clusterIP": "None", "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}),
+            ),
+        )
+        .await
+        .unwrap();
+    for name in ["web-a", "web-b"] {
+        let pod = json!({
+            "metadata": {"name": name, "labels": {"app": "web"},
+                         "annotations": {"k8s.v1.cni.cncf.io/networks": "macvlan"}},
+            "spec": {"containers": [{"name": "web", "image": "nginx:1.27",
+                     "ports": [{"name": "http", "containerPort": 8080}]}]},
+        });
+        pods.create(
+            &PostParams::default(),
+            &serde_json::from_value(pod).unwrap(),
+        )
+        .await
+        .unwrap();
+        sim.start_pod(&ns, name, true).await.unwrap();
+    }
+    let web_slices = || {
+        let slices = slices.clone();
+        async move {
+            slices
+                .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
+                .await
+                .unwrap()
+                .items
+        }
+    };
+    let wait_for = |what: &'static str, want: Vec<(String, bool)>| {
+        let web_slices = &web_slices;
+        let controller = &controller;
+        async move {
+            let deadline = tokio::time::Instant::now() + support::WAIT;
+            loop {
+                let got = endpoints(&web_slices().await);
+                if got == want {
+                    return;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "timed out waiting for {what}: endpoints {got:?}\nthe controller's log:\n{}",
+                    controller.log()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let both = |a: bool, b: bool| vec![("web-a".to_owned(), a), ("web-b".to_owned(), b)];
+
+    // Leases (create, get, update), Services, pods and nodes (list, watch), slices (create).
+    wait_for("both pods published", both(true, true)).await;
+    let lease = Api::<Lease>::namespaced(admin.clone(), CONTROLLER_NS)
+        .get(LEASE)
+        .await
+        .unwrap();
+    let holder = lease.spec.unwrap().holder_identity.unwrap_or_default();
+    assert!(
+        holder.starts_with(&identity),
+        "the Lease is held by this controller, not {holder:?}"
+    );
+    // Slices (patch).
+    sim.set_ready(&ns, "web-a", false).await.unwrap();
+    wait_for("web-a not ready", both(false, true)).await;
+    // Events (create, then patch for the repeat).
+    services
+        .create(
+            &PostParams::default(),
+            &service("clustered", json!({"ports": [{"port": 80}]})),
+        )
+        .await
+        .unwrap();
+    let warning = || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("InvalidService")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("clustered")
+            })
+    };
+    eventually("an InvalidService Event", || async {
+        warning().await.map(|_| ())
+    })
+    .await;
+    let touch = json!({"metadata": {"labels": {"touched": "1"}}});
+    services
+        .patch("clustered", &PatchParams::default(), &Patch::Merge(&touch))
+        .await
+        .unwrap();
+    eventually("the repeated Event as a series", || async {
+        warning().await.filter(|e| e.series.is_some()).map(|_| ())
+    })
+    .await;
+    // Slices (delete): without the annotation the Service is not the controller's any more.
+    let unannotate = json!({"metadata": {"annotations": {"isim.dev/network": null}}});
+    services
+        .patch("web", &PatchParams::default(), &Patch::Merge(&unannotate))
+        .await
+        .unwrap();
+    eventually("the slices removed", || async {
+        web_slices().await.is_empty().then_some(())
+    })
+    .await;
+
+    let log = controller.stop();
+    heartbeat.abort();
+    let denied: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("is forbidden: User"))
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "the controller was refused by RBAC:\n{}",
+        denied.join("\n")
+    );
+    let lease = Api::<Lease>::namespaced(admin.clone(), CONTROLLER_NS)
+        .get(LEASE)
+        .await
+        .unwrap();
+    assert_eq!(
+        lease.spec.unwrap().holder_identity,
+        None,
+        "released on SIGTERM"
+    );
+
+    let _ = pods
+        .delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &ListParams::default(),
+        )
+        .await;
+    let _ = Api::<Namespace>::all(admin)
+        .delete(&ns, &DeleteParams::default())
+        .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
