@@ -43,11 +43,10 @@ fn main() {
         .parent()
         .expect("host/ is inside the workspace");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    println!("cargo:rerun-if-changed={}", workspace.join("wit").display());
-    println!(
-        "cargo:rerun-if-changed={}",
-        workspace.join("plugins").display()
-    );
+    // Relative to host/, so that a target directory shared by two clones (CI reuses one)
+    // checks the clone being built, not the one that ran this script last.
+    println!("cargo:rerun-if-changed=../wit");
+    println!("cargo:rerun-if-changed=../plugins");
 
     // <target>/<profile>/build/<pkg>/out: the target root is the ancestor cargo tags.
     let target_root = out_dir

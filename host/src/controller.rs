@@ -304,7 +304,8 @@ async fn write(
         .slices_written(written.applied.len(), written.deleted.len());
     let mut expectations = ctx.expectations();
     for (slice, generation) in &written.applied {
-        expectations.applied(namespace, service, slice, *generation);
+        let created = !existing.iter().any(|s| s.name_any() == *slice);
+        expectations.applied(namespace, service, slice, *generation, created);
     }
     for slice in &written.deleted {
         let uid = existing

@@ -5,7 +5,16 @@
 //! expects (the generation the API server returned, or a slice gone); while the cache is behind
 //! those expectations the Service waits for the events instead of writing.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+/// How long a slice this controller created may be missing from the cache before it counts as
+/// deleted by someone else (and is restored). Watch events arrive in milliseconds; the bound
+/// only matters if the watch lost the creation (a relist that folded it away).
+pub const CREATION_GRACE: Duration = Duration::from_secs(10);
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
@@ -14,6 +23,9 @@ use kube::ResourceExt;
 enum Expect {
     /// The slice exists with at least this generation.
     Generation(i64),
+    /// The slice was created at `Instant` with this generation: until the cache shows it (or
+    /// [`CREATION_GRACE`] passes), its absence is the cache being behind.
+    Created(i64, Instant),
     /// The slice with this uid is gone.
     Gone(String),
 }
@@ -25,15 +37,22 @@ pub struct Expectations {
 }
 
 impl Expectations {
+    /// A slice written: `created` when it did not exist before the write.
     pub fn applied(
         &mut self,
         namespace: &str,
         service: &str,
         slice: &str,
         generation: Option<i64>,
+        created: bool,
     ) {
         if let Some(generation) = generation {
-            self.push(namespace, service, slice, Expect::Generation(generation));
+            let expect = if created {
+                Expect::Created(generation, Instant::now())
+            } else {
+                Expect::Generation(generation)
+            };
+            self.push(namespace, service, slice, expect);
         }
     }
 
@@ -54,12 +73,23 @@ impl Expectations {
 
     /// Whether `existing` (the cache's slices of the Service) is older than this controller's
     /// writes. Expectations the cache has met are forgotten. A slice missing from the cache
-    /// counts as met: it may have been deleted by someone, and must then be restored.
+    /// counts as met (it may have been deleted by someone, and must then be restored), unless
+    /// this controller created it less than [`CREATION_GRACE`] ago.
     pub fn cache_is_stale(
         &mut self,
         namespace: &str,
         service: &str,
         existing: &[Arc<EndpointSlice>],
+    ) -> bool {
+        self.cache_is_stale_at(namespace, service, existing, Instant::now())
+    }
+
+    fn cache_is_stale_at(
+        &mut self,
+        namespace: &str,
+        service: &str,
+        existing: &[Arc<EndpointSlice>],
+        now: Instant,
     ) -> bool {
         let key = (namespace.to_owned(), service.to_owned());
         let Some(list) = self.services.get_mut(&key) else {
@@ -68,10 +98,13 @@ impl Expectations {
         list.retain(|(name, expect)| {
             let current = existing.iter().find(|s| s.name_any() == *name);
             match (expect, current) {
-                (Expect::Generation(want), Some(slice)) => {
+                (Expect::Generation(want) | Expect::Created(want, _), Some(slice)) => {
                     slice.metadata.generation.unwrap_or(0) < *want
                 }
                 (Expect::Gone(uid), Some(slice)) => slice.uid().as_deref() == Some(uid.as_str()),
+                (Expect::Created(_, at), None) => {
+                    now.saturating_duration_since(*at) < CREATION_GRACE
+                }
                 (_, None) => false,
             }
         });
@@ -107,7 +140,7 @@ mod tests {
     fn the_cache_is_stale_until_it_shows_the_written_generation() {
         let mut e = Expectations::default();
         assert!(!e.cache_is_stale("ns", "web", &[]));
-        e.applied("ns", "web", "web-ipv4-0", Some(3));
+        e.applied("ns", "web", "web-ipv4-0", Some(3), false);
         assert!(e.cache_is_stale("ns", "web", &[slice("web-ipv4-0", "u", 2)]));
         assert!(
             !e.cache_is_stale("ns", "other", &[slice("web-ipv4-0", "u", 2)]),
@@ -130,13 +163,34 @@ mod tests {
     #[test]
     fn a_slice_missing_from_the_cache_is_not_waited_for() {
         let mut e = Expectations::default();
-        e.applied("ns", "web", "web-ipv4-0", Some(1));
+        e.applied("ns", "web", "web-ipv4-0", Some(1), false);
         assert!(
             !e.cache_is_stale("ns", "web", &[]),
             "it may have been deleted: restore it"
         );
-        e.applied("ns", "web", "web-ipv4-0", Some(5));
+        e.applied("ns", "web", "web-ipv4-0", Some(5), false);
         e.forget("ns", "web");
         assert!(!e.cache_is_stale("ns", "web", &[slice("web-ipv4-0", "u", 1)]));
+    }
+
+    #[test]
+    fn a_slice_just_created_is_waited_for_until_the_cache_shows_it_or_the_grace_ends() {
+        let mut e = Expectations::default();
+        let now = Instant::now();
+        e.applied("ns", "web", "web-ipv4-0", Some(1), true);
+        assert!(
+            e.cache_is_stale_at("ns", "web", &[], now),
+            "not in the cache yet: the creation's watch event is on its way"
+        );
+        assert!(!e.cache_is_stale_at("ns", "web", &[slice("web-ipv4-0", "u", 1)], now));
+        // Seen once, then gone: someone deleted it.
+        assert!(!e.cache_is_stale_at("ns", "web", &[], now));
+
+        e.applied("ns", "web", "web-ipv4-0", Some(1), true);
+        let later = Instant::now() + CREATION_GRACE;
+        assert!(
+            !e.cache_is_stale_at("ns", "web", &[], later),
+            "never seen within the grace: restore it"
+        );
     }
 }
