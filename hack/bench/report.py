@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""Turns the benchmarks' raw results into BENCHMARKS.md and benchmarks.json.
+
+Inputs: Criterion's estimates (<target>/criterion/**/new/{benchmark,estimates}.json) from
+host/benches/plugin_boundary.rs, and the JSON that host/benches/controller_scale.rs writes.
+The analysis of the figures (hack/bench/analysis.md, written by people) is appended as is.
+Standard library only.
+"""
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def criterion_results(directory: Path) -> dict:
+    """full_id -> {median_ns, low_ns, high_ns, elements}, from each benchmark's latest run."""
+    results = {}
+    for bench in sorted(directory.glob("**/new/benchmark.json")):
+        meta = json.loads(bench.read_text())
+        estimates = json.loads((bench.parent / "estimates.json").read_text())
+        median = estimates["median"]
+        throughput = meta.get("throughput") or {}
+        results[meta["full_id"]] = {
+            "median_ns": median["point_estimate"],
+            "low_ns": median["confidence_interval"]["lower_bound"],
+            "high_ns": median["confidence_interval"]["upper_bound"],
+            "elements": throughput.get("Elements"),
+        }
+    return results
+
+
+def duration(ns: float) -> str:
+    if ns >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.2f} µs"
+    return f"{ns:.1f} ns"
+
+
+def plugin_section(c: dict) -> tuple[list[str], dict]:
+    lines, data = [], {"evaluate": [], "component": {}, "fields": {}, "convert": {}}
+    sizes = sorted(
+        int(k.split("/")[-1]) for k in c if k.startswith("evaluate/wasm/")
+    )
+    lines += [
+        "### `evaluate`: the default plugin versus the same policy in native Rust",
+        "",
+        "One call per Service with every candidate pod (the controller's path: a fresh Store and",
+        "instance per call, under the deadline and memory limit). Native is the reference",
+        "implementation in the benchmark, on the same records; the controller never uses it.",
+        "",
+        "| pods per call | Wasm per call | Wasm per pod | native per pod | Wasm / native |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for n in sizes:
+        wasm = c[f"evaluate/wasm/{n}"]["median_ns"]
+        native = c.get(f"evaluate/native/{n}", {}).get("median_ns")
+        row = {"pods": n, "wasm_ns_per_call": wasm, "wasm_ns_per_pod": wasm / n}
+        ratio = ""
+        if native:
+            row["native_ns_per_pod"] = native / n
+            row["ratio"] = wasm / native
+            ratio = f"{wasm / native:,.0f}x"
+        data["evaluate"].append(row)
+        lines.append(
+            f"| {n:,} | {duration(wasm)} | {duration(wasm / n)} | "
+            f"{duration(native / n) if native else 'n/a'} | {ratio} |"
+        )
+    lines.append("")
+
+    component = {k.split("/", 1)[1]: v["median_ns"] for k, v in c.items() if k.startswith("component/")}
+    if component:
+        labels = {
+            "compile": "compile the component (Cranelift)",
+            "link": "link and pre-instantiate (`InstancePre`)",
+            "instantiate": "fresh Store + instance + an empty `evaluate`",
+            "prepare": "the whole load pipeline (hash, parse, compile, link, config, self-test)",
+            "cached-load": "rescan of an unchanged plugin directory (the controller's reuse path)",
+            "cached-load-rehash": "rescan after a touch that changes no byte (re-hash, no compile)",
+            "deserialize": "load a precompiled component (`Component::deserialize`; not used)",
+        }
+        lines += ["### Loading a component", "", "| step | median |", "|---|---:|"]
+        for key, ns in component.items():
+            lines.append(f"| `{key}`: {labels.get(key, key)} | {duration(ns)} |")
+            data["component"][key] = ns
+        lines.append("")
+
+    fields = {k.split("/", 1)[1]: v for k, v in c.items() if k.startswith("fields/")}
+    if fields:
+        lines += [
+            "### What crossing the boundary costs, field by field (1 000 pods per call)",
+            "",
+            "| records | per pod |",
+            "|---|---:|",
+        ]
+        for key, v in fields.items():
+            per_pod = v["median_ns"] / (v["elements"] or 1)
+            data["fields"][key] = per_pod
+            lines.append(f"| `{key}` | {duration(per_pod)} |")
+        zero, sixteen = fields.get("extra-labels/0"), fields.get("extra-labels/16")
+        if zero and sixteen:
+            per_label = (sixteen["median_ns"] - zero["median_ns"]) / 16 / (zero["elements"] or 1)
+            data["fields"]["ns_per_extra_label_per_pod"] = per_label
+            lines += ["", f"Each extra label (a key and a value) that crosses costs {duration(per_label)} per pod."]
+        lines.append("")
+
+    convert = {k.split("/", 1)[1]: v for k, v in c.items() if k.startswith("convert/")}
+    if convert:
+        lines += ["### Host-side conversion to WIT records", "", "| conversion | per item |", "|---|---:|"]
+        for key, v in convert.items():
+            per = v["median_ns"] / (v["elements"] or 1)
+            data["convert"][key] = per
+            lines.append(f"| `{key}` | {duration(per)} |")
+        lines.append("")
+    return lines, data
+
+
+def controller_section(s: dict) -> list[str]:
+    big, wide, lat, noop = (
+        s["cold_start_one_service"],
+        s["cold_start_many_services"],
+        s["event_latency"],
+        s["no_op_changes"],
+    )
+    pod_ev, write_ev = lat["pod_event_to_slice_event"], lat["status_write_response_to_slice_event"]
+    return [
+        "### Cold start: controller start until every slice is correct",
+        "",
+        "| scenario | pods | time | slice writes | controller CPU | peak RSS |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| 1 Service x {big['pods']:,} pods | {big['pods']:,} | {big['seconds_to_correct_slices']:.2f} s | "
+        f"{big['slice_writes']} | {big['cost']['cpu_seconds']:.2f} s | {big['cost']['peak_rss_mib']:.1f} MiB |",
+        f"| {wide['services']} Services x {wide['pods'] // wide['services']} pods | {wide['pods']:,} | "
+        f"{wide['seconds_to_correct_slices']:.2f} s | {wide['slice_writes']} | "
+        f"{wide['cost_after_cold_start']['cpu_seconds']:.2f} s | {wide['cost_after_cold_start']['peak_rss_mib']:.1f} MiB |",
+        "",
+        f"### Event latency: {lat['flips']} Ready flips, {lat['pods_cached']:,} pods cached",
+        "",
+        "From the pod's watch event (the status write as every watcher sees it) to the watch event",
+        "of the EndpointSlice that shows the new condition; both watched by the benchmark.",
+        "",
+        "| measured from | p50 | p95 | p99 | max |",
+        "|---|---:|---:|---:|---:|",
+        f"| pod watch event | {pod_ev['p50_ms']:.1f} ms | {pod_ev['p95_ms']:.1f} ms | {pod_ev['p99_ms']:.1f} ms | {pod_ev['max_ms']:.1f} ms |",
+        f"| status write's response | {write_ev['p50_ms']:.1f} ms | {write_ev['p95_ms']:.1f} ms | {write_ev['p99_ms']:.1f} ms | {write_ev['max_ms']:.1f} ms |",
+        "",
+        "### API writes per event",
+        "",
+        "| change | count | controller's `endpointslice_writes_total` | API server's `apiserver_request_total` (endpointslices, writes) |",
+        "|---|---:|---:|---:|",
+        f"| Ready flip (moves one endpoint) | {lat['flips']} | {lat['writes_per_flip']['controller_metric']:.2f} per flip | "
+        f"{lat['writes_per_flip']['apiserver_request_total']:.2f} per flip |",
+        f"| pod label and Service annotation no policy reads (moves none) | "
+        f"{noop['pod_label_changes'] + noop['service_annotation_changes']} ({noop['reconciles']} reconciles) | "
+        f"{noop['writes']['controller_metric']} | {noop['writes']['apiserver_request_total']} |",
+        "",
+        "### Cost of the 10 000-pod run (cold start, flips, no-op changes)",
+        "",
+        f"Peak RSS {wide['cost']['peak_rss_mib']:.1f} MiB (RSS at the end {wide['cost']['rss_mib']:.1f} MiB), "
+        f"{wide['cost']['cpu_seconds']:.2f} CPU seconds over {wide['cost']['wall_seconds']:.0f} s.",
+        "",
+    ]
+
+
+def targets(plugin: dict, s: dict | None) -> list[dict]:
+    rows = []
+    at_1000 = next((r for r in plugin.get("evaluate", []) if r["pods"] == 1000), None)
+    if at_1000:
+        rows.append({
+            "target": "plugin cost per pod at 1 000 pods <= 1 µs",
+            "measured": f"{at_1000['wasm_ns_per_pod']:.0f} ns per pod"
+            + (f" ({at_1000['ratio']:.0f}x native)" if "ratio" in at_1000 else ""),
+            "met": at_1000["wasm_ns_per_pod"] <= 1000,
+        })
+    if s:
+        p99 = s["event_latency"]["pod_event_to_slice_event"]["p99_ms"]
+        rows.append({
+            "target": f"event latency p99 <= 100 ms at {s['event_latency']['pods_cached']:,} pods",
+            "measured": f"{p99:.1f} ms",
+            "met": p99 <= 100,
+        })
+        w = s["no_op_changes"]["writes"]
+        rows.append({
+            "target": "zero writes for changes that move no endpoint",
+            "measured": f"{w['controller_metric']} (controller), {w['apiserver_request_total']} (API server)",
+            "met": w["controller_metric"] == 0 and w["apiserver_request_total"] == 0,
+        })
+        f = s["event_latency"]["writes_per_flip"]
+        rows.append({
+            "target": "one write for a change that moves one endpoint",
+            "measured": f"{f['controller_metric']:.2f} (controller), {f['apiserver_request_total']:.2f} (API server)",
+            "met": abs(f["controller_metric"] - 1) < 1e-9 and abs(f["apiserver_request_total"] - 1) < 1e-9,
+        })
+        rss = s["cold_start_many_services"]["cost"]["peak_rss_mib"]
+        rows.append({
+            "target": f"controller peak RSS <= 64 MiB with {s['cold_start_many_services']['pods']:,} pods cached",
+            "measured": f"{rss:.1f} MiB",
+            "met": rss <= 64,
+        })
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--criterion", type=Path, required=True)
+    parser.add_argument("--scale", type=Path, required=True)
+    parser.add_argument("--markdown", type=Path, default=ROOT / "BENCHMARKS.md")
+    parser.add_argument("--json", type=Path, default=ROOT / "benchmarks.json")
+    args = parser.parse_args()
+
+    criterion = criterion_results(args.criterion)
+    if not criterion:
+        print(f"report: no Criterion results under {args.criterion}", file=sys.stderr)
+        return 1
+    scale = json.loads(args.scale.read_text()) if args.scale.exists() else None
+    machine = (scale or {}).get("machine") or {}
+    plugin_lines, plugin = plugin_section(criterion)
+    rows = targets(plugin, scale)
+
+    md = [
+        "# Benchmarks",
+        "",
+        "Generated by `make bench` (hack/bench.sh); do not edit by hand: the analysis at the end",
+        "comes from `hack/bench/analysis.md`. Absolute times hold for this machine only; ratios",
+        "and counts travel.",
+        "",
+        f"Machine: {machine.get('cores', '?')} cores ({machine.get('cpu', 'unknown CPU')}), "
+        f"{machine.get('memory_gib', '?')} GiB of memory. Kubernetes {(scale or {}).get('kubernetes', '?')} "
+        f"(the local control plane). Run on {datetime.date.today().isoformat()}.",
+        "",
+        "## Targets",
+        "",
+        "| target | measured | met |",
+        "|---|---|---|",
+    ]
+    md += [f"| {r['target']} | {r['measured']} | {'yes' if r['met'] else '**no**'} |" for r in rows]
+    md += ["", "## Plugin boundary (Criterion: median of the samples)", ""] + plugin_lines
+    if scale:
+        md += [
+            "## Controller at scale (real local control plane, node simulator, the controller binary)",
+            "",
+            f"Setting up the pods took {scale['setup_seconds']:.0f} s (not part of any figure).",
+            "",
+        ] + controller_section(scale)
+    analysis = ROOT / "hack" / "bench" / "analysis.md"
+    if analysis.exists():
+        md += [analysis.read_text().rstrip(), ""]
+    args.markdown.write_text("\n".join(md))
+    args.json.write_text(json.dumps({
+        "machine": machine,
+        "targets": rows,
+        "plugin_boundary": {"criterion": criterion, **plugin},
+        "controller": scale,
+    }, indent=2, ensure_ascii=False) + "\n")
+    print(f"report: wrote {args.markdown} and {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

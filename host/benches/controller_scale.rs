@@ -1,0 +1,743 @@
+//! The controller at scale, on the real local control plane (`make bench` starts it), with the
+//! node simulator playing scheduler, kubelet and Multus. Not a test: it measures and reports.
+//!
+//! 1. Cold start, 1 Service x 5 000 pods: the controller binary starts with the pods already
+//!    there; time until every slice is correct.
+//! 2. Cold start, 100 Services x 100 pods (10 000 pods), likewise.
+//! 3. Event latency with those 10 000 pods cached: one pod's Ready condition flips at a time;
+//!    the time from the pod's watch event to the watch event of the slice that shows it.
+//! 4. API writes per event, from the controller's metrics and from the API server's
+//!    `apiserver_request_total`: for the flips (each moves one endpoint) and for changes that
+//!    move none (a pod label and a Service annotation the policy ignores).
+//! 5. Cost: the controller's peak RSS and CPU seconds for each run.
+//!
+//! Each run is the real binary in its own process, watching only its scenario's namespace.
+//! Writes JSON to `$NSC_BENCH_OUT` (default `<target>/bench/controller_scale.json`).
+//! `NSC_BENCH_SCALE` (default 1) divides every count, for a quick look.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a measuring tool: failing loudly is right
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::{SocketAddr, TcpListener},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::{
+    core::v1::{Namespace, Pod, Service},
+    discovery::v1::EndpointSlice,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    runtime::{WatchStreamExt, watcher},
+};
+use node_sim::{Range, SimNode, Simulator};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const NETWORK: &str = "macvlan";
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn progress(start: Instant, message: impl std::fmt::Display) {
+    eprintln!("[{:>6.1}s] {message}", start.elapsed().as_secs_f64());
+}
+
+// ---- the cluster side --------------------------------------------------------------------------
+
+async fn admin() -> Client {
+    let path = std::env::var_os("KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.local/kubeconfig"));
+    let kubeconfig = kube::config::Kubeconfig::read_from(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; start the control plane: make local-up",
+            path.display()
+        )
+    });
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+fn simulator(client: &Client) -> Simulator {
+    let mut config = node_sim::Config {
+        nodes: (0..4)
+            .map(|i| SimNode {
+                name: format!("sim-node-{i}"),
+                zone: Some(format!("zone-{}", ["a", "b"][i % 2])),
+            })
+            .collect(),
+        // Room for every pod: a /15 on the primary network, a /14 on the secondary one.
+        pod_range: "10.0.0.0/15".parse().unwrap(),
+        ..node_sim::Config::default()
+    };
+    config.default_network_range = "10.128.0.0/14".parse::<Range>().unwrap();
+    Simulator::new(client.clone(), config)
+}
+
+async fn create_namespace(client: &Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let body = json!({"metadata": {"name": name, "labels": {"nsc-bench": "true"}}});
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(body).unwrap(),
+    )
+    .await
+    .unwrap();
+    // Pods need the namespace's default ServiceAccount.
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), name);
+    while accounts.get_opt("default").await.unwrap().is_none() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `services` headless Services `svc-NNN`, each with `pods` Running, Ready pods on the network.
+async fn populate(
+    sim: &Arc<Simulator>,
+    client: &Client,
+    ns: &str,
+    services: usize,
+    pods: usize,
+    t: Instant,
+) {
+    let svc_api: Api<Service> = Api::namespaced(client.clone(), ns);
+    for s in 0..services {
+        let svc = json!({
+            "metadata": {"name": format!("svc-{s:03}"), "labels": {"app": format!("svc-{s:03}")},
+                         "annotations": {"isim.dev/network": NETWORK}},
+            "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
+        });
+        svc_api
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(svc).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let total = services * pods;
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let pod_api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    stream::iter(0..total)
+        .map(|i| {
+            let (pod_api, sim, done) = (pod_api.clone(), sim.clone(), &done);
+            async move {
+                let (s, p) = (i / pods, i % pods);
+                let name = format!("svc-{s:03}-{p:05}");
+                let pod = json!({
+                    "metadata": {"name": name, "labels": {"app": format!("svc-{s:03}"), "pod-template-hash": "5d8c7f9b6"},
+                                 "annotations": {"k8s.v1.cni.cncf.io/networks": NETWORK}},
+                    "spec": {"containers": [{"name": "web", "image": "nginx:1.27",
+                             "ports": [{"name": "http", "containerPort": 8080}]}]},
+                });
+                pod_api
+                    .create(&PostParams::default(), &serde_json::from_value(pod).unwrap())
+                    .await
+                    .unwrap();
+                sim.start_pod(ns, &name, true).await.unwrap();
+                let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                if n % 1000 == 0 || n == total {
+                    progress(t, format!("{ns}: {n}/{total} pods running"));
+                }
+            }
+        })
+        .buffer_unordered(24)
+        .collect::<()>()
+        .await;
+}
+
+/// Ready endpoints per Service in `ns`, from its EndpointSlices.
+async fn ready_endpoints(client: &Client, ns: &str) -> BTreeMap<String, usize> {
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    let mut counts = BTreeMap::new();
+    for slice in api.list(&ListParams::default()).await.unwrap() {
+        let Some(service) = slice.labels().get("kubernetes.io/service-name").cloned() else {
+            continue;
+        };
+        let ready = slice
+            .endpoints
+            .iter()
+            .flatten()
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+            .count();
+        *counts.entry(service).or_default() += ready;
+    }
+    counts
+}
+
+async fn apiserver_slice_writes(client: &Client) -> u64 {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| l.contains("resource=\"endpointslices\""))
+        .filter(|l| {
+            ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
+                .iter()
+                .any(|v| l.contains(&format!("verb=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+// ---- the controller process --------------------------------------------------------------------
+
+struct Controller {
+    child: Child,
+    metrics: SocketAddr,
+    started: Instant,
+}
+
+fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+impl Controller {
+    fn start(ns: &str, log: &std::path::Path) -> Self {
+        let (metrics, health) = (free_port(), free_port());
+        let started = Instant::now();
+        let child = Command::new(env!("CARGO_BIN_EXE_nad-service-controller"))
+            .args([
+                "run",
+                "--leader-election=false",
+                &format!("--watch-namespace={ns}"),
+                &format!("--metrics-address={metrics}"),
+                &format!("--health-address={health}"),
+                "--log-filter=info",
+            ])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        Self {
+            child,
+            metrics,
+            started,
+        }
+    }
+
+    async fn metrics(&self) -> String {
+        let mut stream = tokio::net::TcpStream::connect(self.metrics).await.unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).await.unwrap();
+        text
+    }
+
+    /// Sum of a counter over its label sets.
+    async fn counter(&self, name: &str) -> u64 {
+        self.metrics()
+            .await
+            .lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter(|l| l[name.len()..].starts_with(['{', ' ']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
+    /// Waits until the reconcile counter has not moved for `quiet`.
+    async fn settle(&self, quiet: Duration) {
+        let mut last = self
+            .counter("nad_service_controller_reconciles_total")
+            .await;
+        let mut since = Instant::now();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while since.elapsed() < quiet && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let now = self
+                .counter("nad_service_controller_reconciles_total")
+                .await;
+            if now != last {
+                (last, since) = (now, Instant::now());
+            }
+        }
+    }
+
+    /// Peak RSS (MiB), current RSS (MiB) and CPU seconds (user + system) so far.
+    fn cost(&self) -> Value {
+        let pid = self.child.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let kib = |key: &str| -> f64 {
+            status
+                .lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        // Fields after the command name (which is in parentheses): utime is the 12th, stime 13th.
+        let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+        let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+        json!({
+            "peak_rss_mib": kib("VmHWM:") / 1024.0,
+            "rss_mib": kib("VmRSS:") / 1024.0,
+            "cpu_seconds": ticks / clock_ticks(),
+            "wall_seconds": self.started.elapsed().as_secs_f64(),
+        })
+    }
+
+    fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// Starts a controller on `ns` and waits until every Service there has `want` ready endpoints.
+async fn cold_start(
+    client: &Client,
+    ns: &str,
+    services: usize,
+    want: usize,
+    log: &std::path::Path,
+    t: Instant,
+) -> (Controller, Value) {
+    let controller = Controller::start(ns, log);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let counts = ready_endpoints(client, ns).await;
+        if counts.len() == services && counts.values().all(|&n| n == want) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{ns}: slices not correct after 600 s: {} Services, {} endpoints",
+            counts.len(),
+            counts.values().sum::<usize>()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seconds = controller.started.elapsed().as_secs_f64();
+    progress(
+        t,
+        format!("{ns}: every slice correct {seconds:.2} s after the controller started"),
+    );
+    let writes = controller
+        .counter("nad_service_controller_endpointslice_writes_total")
+        .await;
+    let result = json!({
+        "services": services,
+        "pods": services * want,
+        "seconds_to_correct_slices": seconds,
+        "slice_writes": writes,
+    });
+    (controller, result)
+}
+
+// ---- event latency ------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct Pending {
+    want: bool,
+    pod_seen: Option<Instant>,
+    slice_seen: Option<Instant>,
+    written: Option<Instant>,
+}
+
+type Waiting = Arc<Mutex<HashMap<String, Pending>>>;
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
+/// Watches pods and slices of `ns`, stamping when each awaited state shows up in either.
+fn watch(client: &Client, ns: &str, waiting: &Waiting) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    let w = waiting.clone();
+    tokio::spawn(async move {
+        let mut events = watcher(pods, watcher::Config::default())
+            .applied_objects()
+            .boxed();
+        while let Ok(Some(pod)) = events.try_next().await {
+            let now = Instant::now();
+            let mut waiting = w.lock().unwrap();
+            if let Some(p) = waiting.get_mut(&pod.name_any())
+                && p.pod_seen.is_none()
+                && pod_ready(&pod) == p.want
+            {
+                p.pod_seen = Some(now);
+            }
+        }
+    });
+    let w = waiting.clone();
+    tokio::spawn(async move {
+        let mut events = watcher(slices, watcher::Config::default())
+            .applied_objects()
+            .boxed();
+        while let Ok(Some(slice)) = events.try_next().await {
+            let now = Instant::now();
+            let mut waiting = w.lock().unwrap();
+            for endpoint in slice.endpoints.iter().flatten() {
+                let Some(name) = endpoint.target_ref.as_ref().and_then(|r| r.name.as_ref()) else {
+                    continue;
+                };
+                if let Some(p) = waiting.get_mut(name)
+                    && p.slice_seen.is_none()
+                    && endpoint.conditions.as_ref().and_then(|c| c.ready) == Some(p.want)
+                {
+                    p.slice_seen = Some(now);
+                }
+            }
+        }
+    });
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn summary(mut ms: Vec<f64>) -> Value {
+    ms.sort_by(f64::total_cmp);
+    json!({
+        "count": ms.len(),
+        "p50_ms": percentile(&ms, 50.0),
+        "p95_ms": percentile(&ms, 95.0),
+        "p99_ms": percentile(&ms, 99.0),
+        "max_ms": ms.last().copied().unwrap_or_default(),
+        "mean_ms": ms.iter().sum::<f64>() / ms.len().max(1) as f64,
+    })
+}
+
+/// Flips the Ready condition of `flips` pods, one at a time, and times each flip.
+async fn latency(
+    client: &Client,
+    sim: &Simulator,
+    controller: &Controller,
+    ns: &str,
+    (services, pods): (usize, usize),
+    flips: usize,
+    t: Instant,
+) -> Value {
+    let waiting: Waiting = Arc::default();
+    watch(client, ns, &waiting);
+    tokio::time::sleep(Duration::from_secs(2)).await; // the watches' initial lists
+    let writes_before = controller
+        .counter("nad_service_controller_endpointslice_writes_total")
+        .await;
+    let api_before = apiserver_slice_writes(client).await;
+    let mut state: HashMap<String, bool> = HashMap::new();
+    let (mut watch_ms, mut write_ms) = (Vec::new(), Vec::new());
+    for i in 0..flips {
+        // Spread over the Services and pods, deterministically.
+        let index = (i * 7919) % (services * pods);
+        let name = format!("svc-{:03}-{:05}", index / pods, index % pods);
+        let ready = !state.get(&name).copied().unwrap_or(true);
+        waiting.lock().unwrap().insert(
+            name.clone(),
+            Pending {
+                want: ready,
+                ..Pending::default()
+            },
+        );
+        sim.set_ready(ns, &name, ready).await.unwrap();
+        waiting.lock().unwrap().get_mut(&name).unwrap().written = Some(Instant::now());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (pod_seen, slice_seen, written) = loop {
+            {
+                let waiting = waiting.lock().unwrap();
+                let p = &waiting[&name];
+                if let (Some(a), Some(b), Some(w)) = (p.pod_seen, p.slice_seen, p.written) {
+                    break (a, b, w);
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name}: Ready={ready} not in its slice after 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        waiting.lock().unwrap().remove(&name);
+        state.insert(name, ready);
+        watch_ms.push(slice_seen.saturating_duration_since(pod_seen).as_secs_f64() * 1e3);
+        write_ms.push(slice_seen.saturating_duration_since(written).as_secs_f64() * 1e3);
+        if (i + 1) % 100 == 0 {
+            progress(t, format!("{ns}: {}/{flips} Ready flips", i + 1));
+        }
+    }
+    controller.settle(Duration::from_secs(2)).await;
+    let writes = controller
+        .counter("nad_service_controller_endpointslice_writes_total")
+        .await
+        - writes_before;
+    let api_writes = apiserver_slice_writes(client).await - api_before;
+    json!({
+        "pods_cached": services * pods,
+        "flips": flips,
+        "pod_event_to_slice_event": summary(watch_ms),
+        "status_write_response_to_slice_event": summary(write_ms),
+        "writes_per_flip": {
+            "controller_metric": writes as f64 / flips as f64,
+            "apiserver_request_total": api_writes as f64 / flips as f64,
+        },
+    })
+}
+
+/// Changes that move no endpoint: a pod label and a Service annotation that no policy reads.
+async fn no_op_changes(
+    client: &Client,
+    controller: &Controller,
+    ns: &str,
+    (services, pods): (usize, usize),
+    changes: usize,
+) -> Value {
+    controller.settle(Duration::from_secs(2)).await;
+    let writes_before = controller
+        .counter("nad_service_controller_endpointslice_writes_total")
+        .await;
+    let reconciles_before = controller
+        .counter("nad_service_controller_reconciles_total")
+        .await;
+    let api_before = apiserver_slice_writes(client).await;
+    let pod_api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let svc_api: Api<Service> = Api::namespaced(client.clone(), ns);
+    for i in 0..changes {
+        let index = (i * 104_729) % (services * pods);
+        let name = format!("svc-{:03}-{:05}", index / pods, index % pods);
+        let patch = json!({"metadata": {"labels": {"bench.isim.dev/noise": i.to_string()}}});
+        pod_api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        let patch = json!({"metadata": {"annotations": {"bench.isim.dev/noise": i.to_string()}}});
+        svc_api
+            .patch(
+                &format!("svc-{:03}", i % services),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .unwrap();
+    }
+    controller.settle(Duration::from_secs(3)).await;
+    let writes = controller
+        .counter("nad_service_controller_endpointslice_writes_total")
+        .await
+        - writes_before;
+    let reconciles = controller
+        .counter("nad_service_controller_reconciles_total")
+        .await
+        - reconciles_before;
+    let api_writes = apiserver_slice_writes(client).await - api_before;
+    json!({
+        "pod_label_changes": changes,
+        "service_annotation_changes": changes,
+        "reconciles": reconciles,
+        "writes": {"controller_metric": writes, "apiserver_request_total": api_writes},
+    })
+}
+
+// ---- the run ------------------------------------------------------------------------------------
+
+fn machine() -> Value {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_kib: f64 = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0.0);
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, m)| m.trim().to_owned())
+        .unwrap_or_default();
+    json!({
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "memory_gib": (mem_kib / 1024.0 / 1024.0 * 10.0).round() / 10.0,
+        "cpu": cpu,
+    })
+}
+
+async fn cleanup(client: &Client, ns: &str) {
+    let _ = Api::<Pod>::namespaced(client.clone(), ns)
+        .delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &ListParams::default(),
+        )
+        .await;
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(ns, &DeleteParams::default())
+        .await;
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; this driver has no options of its own.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(run());
+}
+
+async fn run() {
+    let t = Instant::now();
+    let scale = env_usize("NSC_BENCH_SCALE", 1).max(1);
+    let (wide_services, wide_pods) = (100 / scale.min(10), 100 / scale.min(10));
+    let big_pods = 5000 / scale;
+    let flips = (500 / scale).max(10);
+    let out = std::env::var_os("NSC_BENCH_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(
+                std::env::var("CARGO_TARGET_DIR")
+                    .unwrap_or_else(|_| format!("{}/../target", env!("CARGO_MANIFEST_DIR"))),
+            )
+            .join("bench/controller_scale.json")
+        });
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let logs = out.parent().unwrap().to_path_buf();
+
+    let client = admin().await;
+    let version = client.apiserver_version().await.unwrap_or_else(|e| {
+        panic!("no control plane ({e}); start it with make local-up (make bench does)")
+    });
+    progress(
+        t,
+        format!(
+            "API server {}; {} x {} pods, 1 x {big_pods} pods, {flips} flips",
+            version.git_version, wide_services, wide_pods
+        ),
+    );
+    let sim = Arc::new(simulator(&client));
+    sim.ensure_nodes().await.unwrap();
+    let heartbeat = tokio::spawn({
+        let sim = sim.clone();
+        async move {
+            let _ = sim.heartbeat().await;
+        }
+    });
+    let suffix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        % 100_000;
+    let (big, wide) = (
+        format!("nsc-bench-big-{suffix}"),
+        format!("nsc-bench-wide-{suffix}"),
+    );
+    create_namespace(&client, &big).await;
+    create_namespace(&client, &wide).await;
+    populate(&sim, &client, &big, 1, big_pods, t).await;
+    populate(&sim, &client, &wide, wide_services, wide_pods, t).await;
+    let populated = t.elapsed().as_secs_f64();
+
+    progress(t, format!("cold start: 1 Service x {big_pods} pods"));
+    let (controller, mut big_result) = cold_start(
+        &client,
+        &big,
+        1,
+        big_pods,
+        &logs.join("controller-big.log"),
+        t,
+    )
+    .await;
+    controller.settle(Duration::from_secs(2)).await;
+    big_result["cost"] = controller.cost();
+    controller.stop();
+
+    progress(
+        t,
+        format!("cold start: {wide_services} Services x {wide_pods} pods"),
+    );
+    let (controller, mut wide_result) = cold_start(
+        &client,
+        &wide,
+        wide_services,
+        wide_pods,
+        &logs.join("controller-wide.log"),
+        t,
+    )
+    .await;
+    controller.settle(Duration::from_secs(2)).await;
+    wide_result["cost_after_cold_start"] = controller.cost();
+    progress(
+        t,
+        format!(
+            "event latency: {flips} Ready flips with {} pods cached",
+            wide_services * wide_pods
+        ),
+    );
+    let latency = latency(
+        &client,
+        &sim,
+        &controller,
+        &wide,
+        (wide_services, wide_pods),
+        flips,
+        t,
+    )
+    .await;
+    progress(t, "changes that move no endpoint");
+    let no_op = no_op_changes(
+        &client,
+        &controller,
+        &wide,
+        (wide_services, wide_pods),
+        100 / scale.min(10),
+    )
+    .await;
+    wide_result["cost"] = controller.cost();
+    controller.stop();
+    heartbeat.abort();
+
+    progress(t, "removing the benchmark's namespaces");
+    cleanup(&client, &big).await;
+    cleanup(&client, &wide).await;
+
+    let result = json!({
+        "machine": machine(),
+        "kubernetes": version.git_version,
+        "setup_seconds": populated,
+        "cold_start_one_service": big_result,
+        "cold_start_many_services": wide_result,
+        "event_latency": latency,
+        "no_op_changes": no_op,
+    });
+    std::fs::write(&out, serde_json::to_vec_pretty(&result).unwrap()).unwrap();
+    progress(t, format!("wrote {}", out.display()));
+    println!("{}", serde_json::to_string_pretty(&result).unwrap());
+}
