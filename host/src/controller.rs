@@ -4,13 +4,13 @@
 //! the slices ([`plan`]) and writes the difference ([`apply`]). Nothing else writes.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeSet, HashMap, HashSet},
     future::Future,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
-use futures::{StreamExt, future, stream};
+use futures::{StreamExt, TryStreamExt, future, stream};
 use k8s_openapi::{
     api::{
         core::v1::{
@@ -42,6 +42,7 @@ use crate::{
     plugin::{
         self, Configured, FailurePolicy, POLICY_ANNOTATION, PluginDir, Runtime, SharedPlugins,
     },
+    scope::{Scope, Scopes},
     server::Readiness,
     target::{self, ServiceTarget, Target},
     triggers::{NodeZones, PodNetworks},
@@ -79,6 +80,9 @@ pub struct Context {
     metrics: Arc<Metrics>,
     failures: Mutex<HashMap<ObjectRef<Service>, u32>>,
     expectations: Mutex<Expectations>,
+    scopes: Arc<Mutex<Scopes>>,
+    /// Services whose last full reconcile found pods on nodes not in the cache yet.
+    node_retry: Mutex<HashSet<ObjectRef<Service>>>,
     caches_ready: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -95,6 +99,12 @@ impl Context {
             .await
             .map(|_| ())
             .map_err(|_| Error::CachesNotReady)
+    }
+
+    fn node_retry(&self) -> std::sync::MutexGuard<'_, HashSet<ObjectRef<Service>>> {
+        self.node_retry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn expectations(&self) -> std::sync::MutexGuard<'_, Expectations> {
@@ -194,6 +204,8 @@ pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> 
 async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, Error> {
     let name = service.name_any();
     let namespace = service.namespace().unwrap_or_default();
+    let key = ObjectRef::from_obj(service);
+    let scope = lock(&ctx.scopes).take(&key);
     let existing = ctx.slices.state_filter(|s| {
         s.metadata.namespace.as_deref() == Some(namespace.as_str())
             && plan::is_managed_slice_of(s, &name)
@@ -236,6 +248,16 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
         // The garbage collector removes the slices through their owner reference.
         ctx.expectations().forget(&namespace, &name);
         return Ok(Action::await_change());
+    }
+    if let Scope::Pods(changed) = &scope
+        && pods_move_nothing(ctx, service, &target, &namespace, changed, &existing).await
+    {
+        tracing::debug!(
+            pods = changed.len(),
+            "changed pods move no endpoint; nothing to plan"
+        );
+        let retry = ctx.node_retry().contains(&key);
+        return Ok(Action::requeue(if retry { NODE_RETRY } else { RESYNC }));
     }
 
     let pods = ctx
@@ -284,11 +306,56 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
             "EndpointSlices updated"
         );
     }
-    Ok(Action::requeue(if observation.needs_retry() {
-        NODE_RETRY
+    let retry = observation.needs_retry();
+    if retry {
+        ctx.node_retry().insert(key);
     } else {
-        RESYNC
-    }))
+        ctx.node_retry().remove(&key);
+    }
+    Ok(Action::requeue(if retry { NODE_RETRY } else { RESYNC }))
+}
+
+/// For a reconcile caused by pod changes alone: whether none of the `changed` pods can move an
+/// endpoint, so that planning every candidate again is pointless. True when each of them is
+/// unpublished and the policy excludes it, or it is not a candidate at all. Anything unusual
+/// (a pod to warn about, a plugin failure) answers false: the full reconcile handles it.
+async fn pods_move_nothing(
+    ctx: &Context,
+    service: &Service,
+    target: &ServiceTarget,
+    namespace: &str,
+    changed: &BTreeSet<String>,
+    existing: &[Arc<EndpointSlice>],
+) -> bool {
+    let published = existing
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .filter_map(|e| e.target_ref.as_ref()?.name.as_deref());
+    if published.into_iter().any(|pod| changed.contains(pod)) {
+        return false;
+    }
+    let pods: Vec<Arc<Pod>> = changed
+        .iter()
+        .filter_map(|pod| ctx.pods.get(&ObjectRef::new(pod).within(namespace)))
+        .collect();
+    let observation =
+        observe::candidates(target, &pods, |node| ctx.nodes.get(&ObjectRef::new(node)));
+    if !observation.skipped.is_empty() || !observation.ignored_ips.is_empty() {
+        return false;
+    }
+    if observation.candidates.is_empty() {
+        return true;
+    }
+    match decide(ctx, service, target, &observation.candidates).await {
+        Ok(decisions) => decisions.iter().all(|d| matches!(d, Decision::Exclude(_))),
+        Err(_) => false,
+    }
+}
+
+fn lock(scopes: &Mutex<Scopes>) -> std::sync::MutexGuard<'_, Scopes> {
+    scopes
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Writes the changes, counting them and recording what the cache should show afterwards.
@@ -523,6 +590,29 @@ fn strip_meta(meta: &mut ObjectMeta) {
     }
 }
 
+/// Notes, for each Service a pod event concerns, which pods changed. A relist (the watch
+/// restarting) is not a change of single pods: it makes their next reconciles full.
+fn record_pod_changes(
+    scopes: &Mutex<Scopes>,
+    event: &watcher::Event<Pod>,
+    services: &[ObjectRef<Service>],
+) {
+    let mut scopes = lock(scopes);
+    match event {
+        watcher::Event::Apply(pod) | watcher::Event::Delete(pod) => {
+            let name = pod.name_any();
+            for service in services {
+                scopes.pod_changed(service.clone(), &name);
+            }
+        }
+        _ => {
+            for service in services {
+                scopes.everything_changed(service.clone());
+            }
+        }
+    }
+}
+
 /// The managed Services on any of the `(namespace, network)` pairs.
 fn services_on(services: &Store<Service>, pairs: &[(String, String)]) -> Vec<ObjectRef<Service>> {
     if pairs.is_empty() {
@@ -639,6 +729,11 @@ pub async fn run(
     reporter: Reporter,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let scopes: Arc<Mutex<Scopes>> = Arc::default();
+    let everything = |scopes: &Arc<Mutex<Scopes>>| {
+        let scopes = scopes.clone();
+        move |service: &ObjectRef<Service>| lock(&scopes).everything_changed(service.clone())
+    };
     let (services, service_writer) = reflector::store::<Service>();
     let (pods, pod_writer) = reflector::store::<Pod>();
     let (nodes, node_writer) = reflector::store::<Node>();
@@ -663,7 +758,11 @@ pub async fn run(
         .default_backoff()
         .modify(|s: &mut Service| strip_meta(&mut s.metadata))
         .reflect(service_writer)
-        .applied_objects();
+        .applied_objects()
+        .inspect_ok({
+            let everything = everything(&scopes);
+            move |svc| everything(&ObjectRef::from_obj(svc))
+        });
     let slice_stream = watcher(
         slice_api,
         any().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
@@ -671,10 +770,24 @@ pub async fn run(
     .default_backoff()
     .modify(|s: &mut EndpointSlice| strip_meta(&mut s.metadata))
     .reflect(slice_writer)
-    .touched_objects();
+    .touched_objects()
+    .inspect_ok({
+        let everything = everything(&scopes);
+        move |slice: &EndpointSlice| {
+            let namespace = slice.namespace().unwrap_or_default();
+            for owner in slice
+                .owner_references()
+                .iter()
+                .filter(|o| o.kind == "Service")
+            {
+                everything(&ObjectRef::new(&owner.name).within(&namespace));
+            }
+        }
+    });
 
     let pod_triggers = {
         let services = services.clone();
+        let pod_scopes = scopes.clone();
         let mut index = PodNetworks::default();
         watcher(pod_api, any())
             .default_backoff()
@@ -682,7 +795,11 @@ pub async fn run(
             .reflect(pod_writer)
             .filter_map(move |event| {
                 let refs = match event {
-                    Ok(event) => services_on(&services, &index.on_event(&event)),
+                    Ok(event) => {
+                        let refs = services_on(&services, &index.on_event(&event));
+                        record_pod_changes(&pod_scopes, &event, &refs);
+                        refs
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "pod watch failed; retrying");
                         Vec::new()
@@ -737,6 +854,7 @@ pub async fn run(
                 future::ready(Some(stream::iter(services_on(&services, &pairs))))
             })
             .flatten()
+            .inspect(everything(&scopes))
     };
 
     let plugin_triggers = watch_plugin_dir(
@@ -748,7 +866,8 @@ pub async fn run(
         },
         services.clone(),
         metrics.clone(),
-    );
+    )
+    .inspect(everything(&scopes));
     let (caches_synced, caches_ready) = tokio::sync::watch::channel(false);
     {
         let stores = (
@@ -780,6 +899,8 @@ pub async fn run(
         metrics,
         failures: Mutex::default(),
         expectations: Mutex::default(),
+        scopes,
+        node_retry: Mutex::default(),
         caches_ready,
     });
 

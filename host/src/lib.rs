@@ -22,6 +22,7 @@ pub mod observe;
 pub mod offline;
 pub mod plan;
 pub mod plugin;
+pub mod scope;
 pub mod server;
 pub mod target;
 pub mod telemetry;

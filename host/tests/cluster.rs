@@ -1149,3 +1149,47 @@ async fn the_preferred_zones_example_keeps_a_service_zone_local() {
     );
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_change_is_checked_alone_by_services_that_do_not_publish_it() {
+    let env = env("scoped").await;
+    env.headless("web").await;
+    env.headless("other").await;
+    env.pod("web-a", json!({"app": "web"}), "macvlan", true)
+        .await;
+    env.pod("stray", json!({"app": "nobody"}), "macvlan", true)
+        .await;
+    env.wait_slices("web", "web-a published", |s| endpoint_count(s) == 1)
+        .await;
+
+    // web publishes web-a, so it plans again; other only asks its policy about web-a.
+    env.sim.set_ready(&env.ns, "web-a", false).await.unwrap();
+    env.wait_slices("web", "web-a not ready", |s| {
+        conditions(s).first().is_some_and(|c| !c.1)
+    })
+    .await;
+    eventually("other checking web-a alone", || async {
+        captured()
+            .lines()
+            .any(|l| {
+                l.contains(&env.ns)
+                    && l.contains("service=other")
+                    && l.contains("changed pods move no endpoint")
+            })
+            .then_some(())
+    })
+    .await;
+
+    // A pod that starts to match other's policy is published by it.
+    let relabel = json!({"metadata": {"labels": {"app": "other"}}});
+    env.api::<Pod>()
+        .patch("stray", &PatchParams::default(), &Patch::Merge(&relabel))
+        .await
+        .unwrap();
+    let slices = env
+        .wait_slices("other", "stray published", |s| endpoint_count(s) == 1)
+        .await;
+    assert_eq!(pod_names(&slices), vec!["stray".to_owned()]);
+    assert_eq!(endpoint_count(&env.slices("web").await), 1);
+    env.finish().await;
+}
