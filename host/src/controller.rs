@@ -79,7 +79,7 @@ pub struct Context {
     settings: Settings,
     metrics: Arc<Metrics>,
     failures: Mutex<HashMap<ObjectRef<Service>, u32>>,
-    expectations: Mutex<Expectations>,
+    expectations: Arc<Mutex<Expectations>>,
     scopes: Arc<Mutex<Scopes>>,
     /// Services whose last full reconcile found pods on nodes not in the cache yet.
     node_retry: Mutex<HashSet<ObjectRef<Service>>>,
@@ -205,7 +205,6 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
     let name = service.name_any();
     let namespace = service.namespace().unwrap_or_default();
     let key = ObjectRef::from_obj(service);
-    let scope = lock(&ctx.scopes).take(&key);
     let existing = ctx.slices.state_filter(|s| {
         s.metadata.namespace.as_deref() == Some(namespace.as_str())
             && plan::is_managed_slice_of(s, &name)
@@ -218,6 +217,9 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
         tracing::debug!("cache behind this controller's own writes; waiting for it");
         return Ok(Action::requeue(STALE_RETRY));
     }
+    // Taken only now: a reconcile that waits for the cache leaves the changes it was called for
+    // to the one that runs when the cache has caught up.
+    let scope = lock(&ctx.scopes).take(&key);
     let target = match target::classify(service) {
         Target::Managed(target) => target,
         Target::Unmanaged => {
@@ -730,6 +732,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let scopes: Arc<Mutex<Scopes>> = Arc::default();
+    let expectations: Arc<Mutex<Expectations>> = Arc::default();
     let everything = |scopes: &Arc<Mutex<Scopes>>| {
         let scopes = scopes.clone();
         move |service: &ObjectRef<Service>| lock(&scopes).everything_changed(service.clone())
@@ -770,20 +773,35 @@ pub async fn run(
     .default_backoff()
     .modify(|s: &mut EndpointSlice| strip_meta(&mut s.metadata))
     .reflect(slice_writer)
-    .touched_objects()
     .inspect_ok({
-        let everything = everything(&scopes);
-        move |slice: &EndpointSlice| {
+        let (scopes, expectations) = (scopes.clone(), expectations.clone());
+        move |event: &watcher::Event<EndpointSlice>| {
+            let (slice, deleted) = match event {
+                watcher::Event::Apply(slice) | watcher::Event::InitApply(slice) => (slice, false),
+                watcher::Event::Delete(slice) => (slice, true),
+                watcher::Event::Init | watcher::Event::InitDone => return,
+            };
             let namespace = slice.namespace().unwrap_or_default();
             for owner in slice
                 .owner_references()
                 .iter()
                 .filter(|o| o.kind == "Service")
             {
-                everything(&ObjectRef::new(&owner.name).within(&namespace));
+                let own = !matches!(event, watcher::Event::InitApply(_))
+                    && expectations
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .is_own_write(&namespace, &owner.name, slice, deleted);
+                let service = ObjectRef::new(&owner.name).within(&namespace);
+                if own {
+                    lock(&scopes).own_write(service);
+                } else {
+                    lock(&scopes).everything_changed(service);
+                }
             }
         }
-    });
+    })
+    .touched_objects();
 
     let pod_triggers = {
         let services = services.clone();
@@ -898,13 +916,22 @@ pub async fn run(
         settings,
         metrics,
         failures: Mutex::default(),
-        expectations: Mutex::default(),
+        expectations,
         scopes,
         node_retry: Mutex::default(),
         caches_ready,
     });
 
+    // Reconciles are CPU-bound (plugin calls, planning): more of them at once than cores adds
+    // only memory, each holding its Service's candidates and a plugin instance.
+    let concurrency = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(2, 8);
     Controller::for_stream(service_stream, services)
+        .with_config(
+            kube::runtime::controller::Config::default()
+                .concurrency(u16::try_from(concurrency).unwrap_or(2)),
+        )
         .owns_stream(slice_stream)
         .reconcile_on(pod_triggers)
         .reconcile_on(node_triggers)

@@ -115,6 +115,32 @@ impl Expectations {
         stale
     }
 
+    /// Whether a watch event of `slice` (`deleted` or created/updated) shows exactly what this
+    /// controller last wrote or deleted for the Service: then the event needs no new plan.
+    pub fn is_own_write(
+        &self,
+        namespace: &str,
+        service: &str,
+        slice: &EndpointSlice,
+        deleted: bool,
+    ) -> bool {
+        let key = (namespace.to_owned(), service.to_owned());
+        let name = slice.name_any();
+        self.services.get(&key).is_some_and(|list| {
+            list.iter().any(|(n, expect)| {
+                *n == name
+                    && match expect {
+                        Expect::Generation(g) | Expect::Created(g, _) => {
+                            !deleted && slice.metadata.generation == Some(*g)
+                        }
+                        Expect::Gone(uid) => {
+                            deleted && slice.uid().as_deref() == Some(uid.as_str())
+                        }
+                    }
+            })
+        })
+    }
+
     /// Forgets a Service (deleted or no longer managed).
     pub fn forget(&mut self, namespace: &str, service: &str) {
         self.services
@@ -171,6 +197,25 @@ mod tests {
         e.applied("ns", "web", "web-ipv4-0", Some(5), false);
         e.forget("ns", "web");
         assert!(!e.cache_is_stale("ns", "web", &[slice("web-ipv4-0", "u", 1)]));
+    }
+
+    #[test]
+    fn own_writes_are_told_apart_from_other_changes() {
+        let mut e = Expectations::default();
+        e.applied("ns", "web", "web-ipv4-0", Some(4), false);
+        e.deleted("ns", "web", "web-ipv4-1", Some("u1".into()));
+        assert!(e.is_own_write("ns", "web", &slice("web-ipv4-0", "u", 4), false));
+        assert!(
+            !e.is_own_write("ns", "web", &slice("web-ipv4-0", "u", 5), false),
+            "edited after the write"
+        );
+        assert!(
+            !e.is_own_write("ns", "web", &slice("web-ipv4-0", "u", 4), true),
+            "deleted by someone: to be restored"
+        );
+        assert!(e.is_own_write("ns", "web", &slice("web-ipv4-1", "u1", 1), true));
+        assert!(!e.is_own_write("ns", "web", &slice("web-ipv4-2", "u2", 1), false));
+        assert!(!e.is_own_write("ns", "other", &slice("web-ipv4-0", "u", 4), false));
     }
 
     #[test]

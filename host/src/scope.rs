@@ -41,6 +41,14 @@ impl Scopes {
         }
     }
 
+    /// The Service's slices changed by this controller's own write: no new input, so the
+    /// reconcile it causes has nothing to check unless something else is pending.
+    pub fn own_write(&mut self, service: ObjectRef<Service>) {
+        self.pending
+            .entry(service)
+            .or_insert_with(|| Scope::Pods(BTreeSet::new()));
+    }
+
     /// Something other than its pods changed for the Service.
     pub fn everything_changed(&mut self, service: ObjectRef<Service>) {
         self.pending.insert(service, Scope::Full);
@@ -89,6 +97,22 @@ mod tests {
         scopes.pod_changed(svc("web"), "a");
         scopes.everything_changed(svc("web"));
         scopes.pod_changed(svc("web"), "b");
+        assert_eq!(scopes.take(&svc("web")), Scope::Full);
+    }
+
+    #[test]
+    fn an_own_write_adds_nothing_to_check() {
+        let mut scopes = Scopes::default();
+        scopes.own_write(svc("web"));
+        assert_eq!(scopes.take(&svc("web")), Scope::Pods(BTreeSet::new()));
+        scopes.pod_changed(svc("web"), "a");
+        scopes.own_write(svc("web"));
+        assert_eq!(
+            scopes.take(&svc("web")),
+            Scope::Pods(BTreeSet::from(["a".to_owned()]))
+        );
+        scopes.everything_changed(svc("web"));
+        scopes.own_write(svc("web"));
         assert_eq!(scopes.take(&svc("web")), Scope::Full);
     }
 }
