@@ -807,7 +807,9 @@ pub async fn run(
         let services = services.clone();
         let pod_scopes = scopes.clone();
         let mut index = PodNetworks::default();
-        watcher(pod_api, any())
+        // Small pages: each page of the initial list is whole pods (managed fields and all)
+        // until stripped, and the allocator keeps the peak.
+        watcher(pod_api, any().page_size(100))
             .default_backoff()
             .modify(strip_pod)
             .reflect(pod_writer)
