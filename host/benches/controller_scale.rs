@@ -40,6 +40,10 @@ use node_sim::{Range, SimNode, Simulator};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+#[allow(dead_code)] // shared with the tests; the benchmark uses part of it
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 const NETWORK: &str = "macvlan";
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -55,22 +59,6 @@ fn progress(start: Instant, message: impl std::fmt::Display) {
 
 // ---- the cluster side --------------------------------------------------------------------------
 
-async fn admin() -> Client {
-    let path = std::env::var_os("KUBECONFIG")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.local/kubeconfig"));
-    let kubeconfig = kube::config::Kubeconfig::read_from(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; start the control plane: make local-up",
-            path.display()
-        )
-    });
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
-}
-
 fn simulator(client: &Client) -> Simulator {
     let mut config = node_sim::Config {
         nodes: (0..4)
@@ -85,23 +73,6 @@ fn simulator(client: &Client) -> Simulator {
     };
     config.default_network_range = "10.128.0.0/14".parse::<Range>().unwrap();
     Simulator::new(client.clone(), config)
-}
-
-async fn create_namespace(client: &Client, name: &str) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let body = json!({"metadata": {"name": name, "labels": {"nsc-bench": "true"}}});
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(body).unwrap(),
-    )
-    .await
-    .unwrap();
-    // Pods need the namespace's default ServiceAccount.
-    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-        Api::namespaced(client.clone(), name);
-    while accounts.get_opt("default").await.unwrap().is_none() {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// `services` headless Services `svc-NNN`, each with `pods` Running, Ready pods on the network.
@@ -631,7 +602,7 @@ async fn run() {
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
     let logs = out.parent().unwrap().to_path_buf();
 
-    let client = admin().await;
+    let client = support::client().await;
     let version = client.apiserver_version().await.unwrap_or_else(|e| {
         panic!("no control plane ({e}); start it with make local-up (make bench does)")
     });
@@ -650,17 +621,8 @@ async fn run() {
             let _ = sim.heartbeat().await;
         }
     });
-    let suffix = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        % 100_000;
-    let (big, wide) = (
-        format!("nsc-bench-big-{suffix}"),
-        format!("nsc-bench-wide-{suffix}"),
-    );
-    create_namespace(&client, &big).await;
-    create_namespace(&client, &wide).await;
+    let big = support::namespace(&client, "bench-big").await;
+    let wide = support::namespace(&client, "bench-wide").await;
     populate(&sim, &client, &big, 1, big_pods, t).await;
     populate(&sim, &client, &wide, wide_services, wide_pods, t).await;
     let populated = t.elapsed().as_secs_f64();

@@ -46,10 +46,10 @@ use k8s_openapi::api::core::v1::{Pod, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use nad_service_controller::{
     observe::Candidate,
-    plan::{Conditions, Decision},
+    plan::Decision,
     plugin::{
-        DEFAULT_PLUGIN_WASM, Limits, Plugin, PluginDir, Plugins, Runtime, pod_view, prepare,
-        service_view, wit,
+        DEFAULT_PLUGIN_WASM, Limits, Plugin, PluginDir, Plugins, Runtime, decision, pod_view,
+        prepare, service_view, wit,
     },
     target::ServiceTarget,
 };
@@ -303,17 +303,6 @@ fn view_all(candidate: &Candidate) -> wit::Pod {
     }
 }
 
-fn wit_decision(d: wit::Decision) -> Decision {
-    match d {
-        wit::Decision::Include(c) => Decision::Include(Conditions {
-            ready: c.ready,
-            serving: c.serving,
-            terminating: c.terminating,
-        }),
-        wit::Decision::Exclude(reason) => Decision::Exclude(reason),
-    }
-}
-
 /// The baseline must decide exactly as the plugin does, or the comparison means nothing.
 fn check_native_matches(plugin: &Plugin, service: &wit::Service, pods: &[wit::Pod]) {
     let wasm = plugin
@@ -322,7 +311,7 @@ fn check_native_matches(plugin: &Plugin, service: &wit::Service, pods: &[wit::Po
     let native: Vec<Decision> = native::evaluate(service, pods, "")
         .expect("the reference evaluates")
         .into_iter()
-        .map(wit_decision)
+        .map(decision)
         .collect();
     assert_eq!(
         wasm, native,

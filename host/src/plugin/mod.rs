@@ -28,7 +28,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use bindings::EndpointPolicyPre;
 pub use bindings::isim::nad_endpoints::types as wit;
-pub use convert::{pod_view, service_view};
+pub use convert::{decision, pod_view, service_view};
 pub use pipeline::{
     HOST_WIT_VERSION, Inspection, PipelineError, Step, WIT_PACKAGE, inspect, prepare,
 };
