@@ -58,6 +58,10 @@ build-static: wasm-target ## Build a static (musl) controller binary to $(STATIC
 test: wasm-target ## Run every test: unit, plugin, integration, RBAC and manifests (starts the local control plane)
 	CARGO="$(CARGO)" hack/test.sh
 
+.PHONY: test-faults
+test-faults: wasm-target ## Fault tests: API server and etcd killed, paused, compacted; controller killed; bad input (own control plane)
+	CARGO="$(CARGO)" hack/test-faults.sh
+
 .PHONY: bench
 bench: wasm-target ## Benchmarks (plugin boundary; controller at scale on the local control plane) to BENCHMARKS.md
 	CARGO="$(CARGO)" hack/bench.sh

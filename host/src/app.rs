@@ -126,17 +126,19 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
     let source = PluginSource {
         runtime,
         plugins: Arc::new(SharedPlugins::new(plugins)),
-        dir,
+        dir: dir.map(|d| Arc::new(std::sync::Mutex::new(d))),
         poll: args.plugin_poll_interval,
     };
 
     let client = Client::try_default()
         .await
         .context("connecting to Kubernetes (in-cluster config, KUBECONFIG or ~/.kube/config)")?;
-    let version = client
-        .apiserver_version()
-        .await
-        .context("reaching the Kubernetes API server")?;
+    let version = client.apiserver_version().await.map_err(|e| {
+        anyhow::anyhow!(
+            "reaching the Kubernetes API server: {}",
+            crate::error::describe(&e)
+        )
+    })?;
     tracing::info!(server = %version.git_version, "connected to the API server");
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -179,15 +181,6 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
             identity(),
         )
     });
-    let (lost_tx, lost_rx) = watch::channel(false);
-    if let Some(elector) = &elector {
-        // A standby replica is healthy and ready: it is doing its job by waiting.
-        ready.set(true);
-        if !elector.acquire(stopped()).await {
-            return Ok(());
-        }
-        ready.set(false);
-    }
     let reporter = Reporter {
         controller: CONTROLLER_NAME.to_owned(),
         instance: elector
@@ -199,35 +192,48 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
         max_endpoints_per_slice: args.max_endpoints_per_slice,
         namespace: args.watch_namespace.clone(),
     };
-    let stop = {
-        let stopped = stopped();
-        let mut lost = lost_rx.clone();
-        async move {
-            tokio::select! {
-                () = stopped => {}
-                _ = lost.wait_for(|lost| *lost) => {}
-            }
-        }
+    let Some(elector) = elector else {
+        controller::run(
+            client,
+            source,
+            settings,
+            metrics,
+            ready,
+            reporter,
+            stopped(),
+        )
+        .await;
+        tracing::info!("stopped");
+        return Ok(());
     };
-    let controller = controller::run(client, source, settings, metrics, ready, reporter, stop);
-    match &elector {
-        Some(elector) => {
-            tokio::select! {
-                () = controller => {}
-                () = elector.hold() => {
-                    let _ = lost_tx.send(true);
-                }
+    // One term as leader after another: a leader that loses its Lease (it could not renew it
+    // in time, say during an API outage, or another replica took it) stops reconciling at once
+    // (its running reconciles are cancelled) and stands as a candidate again, with fresh caches.
+    loop {
+        // A standby replica is healthy and ready: it is doing its job by waiting.
+        ready.set(true);
+        if !elector.acquire(stopped()).await {
+            break;
+        }
+        ready.set(false);
+        let controller = controller::run(
+            client.clone(),
+            source.clone(),
+            settings.clone(),
+            metrics.clone(),
+            ready.clone(),
+            reporter.clone(),
+            stopped(),
+        );
+        tokio::select! {
+            () = controller => {
+                elector.release().await;
+                break;
+            }
+            () = elector.hold() => {
+                tracing::warn!("no longer the leader; reconciling stopped, standing as a candidate again");
             }
         }
-        None => controller.await,
-    }
-    if *lost_rx.borrow() {
-        anyhow::bail!(
-            "lost the leader lease; exiting so that this replica restarts as a candidate"
-        );
-    }
-    if let Some(elector) = &elector {
-        elector.release().await;
     }
     tracing::info!("stopped");
     Ok(())

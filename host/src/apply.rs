@@ -11,50 +11,85 @@ use crate::{error::Error, plan::Changes};
 /// The one field manager this controller applies with.
 pub const FIELD_MANAGER: &str = "nad-service-controller.isim.dev";
 
-/// What a sync wrote: slice names with the generation the API server returned.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+/// What a sync wrote: slice names with the generation the API server returned, and the writes
+/// that failed. Every write is attempted even when one fails.
+#[derive(Debug, Default)]
 pub struct Written {
     pub applied: Vec<(String, Option<i64>)>,
     pub deleted: Vec<String>,
+    pub failed: Vec<Failed>,
 }
 
-/// Applies every changed slice and deletes the unwanted ones. Every write is attempted even
-/// when one fails; the first failure is returned (and the rest logged).
-pub async fn write(client: &Client, namespace: &str, changes: Changes) -> Result<Written, Error> {
+/// A write the API server did not take.
+#[derive(Debug)]
+pub struct Failed {
+    pub error: Error,
+    /// For a refused apply (`422`): the slice as sent, to tell which endpoint was refused.
+    pub slice: Option<EndpointSlice>,
+}
+
+/// Applies every changed slice and deletes the unwanted ones.
+pub async fn write(client: &Client, namespace: &str, changes: Changes) -> Written {
     let api: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let mut written = Written::default();
-    let mut first_error = None;
-    let mut fail = |e: Error| {
-        tracing::warn!(error = %e, "EndpointSlice write failed");
-        first_error.get_or_insert(e);
-    };
     for slice in changes.apply {
         let name = slice.name_any();
         match api.patch(&name, &params, &Patch::Apply(&slice)).await {
             Ok(stored) => written.applied.push((name, stored.metadata.generation)),
-            Err(source) => fail(Error::Apply {
-                namespace: namespace.to_owned(),
-                name,
-                source,
-            }),
+            Err(source) => {
+                let refused = crate::error::is_invalid(&source);
+                written.failed.push(Failed {
+                    error: Error::Apply {
+                        namespace: namespace.to_owned(),
+                        name,
+                        source,
+                    },
+                    slice: refused.then_some(slice),
+                });
+            }
         }
     }
     for name in changes.delete {
         match api.delete(&name, &DeleteParams::default()).await {
             Ok(_) => written.deleted.push(name),
             Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(source) => fail(Error::Delete {
-                namespace: namespace.to_owned(),
-                name,
-                source,
+            Err(source) => written.failed.push(Failed {
+                error: Error::Delete {
+                    namespace: namespace.to_owned(),
+                    name,
+                    source,
+                },
+                slice: None,
             }),
         }
     }
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(written),
+    written
+}
+
+/// The pods whose endpoints a refusal names: the API reports fields as `endpoints[<i>]...`, in
+/// its message and in `details.causes`.
+pub fn refused_pods(error: &kube::Error, sent: &EndpointSlice) -> Vec<String> {
+    let kube::Error::Api(status) = error else {
+        return Vec::new();
+    };
+    let mut texts = vec![status.message.clone()];
+    if let Some(details) = &status.details {
+        texts.extend(details.causes.iter().map(|c| c.field.clone()));
     }
+    let endpoints = sent.endpoints.as_deref().unwrap_or_default();
+    let mut pods: Vec<String> = texts
+        .iter()
+        .flat_map(|text| {
+            text.match_indices("endpoints[")
+                .map(move |(at, _)| &text[at + 10..])
+        })
+        .filter_map(|rest| rest.split(']').next()?.parse::<usize>().ok())
+        .filter_map(|index| endpoints.get(index)?.target_ref.as_ref()?.name.clone())
+        .collect();
+    pods.sort();
+    pods.dedup();
+    pods
 }
 
 #[cfg(test)]
@@ -120,14 +155,60 @@ mod tests {
             delete: vec!["web-ipv4-1".into()],
             unchanged: 0,
         };
-        let written = write(&client, "team-a", changes).await.unwrap();
-        assert_eq!(
-            written,
-            Written {
-                applied: vec![("web-ipv4-0".into(), None)],
-                deleted: vec![]
-            },
+        let written = write(&client, "team-a", changes).await;
+        assert_eq!(written.applied, vec![("web-ipv4-0".into(), None)]);
+        assert!(written.deleted.is_empty());
+        assert!(
+            written.failed.is_empty(),
             "a slice already gone is not an error"
+        );
+        server.await.unwrap();
+    }
+
+    /// One refused slice does not stop the others, and what was written is still reported.
+    #[tokio::test]
+    async fn a_refused_write_is_reported_beside_the_writes_that_worked() {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "default");
+        let server = tokio::spawn(async move {
+            let (_, send) = handle.next_request().await.unwrap();
+            let invalid = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": "EndpointSlice.discovery.k8s.io \"web-ipv4-0\" is invalid: endpoints[1].addresses[0]: Invalid value",
+                "reason": "Invalid", "code": 422,
+                "details": {"causes": [{"field": "endpoints[1].addresses[0]", "reason": "FieldValueInvalid"}]}});
+            send.send_response(
+                Response::builder()
+                    .status(422)
+                    .body(Body::from(serde_json::to_vec(&invalid).unwrap()))
+                    .unwrap(),
+            );
+            let (_, send) = handle.next_request().await.unwrap();
+            let reply = serde_json::to_vec(&slice("web-ipv4-1")).unwrap();
+            send.send_response(Response::new(Body::from(reply)));
+        });
+        let mut bad = slice("web-ipv4-0");
+        bad.endpoints = Some(
+            serde_json::from_value(serde_json::json!([
+                {"addresses": ["10.0.0.1"], "targetRef": {"kind": "Pod", "name": "good"}},
+                {"addresses": ["10.0.0.2"], "targetRef": {"kind": "Pod", "name": "bad"}},
+            ]))
+            .unwrap(),
+        );
+        let changes = Changes {
+            apply: vec![bad, slice("web-ipv4-1")],
+            delete: vec![],
+            unchanged: 0,
+        };
+        let written = write(&client, "team-a", changes).await;
+        assert_eq!(written.applied, vec![("web-ipv4-1".into(), None)]);
+        assert_eq!(written.failed.len(), 1);
+        let failed = &written.failed[0];
+        let Error::Apply { source, .. } = &failed.error else {
+            panic!("{:?}", failed.error)
+        };
+        assert_eq!(
+            refused_pods(source, failed.slice.as_ref().unwrap()),
+            vec!["bad"]
         );
         server.await.unwrap();
     }

@@ -4,13 +4,13 @@
 //! the slices ([`plan`]) and writes the difference ([`apply`]). Nothing else writes.
 
 use std::{
-    collections::{BTreeSet, HashMap, HashSet},
+    collections::BTreeSet,
     future::Future,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
-use futures::{StreamExt, TryStreamExt, future, stream};
+use futures::{StreamExt, future, stream};
 use k8s_openapi::{
     api::{
         core::v1::{
@@ -33,19 +33,22 @@ use kube::{
 
 use crate::{
     apply,
-    error::{Error, retry_delay},
+    error::{Error, describe, retry_delay},
     expectations::Expectations,
     metrics::Metrics,
     network_status,
-    observe::{self, Candidate, ZONE_LABEL},
+    observe::{self, Candidate, Observation, ZONE_LABEL},
     plan::{self, Decision, MANAGED_BY, MANAGED_BY_LABEL},
     plugin::{
         self, Configured, FailurePolicy, POLICY_ANNOTATION, PluginDir, Runtime, SharedPlugins,
     },
+    recovery::Recovery,
     scope::{Scope, Scopes},
     server::Readiness,
+    service_state::{Problem, Services},
     target::{self, ServiceTarget, Target},
-    triggers::{NodeZones, PodNetworks},
+    triggers::{NodeZones, PodNetworks, RelistGate},
+    validate, watch,
 };
 
 /// The name this controller reports Events under.
@@ -78,11 +81,10 @@ pub struct Context {
     plugins: Arc<SharedPlugins>,
     settings: Settings,
     metrics: Arc<Metrics>,
-    failures: Mutex<HashMap<ObjectRef<Service>, u32>>,
+    services: Arc<Mutex<Services>>,
     expectations: Arc<Mutex<Expectations>>,
     scopes: Arc<Mutex<Scopes>>,
-    /// Services whose last full reconcile found pods on nodes not in the cache yet.
-    node_retry: Mutex<HashSet<ObjectRef<Service>>>,
+    recovery: Arc<Recovery>,
     caches_ready: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -101,22 +103,19 @@ impl Context {
             .map_err(|_| Error::CachesNotReady)
     }
 
-    fn node_retry(&self) -> std::sync::MutexGuard<'_, HashSet<ObjectRef<Service>>> {
-        self.node_retry
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     fn expectations(&self) -> std::sync::MutexGuard<'_, Expectations> {
-        self.expectations
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.expectations)
     }
 
-    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<Service>, u32>> {
-        self.failures
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn services(&self) -> std::sync::MutexGuard<'_, Services> {
+        lock(&self.services)
+    }
+
+    /// Forgets everything about a Service that this controller no longer manages.
+    fn forget(&self, key: &ObjectRef<Service>) {
+        self.services().forget(key);
+        let namespace = key.namespace.as_deref().unwrap_or_default();
+        self.expectations().forget(namespace, &key.name);
     }
 
     async fn warn(&self, service: &Service, reason: &str, action: &str, note: String) {
@@ -132,9 +131,15 @@ impl Context {
             .publish(&event, &service.object_ref(&()))
             .await
         {
-            tracing::warn!(service = %service.name_any(), error = %e, "could not publish Event");
+            tracing::warn!(service = %service.name_any(), reason, error = %describe(&e), "could not publish Event");
         }
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn truncate(mut s: String, max: usize) -> String {
@@ -159,16 +164,23 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     let key = ObjectRef::from_obj(&*service);
     match &result {
         Ok(_) => {
-            ctx.failures().remove(&key);
+            if let Some(error) = ctx.services().succeeded(&key) {
+                tracing::info!(after = %error, "reconcile succeeded again");
+            }
             ctx.metrics.reconciled("ok", started.elapsed());
         }
         Err(e) => {
-            *ctx.failures().entry(key).or_default() += 1;
+            let new = ctx.services().get(&key).failed(e.to_string());
+            if e.is_transient() && e.looks_unreachable() {
+                ctx.recovery.unreachable();
+            }
             ctx.metrics.reconciled(e.metric_label(), started.elapsed());
-            if matches!(
-                e,
-                Error::Plugin(_) | Error::PluginTask(_) | Error::UnknownPlugin(_)
-            ) {
+            if new
+                && matches!(
+                    e,
+                    Error::Plugin(_) | Error::PluginTask(_) | Error::UnknownPlugin(_)
+                )
+            {
                 ctx.warn(
                     &service,
                     e.event_reason(),
@@ -182,22 +194,28 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     result
 }
 
-/// Backs off per Service: one failing Service never delays the others.
+/// Backs off per Service: one failing Service never delays the others. A failure is logged at
+/// warn when it is new for the Service, at debug while it repeats.
 pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> Action {
-    let failures = ctx
-        .failures()
-        .get(&ObjectRef::from_obj(&*service))
-        .copied()
-        .unwrap_or(1);
+    let key = ObjectRef::from_obj(&*service);
+    let (failures, repeated) = ctx
+        .services()
+        .peek(&key)
+        .map_or((1, false), |s| (s.failures, s.is_repeat()));
     let delay = retry_delay(error, failures);
-    tracing::warn!(
-        service = %service.name_any(),
-        namespace = service.namespace().unwrap_or_default(),
-        error = %error,
-        category = error.metric_label(),
-        retry_in = ?delay,
-        "reconcile failed"
-    );
+    let (name, namespace) = (service.name_any(), service.namespace().unwrap_or_default());
+    if repeated {
+        tracing::debug!(service = %name, namespace, error = %error, failures, retry_in = ?delay, "reconcile failed again");
+    } else {
+        tracing::warn!(
+            service = %name,
+            namespace,
+            error = %error,
+            category = error.metric_label(),
+            retry_in = ?delay,
+            "reconcile failed"
+        );
+    }
     Action::requeue(delay)
 }
 
@@ -223,14 +241,8 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
     let target = match target::classify(service) {
         Target::Managed(target) => target,
         Target::Unmanaged => {
-            remove_all(
-                ctx,
-                &namespace,
-                &name,
-                &existing,
-                "the Service is not annotated",
-            )
-            .await?;
+            remove_all(ctx, &key, &existing, "the Service is not annotated").await?;
+            ctx.forget(&key);
             return Ok(Action::await_change());
         }
         Target::Invalid(problems) => {
@@ -242,24 +254,36 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
             );
             tracing::warn!(problems = ?problems, "Service cannot be served; its EndpointSlices are removed");
             ctx.warn(service, "InvalidService", "Validate", note).await;
-            remove_all(ctx, &namespace, &name, &existing, "the Service is invalid").await?;
+            remove_all(ctx, &key, &existing, "the Service is invalid").await?;
+            ctx.forget(&key);
             return Ok(Action::await_change());
         }
     };
     if service.meta().deletion_timestamp.is_some() {
         // The garbage collector removes the slices through their owner reference.
-        ctx.expectations().forget(&namespace, &name);
+        ctx.forget(&key);
         return Ok(Action::await_change());
     }
-    if let Scope::Pods(changed) = &scope
+    let (unsettled, node_retry) = {
+        let mut services = ctx.services();
+        let state = services.get(&key);
+        (state.unsettled, state.node_retry)
+    };
+    // The shortcut assumes the slices are as last planned; after a failed or held-back write
+    // they are not, so everything is planned again.
+    if !unsettled
+        && let Scope::Pods(changed) = &scope
         && pods_move_nothing(ctx, service, &target, &namespace, changed, &existing).await
     {
         tracing::debug!(
             pods = changed.len(),
             "changed pods move no endpoint; nothing to plan"
         );
-        let retry = ctx.node_retry().contains(&key);
-        return Ok(Action::requeue(if retry { NODE_RETRY } else { RESYNC }));
+        return Ok(Action::requeue(if node_retry {
+            NODE_RETRY
+        } else {
+            RESYNC
+        }));
     }
 
     let pods = ctx
@@ -267,16 +291,10 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
         .state_filter(|p| p.metadata.namespace.as_deref() == Some(namespace.as_str()));
     let observation =
         observe::candidates(&target, &pods, |node| ctx.nodes.get(&ObjectRef::new(node)));
-    for skipped in &observation.skipped {
-        tracing::warn!(pod = %skipped.pod, reason = %skipped.reason, network = %target.network, "pod skipped; the Service's other endpoints stay published");
-    }
-    for ignored in &observation.ignored_ips {
-        tracing::warn!(pod = %ignored.pod, ips = ?ignored.ips, network = %target.network, "unparsable IPs in the network-status annotation were left out");
-    }
-
     tracing::debug!(
         candidates = observation.candidates.len(),
         skipped = observation.skipped.len(),
+        unreadable = observation.unreadable.len(),
         "observed"
     );
     let decisions = decide(ctx, service, &target, &observation.candidates).await?;
@@ -284,12 +302,15 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
     for (candidate, reason) in &excluded {
         tracing::debug!(pod = %candidate.name(), reason, "excluded by the policy");
     }
-    let desired = plan::desired_slices(&target, &included, ctx.settings.max_endpoints_per_slice);
-    let changes = plan::changes(desired, &existing);
+    let desired = plan::desired(&target, &included, ctx.settings.max_endpoints_per_slice);
+    report(ctx, service, &key, &target, &observation, &desired).await;
+    let mut changes = plan::changes(desired.slices, &existing);
+    let mut held_back = hold_back(ctx, service, &key, &mut changes).await;
     if changes.is_empty() {
         tracing::debug!(
             endpoints = included.len(),
             slices = changes.unchanged,
+            held_back,
             "up to date"
         );
     } else {
@@ -298,23 +319,145 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
             delete = changes.delete.len(),
             "writing"
         );
-        let written = write(ctx, &namespace, &name, changes, &existing).await?;
+        let written = write(ctx, service, &key, changes, &existing).await?;
         tracing::info!(
             endpoints = included.len(),
             excluded = excluded.len(),
             skipped = observation.skipped.len(),
             applied = written.applied.len(),
             deleted = written.deleted.len(),
+            refused = written.refused,
             "EndpointSlices updated"
         );
+        held_back += written.refused;
     }
     let retry = observation.needs_retry();
-    if retry {
-        ctx.node_retry().insert(key);
-    } else {
-        ctx.node_retry().remove(&key);
+    {
+        let mut services = ctx.services();
+        let state = services.get(&key);
+        state.node_retry = retry;
+        state.unsettled = held_back > 0;
     }
     Ok(Action::requeue(if retry { NODE_RETRY } else { RESYNC }))
+}
+
+/// Tells the operator about the Service's input problems, each once while it lasts: a log
+/// line naming the pod, the address or field and the rule; a Warning Event for an address
+/// two pods claim.
+async fn report(
+    ctx: &Context,
+    service: &Service,
+    key: &ObjectRef<Service>,
+    target: &ServiceTarget,
+    observation: &Observation,
+    desired: &plan::Desired,
+) {
+    let problems = observation
+        .skipped
+        .iter()
+        .map(|s| Problem::PodSkipped {
+            pod: s.pod.clone(),
+            reason: s.reason.to_string(),
+        })
+        .chain(observation.ignored_ips.iter().flat_map(|ignored| {
+            ignored.unusable.iter().map(|u| Problem::AddressLeftOut {
+                pod: ignored.pod.clone(),
+                address: u.value.clone(),
+                rule: u.rule(),
+                why: u.to_string(),
+            })
+        }))
+        .chain(desired.conflicts.iter().cloned().map(Problem::from))
+        .chain(desired.dropped.iter().cloned().map(Problem::from));
+    let new = ctx.services().get(key).report(problems);
+    let network = target.network.as_str();
+    for problem in new {
+        match problem {
+            Problem::PodSkipped { pod, reason } => tracing::warn!(
+                %pod, network, %reason,
+                "pod left out; the Service's other endpoints stay published"
+            ),
+            Problem::AddressLeftOut {
+                pod,
+                address,
+                rule,
+                why,
+            } => tracing::warn!(
+                %pod, network, %address, rule, %why,
+                "address left out; the pod's other addresses are published"
+            ),
+            Problem::EndpointLeftOut {
+                pod,
+                address,
+                violations,
+            } => tracing::error!(
+                %pod, %address, %violations,
+                "endpoint left out: the EndpointSlice API would refuse it (a bug: please report it)"
+            ),
+            Problem::DuplicateAddress(conflict) => {
+                tracing::warn!(
+                    address = %conflict.address, kept = %conflict.kept, left_out = %conflict.left_out,
+                    network, "two pods list the same address; only the older one publishes it"
+                );
+                let note = format!(
+                    "address {} on network {network} is listed by pods {} and {}; only {} (the older) \
+                     publishes it. Give each pod its own address (check static IPAM settings)",
+                    conflict.address, conflict.kept, conflict.left_out, conflict.kept
+                );
+                ctx.warn(service, "DuplicateAddress", "Plan", note).await;
+            }
+        }
+    }
+}
+
+/// Drops from `changes` the slices that must not be sent: exactly what the API refused
+/// before, or what this controller's own check of the API's rules refuses. Returns how many
+/// were held back.
+async fn hold_back(
+    ctx: &Context,
+    service: &Service,
+    key: &ObjectRef<Service>,
+    changes: &mut plan::Changes,
+) -> usize {
+    let before = changes.apply.len();
+    let mut refused_now = Vec::new();
+    {
+        let mut services = ctx.services();
+        let state = services.get(key);
+        changes.apply.retain(|slice| {
+            if state.was_refused(slice) {
+                tracing::debug!(slice = %slice.name_any(), "not sent again: the API refused this content before");
+                return false;
+            }
+            let violations = validate::slice(slice);
+            if violations.is_empty() {
+                return true;
+            }
+            state.refused(slice);
+            refused_now.push((slice.name_any(), violations));
+            false
+        });
+        for name in &changes.delete {
+            state.accepted(name);
+        }
+    }
+    for (slice, violations) in refused_now {
+        ctx.metrics.slice_refused("precheck");
+        let text = violations
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        tracing::error!(%slice, violations = %text, "EndpointSlice held back: the API would refuse it (a bug: please report it)");
+        ctx.warn(
+            service,
+            "EndpointSliceInvalid",
+            "Apply",
+            format!("EndpointSlice {slice} was not written: {text}. This is a bug in nad-service-controller; please report it"),
+        )
+        .await;
+    }
+    before - changes.apply.len()
 }
 
 /// For a reconcile caused by pod changes alone: whether none of the `changed` pods can move an
@@ -354,42 +497,95 @@ async fn pods_move_nothing(
     }
 }
 
-fn lock(scopes: &Mutex<Scopes>) -> std::sync::MutexGuard<'_, Scopes> {
-    scopes
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+/// What [`write`] did.
+struct Written {
+    applied: Vec<String>,
+    deleted: Vec<String>,
+    /// Slices the API refused (`422`): not sent again until their content changes.
+    refused: usize,
 }
 
 /// Writes the changes, counting them and recording what the cache should show afterwards.
+/// Writes that worked are recorded even when others failed. A refused slice (`422`) is a bug
+/// here: it is counted, reported once, and not sent again until its content changes; any
+/// other failure is returned, to be retried.
 async fn write(
     ctx: &Context,
-    namespace: &str,
-    service: &str,
+    service: &Service,
+    key: &ObjectRef<Service>,
     changes: plan::Changes,
     existing: &[Arc<EndpointSlice>],
-) -> Result<apply::Written, Error> {
-    let written = apply::write(&ctx.client, namespace, changes).await?;
+) -> Result<Written, Error> {
+    let namespace = key.namespace.as_deref().unwrap_or_default();
+    let name = key.name.as_str();
+    let written = apply::write(&ctx.client, namespace, changes).await;
     ctx.metrics
         .slices_written(written.applied.len(), written.deleted.len());
-    let mut expectations = ctx.expectations();
-    for (slice, generation) in &written.applied {
-        let created = !existing.iter().any(|s| s.name_any() == *slice);
-        expectations.applied(namespace, service, slice, *generation, created);
+    {
+        let mut expectations = ctx.expectations();
+        for (slice, generation) in &written.applied {
+            let created = !existing.iter().any(|s| s.name_any() == *slice);
+            expectations.applied(namespace, name, slice, *generation, created);
+        }
+        for slice in &written.deleted {
+            let uid = existing
+                .iter()
+                .find(|s| s.name_any() == *slice)
+                .and_then(|s| s.uid());
+            expectations.deleted(namespace, name, slice, uid);
+        }
+        let mut services = ctx.services();
+        let state = services.get(key);
+        for (slice, _) in &written.applied {
+            state.accepted(slice);
+        }
     }
-    for slice in &written.deleted {
-        let uid = existing
-            .iter()
-            .find(|s| s.name_any() == *slice)
-            .and_then(|s| s.uid());
-        expectations.deleted(namespace, service, slice, uid);
+    let mut refused = 0;
+    let mut first_error = None;
+    for failed in written.failed {
+        match (failed.slice, &failed.error) {
+            (Some(sent), Error::Apply { source, .. }) => {
+                refused += 1;
+                ctx.metrics.slice_refused("api");
+                ctx.services().get(key).refused(&sent);
+                let pods = apply::refused_pods(source, &sent);
+                tracing::error!(
+                    slice = %sent.name_any(), pods = ?pods, error = %describe(source),
+                    "the API server refused an EndpointSlice (a bug: please report it); not sent again until it changes"
+                );
+                ctx.warn(
+                    service,
+                    "EndpointSliceRefused",
+                    "Apply",
+                    format!(
+                        "the API server refused EndpointSlice {} ({}); pods named: {}. This is a bug in \
+                         nad-service-controller; please report it. The slice is not sent again until its content changes",
+                        sent.name_any(),
+                        describe(source),
+                        if pods.is_empty() { "none".to_owned() } else { pods.join(", ") }
+                    ),
+                )
+                .await;
+            }
+            (_, _) => {
+                tracing::debug!(error = %failed.error, "EndpointSlice write failed");
+                first_error.get_or_insert(failed.error);
+            }
+        }
     }
-    Ok(written)
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(Written {
+            applied: written.applied.into_iter().map(|(n, _)| n).collect(),
+            deleted: written.deleted,
+            refused,
+        }),
+    }
 }
 
 async fn remove_all(
     ctx: &Context,
-    namespace: &str,
-    service: &str,
+    key: &ObjectRef<Service>,
     existing: &[Arc<EndpointSlice>],
     why: &str,
 ) -> Result<(), Error> {
@@ -397,7 +593,22 @@ async fn remove_all(
         return Ok(());
     }
     let changes = plan::changes(Vec::new(), existing);
-    let written = write(ctx, namespace, service, changes, existing).await?;
+    let namespace = key.namespace.as_deref().unwrap_or_default();
+    let written = apply::write(&ctx.client, namespace, changes).await;
+    ctx.metrics.slices_written(0, written.deleted.len());
+    {
+        let mut expectations = ctx.expectations();
+        for slice in &written.deleted {
+            let uid = existing
+                .iter()
+                .find(|s| s.name_any() == *slice)
+                .and_then(|s| s.uid());
+            expectations.deleted(namespace, &key.name, slice, uid);
+        }
+    }
+    if let Some(failed) = written.failed.into_iter().next() {
+        return Err(failed.error);
+    }
     tracing::info!(
         deleted = written.deleted.len(),
         why,
@@ -517,6 +728,7 @@ pub fn strip_pod(pod: &mut Pod) {
         namespace: meta.namespace,
         uid: meta.uid,
         resource_version: meta.resource_version,
+        creation_timestamp: meta.creation_timestamp,
         labels: meta.labels,
         annotations,
         deletion_timestamp: meta.deletion_timestamp,
@@ -599,6 +811,9 @@ fn record_pod_changes(
     event: &watcher::Event<Pod>,
     services: &[ObjectRef<Service>],
 ) {
+    if services.is_empty() {
+        return;
+    }
     let mut scopes = lock(scopes);
     match event {
         watcher::Event::Apply(pod) | watcher::Event::Delete(pod) => {
@@ -627,9 +842,9 @@ fn services_on(services: &Store<Service>, pairs: &[(String, String)]) -> Vec<Obj
             let namespace = svc.metadata.namespace.as_deref().unwrap_or_default();
             pairs.iter().any(|(ns, _)| ns == namespace)
                 && target::managed_network(svc).is_some_and(|network| {
-                    pairs.iter().any(|(ns, net)| {
-                        ns == namespace && (*net == network || net == network_status::ANY_NETWORK)
-                    })
+                    pairs
+                        .iter()
+                        .any(|(ns, net)| ns == namespace && *net == network)
                 })
         })
         .map(|svc| ObjectRef::from_obj(&**svc))
@@ -654,12 +869,14 @@ where
     }
 }
 
-/// Where the controller's plugins come from.
+/// Where the controller's plugins come from. Cloned for each term as leader: the plugin set
+/// and the directory's scan state outlive a lost Lease.
+#[derive(Clone)]
 pub struct PluginSource {
     pub runtime: Arc<Runtime>,
     pub plugins: Arc<SharedPlugins>,
     /// Scanned every `poll` for new, changed and deleted plugins.
-    pub dir: Option<PluginDir>,
+    pub dir: Option<Arc<Mutex<PluginDir>>>,
     pub poll: Duration,
 }
 
@@ -670,23 +887,27 @@ fn watch_plugin_dir(
     services: Store<Service>,
     metrics: Arc<Metrics>,
 ) -> impl futures::Stream<Item = ObjectRef<Service>> + Send + 'static {
-    let (tx, rx) = futures::channel::mpsc::unbounded();
-    if let Some(mut dir) = source.dir {
+    let (tx, rx) = futures::channel::mpsc::unbounded::<ObjectRef<Service>>();
+    if let Some(dir) = source.dir {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(source.poll).await;
-                let (runtime, shared) = (source.runtime.clone(), source.plugins.clone());
+                if tx.is_closed() {
+                    // This controller's term ended; the next one scans.
+                    return;
+                }
+                let (runtime, shared, dir) =
+                    (source.runtime.clone(), source.plugins.clone(), dir.clone());
                 let scanned = tokio::task::spawn_blocking(move || {
                     let mut next = (*shared.snapshot()).clone();
-                    let scan = dir.scan(&runtime, &mut next);
-                    (dir, scan, next)
+                    let scan = lock(&dir).scan(&runtime, &mut next);
+                    (scan, next)
                 })
                 .await;
-                let Ok((returned, scan, next)) = scanned else {
+                let Ok((scan, next)) = scanned else {
                     tracing::error!("the plugin directory scan panicked; plugin reloading stopped");
                     return;
                 };
-                dir = returned;
                 if scan.is_empty() {
                     continue;
                 }
@@ -722,6 +943,10 @@ fn watch_plugin_dir(
 }
 
 /// Watches everything, reconciles until `shutdown` resolves (then finishes what is running).
+///
+/// Every watch retries on its own with a bounded backoff ([`watch`]); what a relist triggers
+/// waits until its store is current ([`RelistGate`]); after an outage, the Services that failed
+/// meanwhile are reconciled as soon as the API server is ready ([`crate::recovery`]).
 pub async fn run(
     client: Client,
     plugins: PluginSource,
@@ -733,6 +958,8 @@ pub async fn run(
 ) {
     let scopes: Arc<Mutex<Scopes>> = Arc::default();
     let expectations: Arc<Mutex<Expectations>> = Arc::default();
+    let states: Arc<Mutex<Services>> = Arc::default();
+    let recovery = Arc::new(Recovery::default());
     let everything = |scopes: &Arc<Mutex<Scopes>>| {
         let scopes = scopes.clone();
         move |service: &ObjectRef<Service>| lock(&scopes).everything_changed(service.clone())
@@ -757,71 +984,110 @@ pub async fn run(
     let (service_api, pod_api, slice_api): (Api<Service>, Api<Pod>, Api<EndpointSlice>) =
         scoped(client.clone());
 
-    let service_stream = watcher(service_api, any())
-        .default_backoff()
-        .modify(|s: &mut Service| strip_meta(&mut s.metadata))
-        .reflect(service_writer)
-        .applied_objects()
-        .inspect_ok({
-            let everything = everything(&scopes);
-            move |svc| everything(&ObjectRef::from_obj(svc))
-        });
-    let slice_stream = watcher(
-        slice_api,
-        any().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
-    )
-    .default_backoff()
-    .modify(|s: &mut EndpointSlice| strip_meta(&mut s.metadata))
-    .reflect(slice_writer)
-    .inspect_ok({
-        let (scopes, expectations) = (scopes.clone(), expectations.clone());
-        move |event: &watcher::Event<EndpointSlice>| {
-            let (slice, deleted) = match event {
-                watcher::Event::Apply(slice) | watcher::Event::InitApply(slice) => (slice, false),
-                watcher::Event::Delete(slice) => (slice, true),
-                watcher::Event::Init | watcher::Event::InitDone => return,
-            };
-            let namespace = slice.namespace().unwrap_or_default();
-            for owner in slice
-                .owner_references()
-                .iter()
-                .filter(|o| o.kind == "Service")
-            {
-                let own = !matches!(event, watcher::Event::InitApply(_))
-                    && expectations
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .is_own_write(&namespace, &owner.name, slice, deleted);
-                let service = ObjectRef::new(&owner.name).within(&namespace);
-                if own {
-                    lock(&scopes).own_write(service);
-                } else {
-                    lock(&scopes).everything_changed(service);
+    let service_stream = {
+        let (scopes, expectations, states, store) = (
+            scopes.clone(),
+            expectations.clone(),
+            states.clone(),
+            services.clone(),
+        );
+        let mut health = watch::Health::new("services", recovery.clone());
+        let mut gate = RelistGate::default();
+        watcher(service_api, any())
+            .backoff(watch::backoff())
+            .modify(|s: &mut Service| strip_meta(&mut s.metadata))
+            .reflect(service_writer)
+            .filter_map(move |event| {
+                let changed = match event {
+                    Err(e) => {
+                        health.error(&e);
+                        Vec::new()
+                    }
+                    Ok(event) => {
+                        health.ok();
+                        let now = match &event {
+                            watcher::Event::Apply(svc) | watcher::Event::InitApply(svc) => {
+                                vec![svc.clone()]
+                            }
+                            watcher::Event::Delete(svc) => {
+                                forget_service(&states, &expectations, &ObjectRef::from_obj(svc));
+                                Vec::new()
+                            }
+                            watcher::Event::Init => Vec::new(),
+                            watcher::Event::InitDone => {
+                                // Services deleted while the watch was down got no Delete.
+                                lock(&states).retain(|key| store.get(key).is_some());
+                                Vec::new()
+                            }
+                        };
+                        gate.pass(&event, now)
+                    }
+                };
+                for svc in &changed {
+                    lock(&scopes).everything_changed(ObjectRef::from_obj(svc));
                 }
-            }
-        }
-    })
-    .touched_objects();
+                future::ready(Some(stream::iter(
+                    changed.into_iter().map(Ok::<_, watcher::Error>),
+                )))
+            })
+            .flatten()
+    };
+    let slice_triggers = {
+        let (scopes, expectations) = (scopes.clone(), expectations.clone());
+        let mut health = watch::Health::new("endpointslices", recovery.clone());
+        let mut gate = RelistGate::default();
+        watcher(
+            slice_api,
+            any().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
+        )
+        .backoff(watch::backoff())
+        .modify(|s: &mut EndpointSlice| strip_meta(&mut s.metadata))
+        .reflect(slice_writer)
+        .filter_map(move |event| {
+            let owners = match event {
+                Err(e) => {
+                    health.error(&e);
+                    Vec::new()
+                }
+                Ok(event) => {
+                    health.ok();
+                    let owners = slice_owners(&scopes, &expectations, &event);
+                    gate.pass(&event, owners)
+                }
+            };
+            future::ready(Some(stream::iter(owners)))
+        })
+        .flatten()
+    };
 
     let pod_triggers = {
         let services = services.clone();
         let pod_scopes = scopes.clone();
         let mut index = PodNetworks::default();
+        let mut health = watch::Health::new("pods", recovery.clone());
         // Small pages: each page of the initial list is whole pods (managed fields and all)
         // until stripped, and the allocator keeps the peak.
         watcher(pod_api, any().page_size(100))
-            .default_backoff()
+            .backoff(watch::backoff())
             .modify(strip_pod)
             .reflect(pod_writer)
             .filter_map(move |event| {
                 let refs = match event {
                     Ok(event) => {
-                        let refs = services_on(&services, &index.on_event(&event));
+                        health.ok();
+                        let change = index.on_event(&event);
+                        if let Some(((namespace, pod), error)) = &change.unreadable {
+                            tracing::warn!(
+                                %namespace, %pod, error = %error,
+                                "pod left out of every Service: its network-status annotation cannot be read"
+                            );
+                        }
+                        let refs = services_on(&services, &change.networks);
                         record_pod_changes(&pod_scopes, &event, &refs);
                         refs
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "pod watch failed; retrying");
+                        health.error(&e);
                         Vec::new()
                     }
                 };
@@ -832,15 +1098,19 @@ pub async fn run(
     let node_triggers = {
         let (services, pods) = (services.clone(), pods.clone());
         let mut zones = NodeZones::default();
+        let mut health = watch::Health::new("nodes", recovery.clone());
         watcher(Api::<Node>::all(client.clone()), any())
-            .default_backoff()
+            .backoff(watch::backoff())
             .modify(strip_node)
             .reflect(node_writer)
             .filter_map(move |event| {
                 let changed = match event {
-                    Ok(event) => zones.on_event(&event),
+                    Ok(event) => {
+                        health.ok();
+                        zones.on_event(&event)
+                    }
                     Err(e) => {
-                        tracing::warn!(error = %e, "node watch failed; retrying");
+                        health.error(&e);
                         Vec::new()
                     }
                 };
@@ -863,6 +1133,7 @@ pub async fn run(
                                 .get(network_status::ANNOTATION)
                                 .map(String::as_str);
                             network_status::networks(annotation, &ns)
+                                .unwrap_or_default()
                                 .into_iter()
                                 .map(move |net| (ns.clone(), net))
                         })
@@ -877,17 +1148,15 @@ pub async fn run(
             .inspect(everything(&scopes))
     };
 
-    let plugin_triggers = watch_plugin_dir(
-        PluginSource {
-            runtime: plugins.runtime.clone(),
-            plugins: plugins.plugins.clone(),
-            dir: plugins.dir,
-            poll: plugins.poll,
-        },
-        services.clone(),
-        metrics.clone(),
-    )
-    .inspect(everything(&scopes));
+    let plugin_triggers = watch_plugin_dir(plugins.clone(), services.clone(), metrics.clone())
+        .inspect(everything(&scopes));
+    let recovery_triggers = {
+        let states = states.clone();
+        recovery
+            .clone()
+            .run(client.clone(), move || lock(&states).failing())
+            .inspect(everything(&scopes))
+    };
     let (caches_synced, caches_ready) = tokio::sync::watch::channel(false);
     {
         let stores = (
@@ -917,10 +1186,10 @@ pub async fn run(
         plugins: plugins.plugins,
         settings,
         metrics,
-        failures: Mutex::default(),
+        services: states,
         expectations,
         scopes,
-        node_retry: Mutex::default(),
+        recovery,
         caches_ready,
     });
 
@@ -934,22 +1203,67 @@ pub async fn run(
             kube::runtime::controller::Config::default()
                 .concurrency(u16::try_from(concurrency).unwrap_or(2)),
         )
-        .owns_stream(slice_stream)
+        // No watch error reaches the trigger stream (see `watch`); bounded all the same.
+        .trigger_backoff(watch::backoff())
+        .reconcile_on(slice_triggers)
         .reconcile_on(pod_triggers)
         .reconcile_on(node_triggers)
         .reconcile_on(plugin_triggers)
+        .reconcile_on(recovery_triggers)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| {
             if let Err(e) = result {
                 match e {
-                    kube::runtime::controller::Error::ReconcilerFailed(..) => {}
+                    kube::runtime::controller::Error::ReconcilerFailed(..)
+                    | kube::runtime::controller::Error::ObjectNotFound(..) => {}
                     other => tracing::warn!(error = %other, "controller"),
                 }
             }
             future::ready(())
         })
         .await;
+}
+
+/// Forgets a deleted Service's state, so that nothing of it stays behind.
+fn forget_service(
+    states: &Mutex<Services>,
+    expectations: &Mutex<Expectations>,
+    key: &ObjectRef<Service>,
+) {
+    lock(states).forget(key);
+    lock(expectations).forget(key.namespace.as_deref().unwrap_or_default(), &key.name);
+}
+
+/// The Services a slice event concerns (its owners), noting whether the event is only the echo
+/// of this controller's own write.
+fn slice_owners(
+    scopes: &Mutex<Scopes>,
+    expectations: &Mutex<Expectations>,
+    event: &watcher::Event<EndpointSlice>,
+) -> Vec<ObjectRef<Service>> {
+    let (slice, deleted) = match event {
+        watcher::Event::Apply(slice) | watcher::Event::InitApply(slice) => (slice, false),
+        watcher::Event::Delete(slice) => (slice, true),
+        watcher::Event::Init | watcher::Event::InitDone => return Vec::new(),
+    };
+    let namespace = slice.namespace().unwrap_or_default();
+    slice
+        .owner_references()
+        .iter()
+        .filter(|o| o.kind == "Service")
+        .map(|owner| {
+            let own = !matches!(event, watcher::Event::InitApply(_))
+                && lock(expectations).is_own_write(&namespace, &owner.name, slice, deleted);
+            let service = ObjectRef::new(&owner.name).within(&namespace);
+            if own {
+                lock(scopes).own_write(service.clone());
+            } else {
+                lock(scopes).everything_changed(service.clone());
+            }
+            service
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -961,7 +1275,7 @@ mod tests {
     fn stripped_pods_keep_what_the_controller_reads() {
         let mut pod: Pod = serde_json::from_value(json!({
             "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "7",
-                "labels": {"app": "web"},
+                "creationTimestamp": "2026-01-01T00:00:00Z", "labels": {"app": "web"},
                 "annotations": {"k8s.v1.cni.cncf.io/network-status": "[]", LAST_APPLIED: "{...}"},
                 "managedFields": [{"manager": "kubelet"}], "ownerReferences": [{"apiVersion": "v1", "kind": "ReplicaSet", "name": "rs", "uid": "r"}]},
             "spec": {"nodeName": "n1", "hostname": "h", "subdomain": "web", "serviceAccountName": "sa",
@@ -980,6 +1294,7 @@ mod tests {
             json!({
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "7",
+                    "creationTimestamp": "2026-01-01T00:00:00Z",
                     "labels": {"app": "web"}, "annotations": {"k8s.v1.cni.cncf.io/network-status": "[]"}},
                 "spec": {"nodeName": "n1", "hostname": "h", "subdomain": "web",
                     "containers": [{"name": "c", "ports": [{"name": "http", "containerPort": 80, "protocol": "TCP"}]}]},

@@ -1,6 +1,9 @@
-//! Reconcile errors: what failed, its cause, and how the controller reacts.
+//! Reconcile errors: what failed, its cause, and how the controller reacts; and one-line
+//! descriptions of Kubernetes client errors (never a dump of the client's structs).
 
 use std::time::Duration;
+
+use kube::runtime::watcher;
 
 use crate::plugin::{PluginError, UnknownPlugin};
 
@@ -17,7 +20,7 @@ pub enum Error {
     #[error("the plugin call did not complete: {0}")]
     PluginTask(#[from] tokio::task::JoinError),
 
-    #[error("applying EndpointSlice {namespace}/{name}: {source}")]
+    #[error("applying EndpointSlice {namespace}/{name}: {}", describe(source))]
     Apply {
         namespace: String,
         name: String,
@@ -25,7 +28,7 @@ pub enum Error {
         source: kube::Error,
     },
 
-    #[error("deleting EndpointSlice {namespace}/{name}: {source}")]
+    #[error("deleting EndpointSlice {namespace}/{name}: {}", describe(source))]
     Delete {
         namespace: String,
         name: String,
@@ -78,20 +81,100 @@ impl Error {
     }
 }
 
-fn is_invalid(e: &kube::Error) -> bool {
+impl Error {
+    /// Whether the failure looks like the API server (or its etcd) being away, so that the
+    /// controller should notice when it is back ([`crate::recovery`]).
+    pub fn looks_unreachable(&self) -> bool {
+        match self {
+            Error::Apply { source, .. } | Error::Delete { source, .. } => {
+                crate::recovery::looks_unreachable(source)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The API server refused the request itself (`400`, `422`): sending it again cannot help.
+pub fn is_invalid(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(status) if status.code == 422 || status.code == 400)
 }
 
+/// The first retry of a Service after a transient error.
+pub const FIRST_RETRY: Duration = Duration::from_millis(250);
+/// The longest wait after transient errors. An event about the Service, or the API server
+/// becoming ready after an outage ([`crate::recovery`]), retries it sooner.
+pub const MAX_TRANSIENT_RETRY: Duration = Duration::from_secs(30);
+/// The slow retry of a permanent error, in case a change elsewhere cures it.
+pub const PERMANENT_RETRY: Duration = Duration::from_secs(300);
+
 /// Per-object retry delays: exponential for transient errors, slow for permanent ones.
 pub fn retry_delay(error: &Error, failures: u32) -> Duration {
-    const FIRST: Duration = Duration::from_millis(500);
-    const MAX: Duration = Duration::from_secs(300);
     if !error.is_transient() {
-        return MAX;
+        return PERMANENT_RETRY;
     }
-    FIRST
+    FIRST_RETRY
         .checked_mul(2_u32.saturating_pow(failures.saturating_sub(1).min(20)))
-        .map_or(MAX, |d| d.min(MAX))
+        .map_or(MAX_TRANSIENT_RETRY, |d| d.min(MAX_TRANSIENT_RETRY))
+}
+
+/// One line for a client error: `<code> <reason>: <message>` for an answer of the API server;
+/// the chain of causes, without repeats, for anything else (`connection refused`, a timeout).
+pub fn describe(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => describe_status(status),
+        other => causes(other),
+    }
+}
+
+/// One line for a watch error, as [`describe`].
+pub fn describe_watch(error: &watcher::Error) -> String {
+    match error {
+        watcher::Error::InitialListFailed(e) => format!("listing: {}", describe(e)),
+        watcher::Error::WatchStartFailed(e) => format!("starting the watch: {}", describe(e)),
+        watcher::Error::WatchFailed(e) => format!("watching: {}", describe(e)),
+        watcher::Error::WatchError(status) => format!("watching: {}", describe_status(status)),
+        watcher::Error::NoResourceVersion => error.to_string(),
+    }
+}
+
+fn describe_status(status: &kube::core::Status) -> String {
+    let reason = if status.reason.is_empty() {
+        "Failure"
+    } else {
+        status.reason.as_str()
+    };
+    if status.message.is_empty() {
+        format!("{} {reason}", status.code)
+    } else {
+        format!("{} {reason}: {}", status.code, status.message)
+    }
+}
+
+/// The messages of an error and its sources, each without the text of its source (which many
+/// errors repeat) and without the client's variant names.
+fn causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut messages = Vec::new();
+    let mut current = Some(error);
+    while let Some(e) = current {
+        messages.push(e.to_string());
+        current = e.source();
+    }
+    let mut parts: Vec<String> = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        let mut text = message.as_str();
+        if let Some(next) = messages.get(i + 1) {
+            text = text.strip_suffix(next.as_str()).unwrap_or(text);
+        }
+        let text = text
+            .trim_start_matches("ServiceError: ")
+            .trim_start_matches("HyperError: ")
+            .trim_end_matches([' ', ':'])
+            .trim();
+        if !text.is_empty() && !parts.iter().any(|p| p == text) {
+            parts.push(text.to_owned());
+        }
+    }
+    parts.join(": ")
 }
 
 #[cfg(test)]
@@ -107,22 +190,73 @@ mod tests {
     }
 
     #[test]
-    fn transient_errors_back_off_exponentially_up_to_five_minutes() {
+    fn transient_errors_back_off_exponentially_up_to_thirty_seconds() {
         let e = timeout();
         assert!(e.is_transient());
-        let delays: Vec<_> = [1, 2, 3, 4, 30]
+        let delays: Vec<_> = [1, 2, 3, 4, 8, 30]
             .iter()
             .map(|n| retry_delay(&e, *n))
             .collect();
         assert_eq!(
             delays,
             vec![
+                Duration::from_millis(250),
                 Duration::from_millis(500),
                 Duration::from_secs(1),
                 Duration::from_secs(2),
-                Duration::from_secs(4),
-                Duration::from_secs(300)
+                Duration::from_secs(30),
+                Duration::from_secs(30)
             ]
+        );
+    }
+
+    fn api_error(code: u16, reason: &str, message: &str) -> kube::Error {
+        kube::Error::Api(Box::new(
+            kube::core::Status::failure(message, reason).with_code(code),
+        ))
+    }
+
+    #[test]
+    fn api_errors_are_one_line_without_the_client_struct() {
+        let e = Error::Apply {
+            namespace: "team-a".into(),
+            name: "web-ipv4-0".into(),
+            source: api_error(
+                422,
+                "Invalid",
+                "EndpointSlice.discovery.k8s.io \"web-ipv4-0\" is invalid: endpoints[0].addresses[0]: Invalid value: \"127.0.0.1\": may not be in the loopback range",
+            ),
+        };
+        let text = e.to_string();
+        assert_eq!(
+            text,
+            "applying EndpointSlice team-a/web-ipv4-0: 422 Invalid: EndpointSlice.discovery.k8s.io \"web-ipv4-0\" is invalid: endpoints[0].addresses[0]: Invalid value: \"127.0.0.1\": may not be in the loopback range"
+        );
+        assert!(!text.contains("Status {"), "{text}");
+        assert!(!e.is_transient());
+        assert_eq!(describe(&api_error(503, "", "")), "503 Failure");
+    }
+
+    #[test]
+    fn transport_errors_are_their_causes_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("tcp connect error: {0}")]
+        struct Connect(#[source] std::io::Error);
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+        let e = kube::Error::Service(Box::new(Connect(io)));
+        assert_eq!(describe(&e), "tcp connect error: Connection refused");
+        let watch = watcher::Error::InitialListFailed(e);
+        assert_eq!(
+            describe_watch(&watch),
+            "listing: tcp connect error: Connection refused"
+        );
+        let status = watcher::Error::WatchError(Box::new(
+            kube::core::Status::failure("too old resource version: 412 (432)", "Expired")
+                .with_code(410),
+        ));
+        assert_eq!(
+            describe_watch(&status),
+            "watching: 410 Expired: too old resource version: 412 (432)"
         );
     }
 

@@ -18,6 +18,8 @@ use kube::{
     api::{ObjectMeta, PostParams},
 };
 
+use crate::error::describe;
+
 /// How often a candidate tries and a leader renews.
 pub const RETRY: Duration = Duration::from_secs(2);
 pub const LEASE_DURATION: Duration = Duration::from_secs(15);
@@ -107,6 +109,7 @@ impl LeaderElector {
     pub async fn acquire(&self, stop: impl std::future::Future<Output = ()>) -> bool {
         tokio::pin!(stop);
         let mut logged = false;
+        let mut failing = false;
         loop {
             match self.try_acquire_or_renew().await {
                 Ok(true) => {
@@ -116,10 +119,15 @@ impl LeaderElector {
                 Ok(false) if !logged => {
                     tracing::info!(lease = %self.name, identity = %self.identity, "another replica leads; standing by");
                     logged = true;
+                    failing = false;
                 }
-                Ok(false) => {}
+                Ok(false) => failing = false,
+                Err(e) if failing => {
+                    tracing::debug!(lease = %self.name, error = %describe(&e), "leader election attempt failed again");
+                }
                 Err(e) => {
-                    tracing::warn!(lease = %self.name, error = %e, "leader election attempt failed")
+                    failing = true;
+                    tracing::warn!(lease = %self.name, error = %describe(&e), "leader election attempt failed; retrying every 2 s");
                 }
             }
             tokio::select! {
@@ -132,16 +140,27 @@ impl LeaderElector {
     /// Renews until renewal has failed for a whole Lease duration; then returns.
     pub async fn hold(&self) {
         let mut last_renewed = tokio::time::Instant::now();
+        let mut failing = false;
         loop {
             tokio::time::sleep(RETRY).await;
             match self.try_acquire_or_renew().await {
-                Ok(true) => last_renewed = tokio::time::Instant::now(),
+                Ok(true) => {
+                    if failing {
+                        tracing::info!(lease = %self.name, "renewed the lease again");
+                    }
+                    failing = false;
+                    last_renewed = tokio::time::Instant::now();
+                }
                 Ok(false) => {
                     tracing::error!(lease = %self.name, "another replica took the lease");
                     return;
                 }
+                Err(e) if failing => {
+                    tracing::debug!(lease = %self.name, error = %describe(&e), "renewing the lease failed again");
+                }
                 Err(e) => {
-                    tracing::warn!(lease = %self.name, error = %e, "renewing the lease failed")
+                    failing = true;
+                    tracing::warn!(lease = %self.name, error = %describe(&e), "renewing the lease failed; retrying every 2 s");
                 }
             }
             // Stop before the lease can expire in others' eyes.
@@ -171,7 +190,9 @@ impl LeaderElector {
             .await
         {
             Ok(_) => tracing::info!(lease = %self.name, "released the lease"),
-            Err(e) => tracing::warn!(lease = %self.name, error = %e, "could not release the lease"),
+            Err(e) => {
+                tracing::warn!(lease = %self.name, error = %describe(&e), "could not release the lease")
+            }
         }
     }
 }

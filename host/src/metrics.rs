@@ -44,6 +44,13 @@ pub struct Metrics {
     plugin_calls: HistogramFamily<PluginLabels>,
     plugin_loads: Family<PluginLabels, Counter>,
     plugin_fallbacks: Family<PluginNameLabels, Counter>,
+    slices_refused: Family<RefusedLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    /// `precheck` (held back by this controller's own validation) or `api` (a 422).
+    pub by: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -94,8 +101,16 @@ impl Default for Metrics {
             "Reconciles decided by the built-in plugin because the Service's plugin was missing or failed",
             plugin_fallbacks.clone(),
         );
+        let slices_refused = Family::<RefusedLabels, Counter>::default();
+        registry.register(
+            "endpointslice_refused",
+            "EndpointSlice writes refused as invalid, by who refused them (precheck or api); \
+             each is a bug in this controller, and the same content is not sent again",
+            slices_refused.clone(),
+        );
         Self {
             registry,
+            slices_refused,
             plugin_loads,
             plugin_fallbacks,
             reconciles,
@@ -155,6 +170,12 @@ impl Metrics {
             .inc();
     }
 
+    pub fn slice_refused(&self, by: &str) {
+        self.slices_refused
+            .get_or_create(&RefusedLabels { by: by.to_owned() })
+            .inc();
+    }
+
     /// The text exposition format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -175,7 +196,12 @@ mod tests {
         m.reconciled("ok", Duration::from_millis(3));
         m.slices_written(2, 1);
         m.plugin_called("default", "ok", Duration::from_micros(40));
+        m.slice_refused("api");
         let text = m.encode();
+        assert!(
+            text.contains("nad_service_controller_endpointslice_refused_total{by=\"api\"} 1"),
+            "{text}"
+        );
         assert!(
             text.contains("nad_service_controller_reconciles_total{result=\"ok\"} 1"),
             "{text}"

@@ -1,48 +1,98 @@
 //! Parsing of the Multus `k8s.v1.cni.cncf.io/network-status` pod annotation.
 //!
-//! Multus writes a JSON list with one entry per attachment. Only `name`, `ips` and `default`
-//! are read; every other field (`interface`, `mac`, `dns`, `device-info`, future additions) is
-//! ignored, never rejected.
+//! Multus writes a JSON list with one entry per attachment. Only the entries for the network
+//! asked about are read, and of them only `name`, `ips` and `default`; every other field
+//! (`interface`, `mac`, `dns`, `device-info`, future additions) is ignored, never rejected. An
+//! entry for another network is ignored whatever it holds: one bad attachment never hides a
+//! pod's good one.
 
 use std::net::IpAddr;
 
-use serde::Deserialize;
+use serde_json::Value;
+
+use crate::address::{self, Rejected, Unparsable};
 
 /// The annotation Multus writes on every pod it attaches.
 pub const ANNOTATION: &str = "k8s.v1.cni.cncf.io/network-status";
 
-/// Why a pod's attachment to a network could not be read.
+/// Why a pod's attachment to a network could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StatusError {
     #[error("annotation {ANNOTATION} is missing")]
     Missing,
-    #[error("annotation {ANNOTATION} is not a JSON list of attachments: {0}")]
-    InvalidJson(String),
+    /// Not a JSON list: no entry of it can be trusted, for any network.
+    #[error(
+        "annotation {ANNOTATION} is not a JSON list of attachments ({0}); Multus writes it, so check the Multus daemon on the pod's node"
+    )]
+    Unreadable(String),
+    /// The entry for the network itself is malformed.
+    #[error(
+        "annotation {ANNOTATION}: the entry for network {network} has an invalid {field:?} ({problem})"
+    )]
+    Malformed {
+        network: String,
+        field: &'static str,
+        problem: String,
+    },
     #[error("annotation {ANNOTATION} lists network {network} without any IP address")]
     NoIps { network: String },
-    #[error(
-        "annotation {ANNOTATION} lists network {network} with no valid IP address (unparsable: {invalid:?})"
-    )]
-    InvalidIps {
+    #[error("annotation {ANNOTATION} lists network {network} with no usable IP address: {}", list(.unusable))]
+    NoUsableIps {
         network: String,
-        invalid: Vec<String>,
+        unusable: Vec<Unusable>,
     },
 }
 
-#[derive(Debug, Deserialize)]
-struct Entry {
-    name: String,
-    #[serde(default)]
-    ips: Vec<String>,
-    #[serde(default)]
-    default: bool,
+/// Why one entry of an attachment's `ips` is left out.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UnusableReason {
+    Unparsable(Unparsable),
+    /// An address, but one the EndpointSlice API rejects.
+    Rejected(Rejected),
 }
 
-/// A pod's addresses on one network, plus IP strings that did not parse (reported, not used).
+/// An entry of `ips` that is left out, as it was written, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Unusable {
+    pub value: String,
+    pub reason: UnusableReason,
+}
+
+impl Unusable {
+    /// A stable name of the rule, for logs.
+    pub fn rule(&self) -> &'static str {
+        match &self.reason {
+            UnusableReason::Rejected(r) => r.rule(),
+            UnusableReason::Unparsable(Unparsable::NotAString) => "not-a-string",
+            UnusableReason::Unparsable(Unparsable::Cidr) => "cidr",
+            UnusableReason::Unparsable(Unparsable::Zone) => "zone",
+            UnusableReason::Unparsable(Unparsable::NotAnAddress) => "not-an-address",
+        }
+    }
+}
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.reason {
+            UnusableReason::Unparsable(why) => write!(f, "{:?} {why}", self.value),
+            UnusableReason::Rejected(why) => write!(f, "{} {why}", self.value),
+        }
+    }
+}
+
+fn list(unusable: &[Unusable]) -> String {
+    unusable
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// A pod's usable addresses on one network, plus the entries left out (reported, not used).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attachment {
     pub ips: Vec<IpAddr>,
-    pub invalid: Vec<String>,
+    pub unusable: Vec<Unusable>,
 }
 
 /// Normalises an attachment name to `<namespace>/<name>`: Multus reports networks as
@@ -55,8 +105,32 @@ fn qualified(name: &str, pod_namespace: &str) -> String {
     }
 }
 
-/// Returns the pod's IPs on `network` (`<namespace>/<name>`), `Ok(None)` when the pod is not
-/// attached to it.
+fn entries(annotation: Option<&str>) -> Result<Vec<Value>, StatusError> {
+    let raw = annotation.ok_or(StatusError::Missing)?;
+    serde_json::from_str(raw).map_err(|e| StatusError::Unreadable(e.to_string()))
+}
+
+/// The entry's network, when it names one (an entry without a string `name` is nobody's).
+fn entry_network(entry: &Value, pod_namespace: &str) -> Option<String> {
+    Some(qualified(entry.get("name")?.as_str()?, pod_namespace))
+}
+
+/// JSON text of a value for a message, cut to a readable length.
+fn shown(value: &Value) -> String {
+    let mut text = value.to_string();
+    if text.len() > 64 {
+        let mut cut = 61;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("...");
+    }
+    text
+}
+
+/// Returns the pod's usable IPs on `network` (`<namespace>/<name>`), `Ok(None)` when the pod
+/// is not attached to it.
 ///
 /// Several entries for the same network (several interfaces) are merged in order; duplicate
 /// addresses are dropped. The cluster default network (`default: true`) never matches.
@@ -65,64 +139,97 @@ pub fn attachment(
     pod_namespace: &str,
     network: &str,
 ) -> Result<Option<Attachment>, StatusError> {
-    let raw = annotation.ok_or(StatusError::Missing)?;
-    let entries: Vec<Entry> =
-        serde_json::from_str(raw).map_err(|e| StatusError::InvalidJson(e.to_string()))?;
+    let entries = entries(annotation)?;
+    let malformed = |field, problem: String| StatusError::Malformed {
+        network: network.to_owned(),
+        field,
+        problem,
+    };
     let mut found = false;
     let mut ips: Vec<IpAddr> = Vec::new();
-    let mut invalid = Vec::new();
-    for entry in entries
-        .iter()
-        .filter(|e| !e.default && qualified(&e.name, pod_namespace) == network)
-    {
-        found = true;
-        for text in &entry.ips {
-            match text.trim().parse::<IpAddr>() {
-                Ok(ip) if !ips.contains(&ip) => ips.push(ip),
-                Ok(_) => {}
-                Err(_) => invalid.push(text.clone()),
+    let mut unusable = Vec::new();
+    for entry in &entries {
+        if entry_network(entry, pod_namespace).as_deref() != Some(network) {
+            continue;
+        }
+        let is_default = match entry.get("default") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                return Err(malformed(
+                    "default",
+                    format!("{} is not true or false", shown(other)),
+                ));
             }
+        };
+        if is_default {
+            continue;
+        }
+        found = true;
+        let listed = match entry.get("ips") {
+            None | Some(Value::Null) => &[][..],
+            Some(Value::Array(items)) => items.as_slice(),
+            Some(other) => {
+                return Err(malformed(
+                    "ips",
+                    format!("{} is not a list of addresses", shown(other)),
+                ));
+            }
+        };
+        for item in listed {
+            let (value, parsed) = match item.as_str() {
+                Some(text) => (text.to_owned(), address::parse(text)),
+                None => (shown(item), Err(Unparsable::NotAString)),
+            };
+            let reason = match parsed {
+                Ok(ip) => match address::check(ip) {
+                    Ok(ip) => {
+                        if !ips.contains(&ip) {
+                            ips.push(ip);
+                        }
+                        continue;
+                    }
+                    Err(rejected) => UnusableReason::Rejected(rejected),
+                },
+                Err(unparsable) => UnusableReason::Unparsable(unparsable),
+            };
+            unusable.push(Unusable { value, reason });
         }
     }
     if !found {
         return Ok(None);
     }
     if ips.is_empty() {
-        return Err(if invalid.is_empty() {
+        return Err(if unusable.is_empty() {
             StatusError::NoIps {
                 network: network.to_owned(),
             }
         } else {
-            StatusError::InvalidIps {
+            StatusError::NoUsableIps {
                 network: network.to_owned(),
-                invalid,
+                unusable,
             }
         });
     }
-    Ok(Some(Attachment { ips, invalid }))
+    Ok(Some(Attachment { ips, unusable }))
 }
 
-/// Stands for "any network" where an annotation cannot be read: every managed Service of the
-/// pod's namespace must look at the pod (and report it).
-pub const ANY_NETWORK: &str = "*";
-
-/// Every network (`<namespace>/<name>`, default network excluded) the annotation lists;
-/// [`ANY_NETWORK`] when it cannot be read.
-pub fn networks(annotation: Option<&str>, pod_namespace: &str) -> Vec<String> {
-    let Some(raw) = annotation else {
-        return Vec::new();
-    };
-    let Ok(entries) = serde_json::from_str::<Vec<Entry>>(raw) else {
-        return vec![ANY_NETWORK.to_owned()];
+/// Every network (`<namespace>/<name>`, default network excluded) the annotation lists, or
+/// why it cannot be read at all. Malformed entries count for the networks they name.
+pub fn networks(annotation: Option<&str>, pod_namespace: &str) -> Result<Vec<String>, StatusError> {
+    let entries = match entries(annotation) {
+        Ok(entries) => entries,
+        Err(StatusError::Missing) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
     };
     let mut names: Vec<String> = entries
         .iter()
-        .filter(|e| !e.default)
-        .map(|e| qualified(&e.name, pod_namespace))
+        .filter(|e| e.get("default").and_then(Value::as_bool) != Some(true))
+        .filter_map(|e| entry_network(e, pod_namespace))
         .collect();
     names.sort();
     names.dedup();
-    names
+    Ok(names)
 }
 
 #[cfg(test)]
@@ -139,6 +246,10 @@ mod tests {
         s.parse().unwrap()
     }
 
+    fn on_m(ips: &str) -> String {
+        format!(r#"[{{"name":"default/m","ips":{ips}}}]"#)
+    }
+
     #[test]
     fn reads_ips_of_the_named_network_and_ignores_unknown_fields() {
         let got = attachment(Some(KIND), "default", "default/macvlan").unwrap();
@@ -146,7 +257,7 @@ mod tests {
             got,
             Some(Attachment {
                 ips: vec![ip("192.168.2.4"), ip("fd00::4")],
-                invalid: vec![]
+                unusable: vec![]
             })
         );
     }
@@ -206,64 +317,141 @@ mod tests {
     }
 
     #[test]
-    fn bad_annotations_are_errors_that_say_why() {
+    fn unreadable_annotations_are_errors_that_say_why() {
         assert_eq!(
             attachment(None, "default", "default/m"),
             Err(StatusError::Missing)
         );
-        let err = attachment(Some("{not json"), "default", "default/m").unwrap_err();
-        assert!(matches!(err, StatusError::InvalidJson(_)));
-        assert!(err.to_string().contains(ANNOTATION));
-        let err = attachment(Some(r#"{"name":"default/m"}"#), "default", "default/m").unwrap_err();
+        for raw in ["{not json", r#"{"name":"default/m"}"#, "null", "\"[]\""] {
+            let err = attachment(Some(raw), "default", "default/m").unwrap_err();
+            assert!(matches!(err, StatusError::Unreadable(_)), "{raw}: {err}");
+            assert!(err.to_string().contains(ANNOTATION));
+        }
+    }
+
+    /// Whatever an entry for another network holds, the pod's entry for this one is used.
+    #[test]
+    fn malformed_entries_for_other_networks_are_ignored() {
+        let others = [
+            r#"{"ips":["1.2.3.4"]}"#,
+            r#"{"name":null,"ips":["1.2.3.4"]}"#,
+            r#"{"name":7}"#,
+            r#"{"name":"default/other","ips":null}"#,
+            r#"{"name":"default/other","ips":"10.0.0.1"}"#,
+            r#"{"name":"default/other","ips":[1,2]}"#,
+            r#"{"name":"default/other","default":"true"}"#,
+            r#"{"name":"default/other","ips":["127.0.0.1","fe80::1","nope"]}"#,
+            r#""a string""#,
+            "42",
+            "null",
+            "[]",
+        ];
+        for other in others {
+            let raw = format!(r#"[{other},{{"name":"default/m","ips":["192.168.2.7"]}}]"#);
+            assert_eq!(
+                attachment(Some(&raw), "default", "default/m"),
+                Ok(Some(Attachment {
+                    ips: vec![ip("192.168.2.7")],
+                    unusable: vec![]
+                })),
+                "{raw}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_malformed_entry_for_the_network_names_the_field() {
+        let raw = r#"[{"name":"default/m","ips":"192.168.2.7"}]"#;
+        let err = attachment(Some(raw), "default", "default/m").unwrap_err();
         assert!(
-            matches!(err, StatusError::InvalidJson(_)),
-            "an object is not a list"
+            matches!(err, StatusError::Malformed { field: "ips", .. }),
+            "{err}"
         );
-        let err = attachment(Some(r#"[{"ips":["1.2.3.4"]}]"#), "default", "default/m").unwrap_err();
+        assert!(err.to_string().contains("\"ips\""), "{err}");
+        let raw = r#"[{"name":"default/m","ips":["192.168.2.7"],"default":"true"}]"#;
+        let err = attachment(Some(raw), "default", "default/m").unwrap_err();
         assert!(
-            matches!(err, StatusError::InvalidJson(_)),
-            "name is required"
+            matches!(
+                err,
+                StatusError::Malformed {
+                    field: "default",
+                    ..
+                }
+            ),
+            "{err}"
         );
     }
 
     #[test]
     fn a_network_without_ips_is_an_error() {
-        let raw = r#"[{"name":"default/m","interface":"net1"}]"#;
-        assert_eq!(
-            attachment(Some(raw), "default", "default/m"),
-            Err(StatusError::NoIps {
-                network: "default/m".into()
-            })
-        );
-        let raw = r#"[{"name":"default/m","ips":[]}]"#;
-        assert!(matches!(
-            attachment(Some(raw), "default", "default/m"),
-            Err(StatusError::NoIps { .. })
-        ));
+        for raw in [
+            r#"[{"name":"default/m","interface":"net1"}]"#,
+            r#"[{"name":"default/m","ips":null}]"#,
+            r#"[{"name":"default/m","ips":[]}]"#,
+        ] {
+            assert_eq!(
+                attachment(Some(raw), "default", "default/m"),
+                Err(StatusError::NoIps {
+                    network: "default/m".into()
+                }),
+                "{raw}"
+            );
+        }
     }
 
     #[test]
-    fn unparsable_ips_are_reported_and_valid_ones_kept() {
-        let raw = r#"[{"name":"default/m","ips":["192.168.2.300","192.168.2.7"]}]"#;
-        let got = attachment(Some(raw), "default", "default/m")
+    fn unusable_ips_are_reported_and_usable_ones_kept() {
+        let raw = on_m(r#"["192.168.2.300","127.0.0.1","192.168.2.7",5,"fe80::1%eth0"]"#);
+        let got = attachment(Some(&raw), "default", "default/m")
             .unwrap()
             .unwrap();
         assert_eq!(got.ips, vec![ip("192.168.2.7")]);
-        assert_eq!(got.invalid, vec!["192.168.2.300".to_string()]);
-        let raw = r#"[{"name":"default/m","ips":["bogus","10.0.0.1/24"]}]"#;
+        let rules: Vec<_> = got.unusable.iter().map(Unusable::rule).collect();
         assert_eq!(
-            attachment(Some(raw), "default", "default/m"),
-            Err(StatusError::InvalidIps {
-                network: "default/m".into(),
-                invalid: vec!["bogus".into(), "10.0.0.1/24".into()]
-            })
+            rules,
+            vec!["not-an-address", "loopback", "not-a-string", "zone"]
         );
+        assert_eq!(got.unusable[2].value, "5");
+        assert!(got.unusable[1].to_string().contains("127.0.0.1"));
+
+        let raw = on_m(r#"["bogus","10.0.0.1/24","169.254.1.29"]"#);
+        let err = attachment(Some(&raw), "default", "default/m").unwrap_err();
+        let StatusError::NoUsableIps { unusable, .. } = &err else {
+            panic!("{err}")
+        };
+        assert_eq!(unusable.len(), 3);
+        let text = err.to_string();
+        assert!(
+            text.contains("bogus") && text.contains("prefix length") && text.contains("link-local"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn addresses_come_out_canonical() {
+        let raw = on_m(r#"["FD00:0:0:0:0:0:0:4"]"#);
+        let got = attachment(Some(&raw), "default", "default/m")
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.ips[0].to_string(), "fd00::4");
     }
 
     #[test]
     fn networks_lists_attachments_except_the_default() {
-        assert_eq!(networks(Some(KIND), "default"), vec!["default/macvlan"]);
-        assert_eq!(networks(Some("nope"), "default"), vec![ANY_NETWORK]);
-        assert!(networks(None, "default").is_empty());
+        assert_eq!(
+            networks(Some(KIND), "default").unwrap(),
+            vec!["default/macvlan"]
+        );
+        assert!(matches!(
+            networks(Some("nope"), "default"),
+            Err(StatusError::Unreadable(_))
+        ));
+        assert!(networks(None, "default").unwrap().is_empty());
+        let raw = r#"[{"ips":[]},{"name":"b","ips":null},{"name":"a","default":"yes"}]"#;
+        assert_eq!(
+            networks(Some(raw), "ns").unwrap(),
+            vec!["ns/a", "ns/b"],
+            "malformed entries count for the network they name"
+        );
     }
 }

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 
 use crate::{
-    network_status::{self, StatusError},
+    network_status::{self, StatusError, Unusable},
     target::ServiceTarget,
 };
 
@@ -48,6 +48,11 @@ impl Candidate {
         self.pod.metadata.deletion_timestamp.is_some()
     }
 
+    /// When the pod was created; the older of two pods claiming one address keeps it.
+    pub fn created(&self) -> Option<&k8s_openapi::jiff::Timestamp> {
+        self.pod.metadata.creation_timestamp.as_ref().map(|t| &t.0)
+    }
+
     pub fn phase(&self) -> &str {
         self.pod
             .status
@@ -72,11 +77,11 @@ pub struct Skipped {
     pub reason: SkipReason,
 }
 
-/// Some IPs of an otherwise usable pod did not parse; they are left out.
+/// Some addresses of an otherwise usable pod cannot be published; they are left out.
 #[derive(Debug, Clone)]
 pub struct IgnoredIps {
     pub pod: String,
-    pub ips: Vec<String>,
+    pub unusable: Vec<Unusable>,
 }
 
 #[derive(Debug, Default)]
@@ -85,6 +90,9 @@ pub struct Observation {
     pub candidates: Vec<Candidate>,
     pub skipped: Vec<Skipped>,
     pub ignored_ips: Vec<IgnoredIps>,
+    /// Pods of the namespace whose annotation is not a JSON list at all. They are on no
+    /// network; the pod watch reports them once, so a Service does not.
+    pub unreadable: Vec<Skipped>,
 }
 
 impl Observation {
@@ -98,7 +106,8 @@ impl Observation {
 
 /// Collects the Service's candidates: pods in its namespace attached to its network.
 ///
-/// Pods without the annotation are not on any secondary network and are not reported. Pods in
+/// Pods without the annotation are not on any secondary network and are not reported, nor are
+/// pods whose annotation is not a JSON list (listed in [`Observation::unreadable`]). Pods in
 /// other namespaces are never candidates, even when attached to the same network.
 pub fn candidates<'a>(
     target: &ServiceTarget,
@@ -118,6 +127,13 @@ pub fn candidates<'a>(
             match network_status::attachment(annotation, &target.namespace, &target.network) {
                 Ok(Some(attachment)) => attachment,
                 Ok(None) | Err(StatusError::Missing) => continue,
+                Err(e @ StatusError::Unreadable(_)) => {
+                    observation.unreadable.push(Skipped {
+                        pod: pod.name_any(),
+                        reason: e.into(),
+                    });
+                    continue;
+                }
                 Err(e) => {
                     observation.skipped.push(Skipped {
                         pod: pod.name_any(),
@@ -126,10 +142,10 @@ pub fn candidates<'a>(
                     continue;
                 }
             };
-        if !attachment.invalid.is_empty() {
+        if !attachment.unusable.is_empty() {
             observation.ignored_ips.push(IgnoredIps {
                 pod: pod.name_any(),
-                ips: attachment.invalid,
+                unusable: attachment.unusable,
             });
         }
         let node_name = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
@@ -259,10 +275,14 @@ pub(crate) mod tests {
         assert_eq!(got.candidates.len(), 1);
         assert_eq!(got.candidates[0].name(), "good");
         let skipped: Vec<_> = got.skipped.iter().map(|s| s.pod.as_str()).collect();
-        assert_eq!(skipped, vec!["bad-json", "no-ips", "bad-ip"]);
+        assert_eq!(skipped, vec!["no-ips", "bad-ip"]);
+        assert_eq!(
+            got.unreadable[0].pod, "bad-json",
+            "the pod watch's to report"
+        );
         assert!(matches!(
-            got.skipped[0].reason,
-            SkipReason::NetworkStatus(StatusError::InvalidJson(_))
+            got.skipped[1].reason,
+            SkipReason::NetworkStatus(StatusError::NoUsableIps { .. })
         ));
     }
 
@@ -282,12 +302,24 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn partly_unparsable_ips_keep_the_pod_and_report_the_rest() {
-        let raw = r#"[{"name":"team-a/macvlan","ips":["192.168.2.1","nope"]}]"#;
+    fn partly_unusable_ips_keep_the_pod_and_report_the_rest() {
+        let raw = r#"[{"name":"team-a/macvlan","ips":["192.168.2.1","nope","127.0.0.1"]}]"#;
         let pods = vec![pod("a", "team-a", Some(raw), None)];
         let got = candidates(&target("team-a/macvlan"), &pods, |_| None);
         assert_eq!(got.candidates.len(), 1);
-        assert_eq!(got.ignored_ips[0].ips, vec!["nope".to_string()]);
+        assert_eq!(
+            got.candidates[0].ips,
+            vec!["192.168.2.1".parse::<IpAddr>().unwrap()]
+        );
+        let left_out: Vec<_> = got.ignored_ips[0]
+            .unusable
+            .iter()
+            .map(|u| (u.value.as_str(), u.rule()))
+            .collect();
+        assert_eq!(
+            left_out,
+            vec![("nope", "not-an-address"), ("127.0.0.1", "loopback")]
+        );
     }
 
     #[test]

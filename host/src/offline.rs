@@ -153,11 +153,12 @@ pub fn eval(
         writeln!(err, "skipped pod {}: {}", skipped.pod, skipped.reason)?;
     }
     for ignored in &observation.ignored_ips {
-        writeln!(
-            err,
-            "pod {}: unparsable IPs left out: {:?}",
-            ignored.pod, ignored.ips
-        )?;
+        for unusable in &ignored.unusable {
+            writeln!(err, "pod {}: address left out: {unusable}", ignored.pod)?;
+        }
+    }
+    for skipped in &observation.unreadable {
+        writeln!(err, "skipped pod {}: {}", skipped.pod, skipped.reason)?;
     }
 
     let service_view = plugin::service_view(&target);
@@ -177,7 +178,25 @@ pub fn eval(
     for (candidate, reason) in &split.excluded {
         writeln!(err, "excluded pod {}: {reason}", candidate.name())?;
     }
-    let slices = plan::desired_slices(&target, &split.included, max_endpoints);
+    let desired = plan::desired(&target, &split.included, max_endpoints);
+    for conflict in &desired.conflicts {
+        writeln!(
+            err,
+            "address {} is listed by pods {} and {}: only {} (the older) publishes it",
+            conflict.address, conflict.kept, conflict.left_out, conflict.kept
+        )?;
+    }
+    for dropped in &desired.dropped {
+        let violations: Vec<String> = dropped.violations.iter().map(ToString::to_string).collect();
+        writeln!(
+            err,
+            "pod {}: endpoint {} left out: {}",
+            dropped.pod,
+            dropped.address,
+            violations.join("; ")
+        )?;
+    }
+    let slices = desired.slices;
     if slices.is_empty() {
         writeln!(err, "no EndpointSlices: no pod is included")?;
     }

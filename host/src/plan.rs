@@ -4,7 +4,8 @@
 //! Nothing here does I/O, so every rule of the specification is a table test below.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, HashMap},
+    net::IpAddr,
     sync::Arc,
 };
 
@@ -20,6 +21,7 @@ use kube::{ResourceExt, api::ObjectMeta};
 use crate::{
     observe::Candidate,
     target::{Family, ServiceTarget},
+    validate::{self, Violation},
 };
 
 /// Only slices carrying this label with [`MANAGED_BY`] are ever touched.
@@ -153,26 +155,120 @@ fn endpoint(
     }
 }
 
+/// Two included pods list the same address (a static-IPAM mistake, say): only the older one
+/// publishes it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Conflict {
+    pub address: IpAddr,
+    pub kept: String,
+    pub left_out: String,
+}
+
+/// An endpoint the EndpointSlice API would reject, left out of the slices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dropped {
+    pub pod: String,
+    pub address: IpAddr,
+    pub violations: Vec<Violation>,
+}
+
+/// The slices a Service should have, and what was left out on the way.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Desired {
+    pub slices: Vec<EndpointSlice>,
+    pub conflicts: Vec<Conflict>,
+    pub dropped: Vec<Dropped>,
+}
+
+/// For each address of a wanted family, the index (into `included`) of the pod that publishes
+/// it: the oldest claimant, by creation time and then name, so the choice is the same on every
+/// reconcile and every replica.
+fn address_owners(
+    target: &ServiceTarget,
+    included: &[(&Candidate, Conditions)],
+) -> (HashMap<IpAddr, usize>, Vec<Conflict>) {
+    let mut order: Vec<usize> = (0..included.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (a, b) = (included[a].0, included[b].0);
+        // A pod without a creation time sorts last: it is the one that cannot prove its age.
+        (
+            a.created().is_none(),
+            a.created(),
+            a.pod.metadata.name.as_deref(),
+        )
+            .cmp(&(
+                b.created().is_none(),
+                b.created(),
+                b.pod.metadata.name.as_deref(),
+            ))
+    });
+    let mut owners: HashMap<IpAddr, usize> = HashMap::new();
+    let mut conflicts = Vec::new();
+    for index in order {
+        let candidate = included[index].0;
+        for ip in &candidate.ips {
+            if !target.wants(Family::of(ip)) {
+                continue;
+            }
+            match owners.get(ip) {
+                None => {
+                    owners.insert(*ip, index);
+                }
+                Some(&owner) if owner != index => conflicts.push(Conflict {
+                    address: *ip,
+                    kept: included[owner].0.name(),
+                    left_out: candidate.name(),
+                }),
+                Some(_) => {}
+            }
+        }
+    }
+    conflicts.sort();
+    (owners, conflicts)
+}
+
+/// The slices a Service should have (see [`desired`]).
+pub fn desired_slices(
+    target: &ServiceTarget,
+    included: &[(&Candidate, Conditions)],
+    max_endpoints: usize,
+) -> Vec<EndpointSlice> {
+    desired(target, included, max_endpoints).slices
+}
+
 /// The slices a Service should have.
 ///
 /// One endpoint per address. Endpoints are grouped by address family and resolved port set,
 /// sorted by pod name and address, and cut into slices of at most `max_endpoints` (clamped to
 /// 1..=[`MAX_ENDPOINTS_PER_SLICE`]). Names are deterministic: `<service>-<ipv4|ipv6>-<n>`, with
 /// a hash of the ports before `<n>` when pods of one family resolve to different port sets.
-/// A Service with no endpoints has no slices.
-pub fn desired_slices(
+/// A Service with no endpoints has no slices. An address listed by two pods is published once,
+/// for the older pod ([`Conflict`]); an endpoint the API would reject is left out ([`Dropped`]).
+pub fn desired(
     target: &ServiceTarget,
     included: &[(&Candidate, Conditions)],
     max_endpoints: usize,
-) -> Vec<EndpointSlice> {
+) -> Desired {
     let max_endpoints = max_endpoints.clamp(1, MAX_ENDPOINTS_PER_SLICE);
+    let (owners, conflicts) = address_owners(target, included);
+    let mut dropped = Vec::new();
     let mut groups: BTreeMap<(Family, PortKey), Group> = BTreeMap::new();
-    for (candidate, conditions) in included {
+    for (index, (candidate, conditions)) in included.iter().enumerate() {
         let ports = endpoint_ports(&target.ports, &candidate.pod);
         let key = port_key(&ports);
         for ip in &candidate.ips {
             let family = Family::of(ip);
-            if !target.wants(family) {
+            if !target.wants(family) || owners.get(ip) != Some(&index) {
+                continue;
+            }
+            let endpoint = endpoint(target, candidate, ip, *conditions);
+            let violations = validate::endpoint(&endpoint, family.address_type(), "endpoint");
+            if !violations.is_empty() {
+                dropped.push(Dropped {
+                    pod: candidate.name(),
+                    address: *ip,
+                    violations,
+                });
                 continue;
             }
             let group = groups
@@ -182,9 +278,7 @@ pub fn desired_slices(
                     endpoints: Vec::new(),
                 });
             let sort_key = format!("{}\0{ip}", candidate.pod.name_any());
-            group
-                .endpoints
-                .push((sort_key, endpoint(target, candidate, ip, *conditions)));
+            group.endpoints.push((sort_key, endpoint));
         }
     }
     let mut groups_per_family: BTreeMap<Family, usize> = BTreeMap::new();
@@ -209,7 +303,11 @@ pub fn desired_slices(
             ));
         }
     }
-    slices
+    Desired {
+        slices,
+        conflicts,
+        dropped,
+    }
 }
 
 /// The labels every slice of `target` carries: the Service's own, then this controller's.
@@ -690,6 +788,88 @@ mod tests {
                 (None, None, None),
             ]
         );
+    }
+
+    fn aged(name: &str, ips: &[&str], created: Option<&str>) -> Candidate {
+        let mut c = candidate(name, ips, json!({"containers": []}));
+        let mut pod = (*c.pod).clone();
+        pod.metadata.creation_timestamp = created
+            .map(|t| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.parse().unwrap()));
+        c.pod = Arc::new(pod);
+        c
+    }
+
+    #[test]
+    fn an_address_claimed_by_two_pods_is_published_once_for_the_older_pod() {
+        let t = target("team-a/m");
+        let old = aged(
+            "z-old",
+            &["192.168.2.9", "192.168.2.10"],
+            Some("2026-01-01T00:00:00Z"),
+        );
+        let new = aged(
+            "a-new",
+            &["192.168.2.9", "192.168.2.11"],
+            Some("2026-06-01T00:00:00Z"),
+        );
+        let unknown = aged("0-unknown", &["192.168.2.9"], None);
+        let included = [(&new, READY), (&unknown, READY), (&old, READY)];
+        let got = desired(&t, &included, 100);
+        let owners: Vec<_> = eps(&got.slices[0])
+            .iter()
+            .map(|e| {
+                (
+                    e.addresses[0].clone(),
+                    e.target_ref.as_ref().unwrap().name.clone().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            owners,
+            vec![
+                ("192.168.2.11".to_owned(), "a-new".to_owned()),
+                ("192.168.2.10".to_owned(), "z-old".to_owned()),
+                ("192.168.2.9".to_owned(), "z-old".to_owned()),
+            ]
+        );
+        let ip: IpAddr = "192.168.2.9".parse().unwrap();
+        assert_eq!(
+            got.conflicts,
+            vec![
+                Conflict {
+                    address: ip,
+                    kept: "z-old".into(),
+                    left_out: "0-unknown".into()
+                },
+                Conflict {
+                    address: ip,
+                    kept: "z-old".into(),
+                    left_out: "a-new".into()
+                },
+            ]
+        );
+        let same_age = [
+            aged("b", &["192.168.2.9"], Some("2026-01-01T00:00:00Z")),
+            aged("a", &["192.168.2.9"], Some("2026-01-01T00:00:00Z")),
+        ];
+        let got = desired(&t, &[(&same_age[0], READY), (&same_age[1], READY)], 100);
+        assert_eq!(got.conflicts[0].kept, "a", "same age: the name decides");
+    }
+
+    #[test]
+    fn an_endpoint_the_api_would_reject_is_left_out_alone() {
+        let t = target("team-a/m");
+        let bad = candidate(
+            "bad",
+            &["192.168.2.1"],
+            json!({"containers": [], "hostname": "Not_A_Label", "subdomain": "web"}),
+        );
+        let good = simple("good", "192.168.2.2");
+        let got = desired(&t, &[(&bad, READY), (&good, READY)], 100);
+        assert_eq!(addresses(&got.slices[0]), vec!["192.168.2.2"]);
+        assert_eq!(got.dropped.len(), 1);
+        assert_eq!(got.dropped[0].pod, "bad");
+        assert_eq!(got.dropped[0].violations[0].field, "endpoint.hostname");
     }
 
     #[test]

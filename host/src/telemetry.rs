@@ -7,8 +7,22 @@ use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
 use crate::cli::LogFormat;
 
+/// The Kubernetes client logs every failed request at ERROR, under this target; the controller
+/// logs each failure once, in its own terms, so these lines are off unless the filter names
+/// `kube_client`.
+const CLIENT_REQUEST_LOG: &str = "kube_client::client::builder";
+
+/// The filter in effect for `--log-filter` `filter`.
+pub fn directives(filter: &str) -> String {
+    if filter.contains("kube_client") {
+        filter.to_owned()
+    } else {
+        format!("{filter},{CLIENT_REQUEST_LOG}=off")
+    }
+}
+
 pub fn init(format: LogFormat, filter: &str) -> anyhow::Result<()> {
-    let filter = EnvFilter::try_new(filter)
+    let filter = EnvFilter::try_new(directives(filter))
         .map_err(|e| anyhow::anyhow!("invalid --log-filter {filter:?}: {e}"))?;
     let registry = tracing_subscriber::registry().with(filter);
     match format {
@@ -32,4 +46,19 @@ pub fn init(format: LogFormat, filter: &str) -> anyhow::Result<()> {
             .try_init()?,
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_clients_per_request_errors_are_off_unless_asked_for() {
+        assert_eq!(directives("info"), "info,kube_client::client::builder=off");
+        assert_eq!(
+            directives("info,kube_client=debug"),
+            "info,kube_client=debug"
+        );
+        assert!(EnvFilter::try_new(directives("nad_service_controller=debug")).is_ok());
+    }
 }

@@ -119,7 +119,7 @@ async fn env_with(
     let dir = dir.map(|d| {
         let mut dir = PluginDir::new(d);
         dir.scan(&runtime, &mut plugins);
-        dir
+        Arc::new(Mutex::new(dir))
     });
     let source = PluginSource {
         runtime: runtime.clone(),
@@ -608,7 +608,11 @@ async fn a_pod_with_broken_network_status_is_skipped_and_logged_while_siblings_s
     let line = eventually("a log line about the broken pod", || async {
         captured()
             .lines()
-            .find(|l| l.contains("web-broken") && l.contains("pod skipped") && l.contains(&env.ns))
+            .find(|l| {
+                l.contains("pod=web-broken")
+                    && l.contains("annotation cannot be read")
+                    && l.contains(&env.ns)
+            })
             .map(str::to_owned)
     })
     .await;

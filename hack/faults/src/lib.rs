@@ -1,0 +1,685 @@
+//! The harness of the fault tests (`make test-faults`, see `hack/test-faults.sh`).
+//!
+//! The tests run the real controller binary against a control plane of their own (started by
+//! `hack/local-up.sh` in `NAD_LOCAL_DIR`, on ports of its own), and do to it what an operator's
+//! chaos test would: kill and restart the API server, pause etcd, compact etcd, SIGKILL the
+//! controller. [`ControlPlane`] does the first three, [`Controller`] runs the binary, [`Scene`]
+//! holds a namespace with a Service and its pods, and [`Scene::converge`] waits until the
+//! Service's slices hold exactly the expected endpoints.
+//!
+//! Every process this harness starts or stops is put back: a paused etcd is resumed and a
+//! killed controller reaped when its guard drops, also when a test fails; the script stops the
+//! control plane afterwards whatever happened.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed step is a failed test
+
+use std::{
+    collections::BTreeSet,
+    io::Write as _,
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicU32, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{Namespace, Pod, Service},
+    discovery::v1::EndpointSlice,
+};
+use kube::{
+    Api, Client, Config, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use node_sim::Simulator;
+use serde_json::{Value, json};
+
+pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "nad-service-controller.isim.dev";
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+pub const NETWORK_STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name} is not set: run the fault tests with `make test-faults` (hack/test-faults.sh)"
+        )
+    })
+}
+
+/// Sends `signal` (`-KILL`, `-STOP`, ...) to `pid` with kill(1).
+pub fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {signal} {pid} failed");
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|stat| !stat.contains(") Z "))
+            .unwrap_or(false)
+}
+
+/// The fault control plane: its state directory, its components' pids and command lines.
+pub struct ControlPlane {
+    state: PathBuf,
+    etcd_url: String,
+    /// The API server this harness started after a kill (so that it can reap it).
+    apiserver: std::sync::Mutex<Option<Child>>,
+}
+
+impl ControlPlane {
+    pub fn from_env() -> Self {
+        Self {
+            state: PathBuf::from(env("NAD_LOCAL_DIR")),
+            etcd_url: format!("http://127.0.0.1:{}", env("NAD_ETCD_CLIENT_PORT")),
+            apiserver: std::sync::Mutex::new(None),
+        }
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.state.join("kubeconfig")
+    }
+
+    pub async fn client(&self) -> Client {
+        let kubeconfig = Kubeconfig::read_from(self.kubeconfig()).unwrap();
+        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .unwrap();
+        Client::try_from(config).unwrap()
+    }
+
+    fn pid(&self, component: &str) -> u32 {
+        let path = self.state.join("pids").join(format!("{component}.pid"));
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// SIGKILLs the API server; returns its command line, for [`Self::start_apiserver`].
+    pub fn kill_apiserver(&self) -> Vec<String> {
+        let pid = self.pid("kube-apiserver");
+        let argv: Vec<String> = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .unwrap()
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        signal(pid, "-KILL");
+        if let Some(mut child) = self.apiserver.lock().unwrap().take() {
+            let _ = child.wait();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(pid) {
+            assert!(
+                Instant::now() < deadline,
+                "kube-apiserver {pid} survived SIGKILL"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        argv
+    }
+
+    /// Starts the API server again with the same command line, in its own process group, its
+    /// output appended to its log and its pid recorded for `hack/local-down.sh`.
+    pub fn start_apiserver(&self, argv: &[String]) {
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(self.state.join("logs/kube-apiserver.log"))
+            .unwrap();
+        let child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        std::fs::write(
+            self.state.join("pids/kube-apiserver.pid"),
+            child.id().to_string(),
+        )
+        .unwrap();
+        *self.apiserver.lock().unwrap() = Some(child);
+    }
+
+    /// Waits until `/readyz` answers `ok`; returns how long that took.
+    pub async fn wait_ready(&self, client: &Client) -> Duration {
+        let started = Instant::now();
+        loop {
+            let request = http::Request::get("/readyz").body(Vec::new()).unwrap();
+            if matches!(client.request_text(request).await, Ok(body) if body.trim() == "ok") {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "the API server is not ready after 120 s; see {}",
+                self.state.join("logs/kube-apiserver.log").display()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// SIGSTOPs etcd until the guard is dropped (or [`Paused::resume`]).
+    pub fn pause_etcd(&self) -> Paused {
+        let pid = self.pid("etcd");
+        signal(pid, "-STOP");
+        Paused { pid: Some(pid) }
+    }
+
+    fn etcd(&self, path: &str, body: &Value) -> Value {
+        let out = Command::new("curl")
+            .args(["-fsS", "--max-time", "10", "-X", "POST", "-d"])
+            .arg(body.to_string())
+            .arg(format!("{}{path}", self.etcd_url))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "etcd {path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Compacts etcd's history up to its current revision (through etcd's JSON gateway), so
+    /// that a watch from any older resource version can only be answered `410 Expired`.
+    pub fn compact_etcd(&self) -> i64 {
+        // A range read of any key answers with the current revision in its header.
+        let range = self.etcd("/v3/kv/range", &json!({"key": "Lw=="}));
+        let revision: i64 = range["header"]["revision"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        self.etcd(
+            "/v3/kv/compaction",
+            &json!({"revision": revision.to_string(), "physical": true}),
+        );
+        revision
+    }
+}
+
+/// A paused etcd; resumed when dropped, also when a test fails.
+pub struct Paused {
+    pid: Option<u32>,
+}
+
+impl Paused {
+    pub fn resume(mut self) {
+        if let Some(pid) = self.pid.take() {
+            signal(pid, "-CONT");
+        }
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            signal(pid, "-CONT");
+        }
+    }
+}
+
+/// A free port on loopback for the controller's metrics and health endpoints.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// How a controller process is run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub identity: String,
+    pub leader_election: bool,
+    pub namespace: String,
+    pub max_endpoints_per_slice: usize,
+}
+
+/// The controller binary (`NSC_CONTROLLER_BIN`), with the fault control plane's admin
+/// kubeconfig, watching one namespace, its log in a file.
+pub struct Controller {
+    child: Option<Child>,
+    pub log: PathBuf,
+    metrics: String,
+    pub options: Options,
+}
+
+impl Controller {
+    pub fn start(plane: &ControlPlane, options: Options) -> Self {
+        let dir = std::env::temp_dir().join("nsc-faults");
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join(format!("{}.log", options.identity));
+        let port = free_port();
+        let health = free_port();
+        let child = Command::new(env("NSC_CONTROLLER_BIN"))
+            .args([
+                "run",
+                &format!("--leader-election={}", options.leader_election),
+                &format!("--leader-election-namespace={}", options.namespace),
+                &format!("--watch-namespace={}", options.namespace),
+                &format!("--metrics-address=127.0.0.1:{port}"),
+                &format!("--health-address=127.0.0.1:{health}"),
+                &format!(
+                    "--max-endpoints-per-slice={}",
+                    options.max_endpoints_per_slice
+                ),
+                "--log-filter=info",
+            ])
+            .env("KUBECONFIG", plane.kubeconfig())
+            .env("POD_NAME", &options.identity)
+            .env("RUST_BACKTRACE", "1")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Self {
+            child: Some(child),
+            log,
+            metrics: format!("http://127.0.0.1:{port}/metrics"),
+            options,
+        }
+    }
+
+    /// Whether a Lease's holder identity is this process (`<POD_NAME>_<pid>`).
+    pub fn is(&self, holder: Option<&str>) -> bool {
+        holder.is_some_and(|h| h == format!("{}_{}", self.options.identity, self.pid()))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The sum of a counter over its label sets, from `/metrics` (`None`: not answering).
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let out = Command::new("curl")
+            .args(["-fsS", "--max-time", "5", &self.metrics])
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        Some(
+            text.lines()
+                .filter(|l| {
+                    l.strip_prefix(name)
+                        .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum(),
+        )
+    }
+
+    /// EndpointSlice writes so far (applies and deletes).
+    pub fn writes(&self) -> u64 {
+        self.metric("nad_service_controller_endpointslice_writes_total")
+            .unwrap_or_else(|| panic!("no metrics from {}:\n{}", self.options.identity, self.log()))
+            as u64
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Freezes the process (its connections stay open, it reads nothing) or thaws it.
+    pub fn freeze(&self, frozen: bool) {
+        signal(self.pid(), if frozen { "-STOP" } else { "-CONT" });
+    }
+
+    /// SIGTERM, and the exit status; the log when it did not exit in time.
+    pub fn stop(mut self) -> String {
+        if let Some(mut child) = self.child.take() {
+            signal(child.id(), "-CONT");
+            signal(child.id(), "-TERM");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if let Some(status) = child.try_wait().unwrap() {
+                    assert!(
+                        status.success(),
+                        "{} exited with {status}:\n{}",
+                        self.options.identity,
+                        self.log()
+                    );
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    panic!(
+                        "{} did not stop on SIGTERM:\n{}",
+                        self.options.identity,
+                        self.log()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        self.log()
+    }
+
+    /// Whether the process still runs.
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            signal(child.id(), "-CONT");
+        }
+        self.kill();
+    }
+}
+
+/// One endpoint as a test expects it: address, pod, ready, serving, terminating.
+pub type Expected = BTreeSet<(String, String, bool, bool, bool)>;
+
+/// A namespace with a headless Service `web` on network `macvlan`, pods run by the node
+/// simulator, and a log of what was measured.
+pub struct Scene {
+    pub plane: ControlPlane,
+    pub client: Client,
+    pub ns: String,
+    pub sim: Arc<Simulator>,
+    heartbeat: tokio::task::JoinHandle<()>,
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+impl Scene {
+    pub async fn new(test: &str) -> Self {
+        let plane = ControlPlane::from_env();
+        let client = plane.client().await;
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let ns = format!("faults-{test}-{n}-{}", std::process::id() % 100_000);
+        let body = json!({"metadata": {"name": ns}});
+        Api::<Namespace>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(body).unwrap(),
+            )
+            .await
+            .unwrap();
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(client.clone(), &ns);
+        eventually(
+            "the default ServiceAccount",
+            Duration::from_secs(60),
+            || async { accounts.get_opt("default").await.ok().flatten().map(|_| ()) },
+        )
+        .await;
+        let sim = Arc::new(Simulator::new(
+            client.clone(),
+            node_sim::Config {
+                finalize_terminating: false,
+                ..node_sim::Config::default()
+            },
+        ));
+        sim.ensure_nodes().await.unwrap();
+        let heartbeat = tokio::spawn({
+            let sim = sim.clone();
+            async move {
+                let _ = sim.heartbeat().await;
+            }
+        });
+        let scene = Self {
+            plane,
+            client,
+            ns,
+            sim,
+            heartbeat,
+        };
+        let svc = json!({"metadata": {"name": "web", "labels": {"app": "web"},
+                "annotations": {"isim.dev/network": "macvlan"}},
+            "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}});
+        scene
+            .api::<Service>()
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(svc).unwrap(),
+            )
+            .await
+            .unwrap();
+        scene
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    pub fn options(&self, identity: &str, leader_election: bool) -> Options {
+        Options {
+            identity: format!("{}-{identity}", self.ns),
+            leader_election,
+            namespace: self.ns.clone(),
+            max_endpoints_per_slice: 100,
+        }
+    }
+
+    /// Creates `web-<name>` (label `app=web`, on `macvlan`) and lets the simulator start it.
+    pub async fn pod(&self, name: &str, ready: bool) -> Pod {
+        let pod = json!({
+            "metadata": {"name": name, "labels": {"app": "web"},
+                "annotations": {"k8s.v1.cni.cncf.io/networks": "macvlan"}},
+            "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]},
+        });
+        self.api::<Pod>()
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(pod).unwrap(),
+            )
+            .await
+            .unwrap();
+        self.sim.start_pod(&self.ns, name, ready).await.unwrap()
+    }
+
+    /// Creates `name` with `status` as its network-status annotation (what a broken Multus
+    /// wrote), and lets the simulator start it.
+    pub async fn pod_with_status(&self, name: &str, status: &str) -> Pod {
+        let pod = json!({
+            "metadata": {"name": name, "labels": {"app": "web"},
+                "annotations": {"k8s.v1.cni.cncf.io/networks": "macvlan", NETWORK_STATUS: status}},
+            "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]},
+        });
+        self.api::<Pod>()
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(pod).unwrap(),
+            )
+            .await
+            .unwrap();
+        self.sim.start_pod(&self.ns, name, true).await.unwrap()
+    }
+
+    /// Replaces the pod's network-status annotation, as a broken Multus would.
+    pub async fn set_network_status(&self, pod: &str, status: &str) {
+        let patch = json!({"metadata": {"annotations": {NETWORK_STATUS: status}}});
+        self.api::<Pod>()
+            .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    pub async fn set_ready(&self, pod: &str, ready: bool) {
+        self.sim.set_ready(&self.ns, pod, ready).await.unwrap();
+    }
+
+    /// Deletes a pod for good (no kubelet: no grace period).
+    pub async fn remove(&self, pod: &str) {
+        self.sim.finalize(&self.ns, pod).await.unwrap();
+    }
+
+    /// The pod's address on `macvlan`, as the simulator wrote it.
+    pub fn address(pod: &Pod) -> String {
+        let status: Vec<Value> = serde_json::from_str(&pod.annotations()[NETWORK_STATUS]).unwrap();
+        status
+            .iter()
+            .find(|e| e["name"].as_str().is_some_and(|n| n.ends_with("/macvlan")))
+            .and_then(|e| e["ips"][0].as_str())
+            .unwrap()
+            .to_owned()
+    }
+
+    pub async fn slices(&self) -> Vec<EndpointSlice> {
+        let mut slices = self
+            .api::<EndpointSlice>()
+            .list(&ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}=web")))
+            .await
+            .unwrap()
+            .items;
+        slices.sort_by_key(ResourceExt::name_any);
+        slices
+    }
+
+    /// Every endpoint of the Service's slices (a duplicate address shows up twice).
+    pub fn endpoints(slices: &[EndpointSlice]) -> Vec<(String, String, bool, bool, bool)> {
+        let mut all: Vec<_> = slices
+            .iter()
+            .flat_map(|s| s.endpoints.iter().flatten())
+            .map(|e| {
+                let c = e.conditions.clone().unwrap_or_default();
+                (
+                    e.addresses[0].clone(),
+                    e.target_ref
+                        .as_ref()
+                        .and_then(|r| r.name.clone())
+                        .unwrap_or_default(),
+                    c.ready == Some(true),
+                    c.serving == Some(true),
+                    c.terminating == Some(true),
+                )
+            })
+            .collect();
+        all.sort();
+        all
+    }
+
+    /// Waits until the slices hold exactly `expected` (every address once, only managed
+    /// slices), at most `within`; returns how long it took.
+    pub async fn converge(&self, what: &str, expected: &Expected, within: Duration) -> Duration {
+        let started = Instant::now();
+        loop {
+            let slices = self.slices().await;
+            let got = Self::endpoints(&slices);
+            let managed = slices
+                .iter()
+                .all(|s| s.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY));
+            if managed
+                && got.iter().cloned().collect::<Expected>() == *expected
+                && got.len() == expected.len()
+            {
+                return started.elapsed();
+            }
+            if started.elapsed() > within {
+                let got: Expected = got.into_iter().collect();
+                panic!(
+                    "{what}: the slices of {}/web are not as expected after {within:?}\nmissing: {:#?}\nunexpected: {:#?}",
+                    self.ns,
+                    expected.difference(&got).collect::<Vec<_>>(),
+                    got.difference(expected).collect::<Vec<_>>(),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The holder of the Lease the controllers of this scene elect with.
+    pub async fn lease_holder(&self) -> Option<String> {
+        self.api::<Lease>()
+            .get_opt("nad-service-controller")
+            .await
+            .ok()
+            .flatten()?
+            .spec?
+            .holder_identity
+    }
+
+    /// Deletes the namespace (its pods at once: there is no kubelet to stop them).
+    pub async fn finish(self) {
+        self.heartbeat.abort();
+        let _ = self
+            .api::<Pod>()
+            .delete_collection(
+                &DeleteParams::default().grace_period(0),
+                &ListParams::default(),
+            )
+            .await;
+        let _ = Api::<Namespace>::all(self.client.clone())
+            .delete(&self.ns, &DeleteParams::default())
+            .await;
+    }
+}
+
+/// Polls `check` until it returns `Some`, for at most `within`.
+pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            started.elapsed() < within,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The expected endpoint of a pod's `macvlan` address.
+pub fn endpoint(pod: &Pod, ready: bool) -> (String, String, bool, bool, bool) {
+    (Scene::address(pod), pod.name_any(), ready, ready, false)
+}
+
+/// Records a measurement: printed, and appended to `NSC_FAULT_REPORT` when set.
+pub fn report(scenario: &str, figures: &[(&str, String)]) {
+    let line = figures
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    println!("measured: {scenario}: {line}");
+    if let Ok(path) = std::env::var("NSC_FAULT_REPORT")
+        && let Ok(mut file) = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+    {
+        let _ = writeln!(file, "| {scenario} | {line} |");
+    }
+}
+
+/// Lines of the controller's log mentioning `needle`.
+pub fn lines_with<'a>(log: &'a str, needle: &str) -> Vec<&'a str> {
+    log.lines().filter(|l| l.contains(needle)).collect()
+}

@@ -1,0 +1,556 @@
+//! Faults and bad input, as an operator's chaos test would try them: the controller binary on
+//! a control plane of its own, whose API server and etcd these tests kill, pause and compact.
+//! Each test asserts the Service's final slices exactly, and reports what it measured.
+//!
+//! Run with `make test-faults` (one test at a time: they share the control plane).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::events::v1::Event;
+use kube::{ResourceExt, api::ListParams};
+use nad_fault_tests::{Controller, Expected, Scene, endpoint, eventually, lines_with, report};
+use serde_json::json;
+
+/// How soon after the API server is back every Service must be in step again: the target is
+/// 5 s; this bound leaves room for a loaded CI machine, and still fails the code before these
+/// tests (which took 30 s to 300 s).
+const RECOVERY_BOUND: Duration = Duration::from_secs(15);
+
+fn ms(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+/// `n` Ready pods `web-00`.., and the endpoints they should give.
+async fn ready_pods(scene: &Scene, n: usize) -> (Vec<k8s_openapi::api::core::v1::Pod>, Expected) {
+    let mut pods = Vec::new();
+    for i in 0..n {
+        pods.push(scene.pod(&format!("web-{i:02}"), true).await);
+    }
+    let expected = pods.iter().map(|p| endpoint(p, true)).collect();
+    (pods, expected)
+}
+
+/// Changes made as soon as the API server answers again: a pod turns not Ready, one is added,
+/// one is removed.
+async fn changes_after_outage(
+    scene: &Scene,
+    pods: &[k8s_openapi::api::core::v1::Pod],
+    expected: &mut Expected,
+) {
+    scene.set_ready("web-00", false).await;
+    expected.remove(&endpoint(&pods[0], true));
+    expected.insert(endpoint(&pods[0], false));
+    let added = scene.pod("web-new", true).await;
+    expected.insert(endpoint(&added, true));
+    let last = pods.last().unwrap();
+    scene.remove(&last.name_any()).await;
+    expected.remove(&endpoint(last, true));
+}
+
+/// What no log of this controller may hold: client structs and stack traces.
+fn assert_clean_log(log: &str) {
+    for bad in ["Status {", "stack backtrace", "Stack backtrace"] {
+        let lines = lines_with(log, bad);
+        assert!(
+            lines.is_empty(),
+            "the log has {bad:?}:\n{}",
+            lines.join("\n")
+        );
+    }
+}
+
+async fn api_server_restart(name: &str, outage: Duration) {
+    let scene = Scene::new(name).await;
+    let (pods, mut expected) = ready_pods(&scene, 6).await;
+    let mut controller = Controller::start(&scene.plane, scene.options("a", true));
+    scene
+        .converge("before the outage", &expected, Duration::from_secs(60))
+        .await;
+
+    let argv = scene.plane.kill_apiserver();
+    let down = Instant::now();
+    tokio::time::sleep(outage).await;
+    scene.plane.start_apiserver(&argv);
+    scene.plane.wait_ready(&scene.client).await;
+    let downtime = down.elapsed();
+    let back = Instant::now();
+    // The simulated nodes' heartbeats stopped too; renew them before the node controller
+    // notices, or it would mark the pods not Ready under the test's feet.
+    scene.sim.ensure_nodes().await.unwrap();
+    let writes_before = controller.writes();
+    changes_after_outage(&scene, &pods, &mut expected).await;
+    let changed = back.elapsed();
+    let took = scene
+        .converge("after the API server came back", &expected, RECOVERY_BOUND)
+        .await;
+    let in_step = back.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writes = controller.writes() - writes_before;
+    assert!(
+        controller.running(),
+        "the controller exited:\n{}",
+        controller.log()
+    );
+    report(
+        name,
+        &[
+            ("api_down", ms(downtime)),
+            ("changes_made_within", ms(changed)),
+            ("in_step_after_changes", ms(took)),
+            ("in_step_after_api_ready", ms(in_step)),
+            ("writes_during_recovery", writes.to_string()),
+        ],
+    );
+    assert!(
+        writes <= 6,
+        "{writes} slice writes for 3 changes: a write loop?\n{}",
+        controller.log()
+    );
+    let log = controller.stop();
+    assert_clean_log(&log);
+    scene.finish().await;
+}
+
+/// Down for less than a Lease: the leader keeps leading, its watches come back by themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_server_killed_and_restarted_briefly() {
+    api_server_restart("api-restart-8s", Duration::from_secs(8)).await;
+}
+
+/// Down for longer than a Lease (23 s, as in the chaos test): the leader lost its Lease, stands
+/// again, wins it and starts a new term with fresh caches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_server_killed_and_restarted_for_longer_than_a_lease() {
+    api_server_restart("api-restart-23s", Duration::from_secs(23)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_paused_and_resumed() {
+    let scene = Scene::new("etcd-pause").await;
+    let (pods, mut expected) = ready_pods(&scene, 6).await;
+    let mut controller = Controller::start(&scene.plane, scene.options("a", true));
+    scene
+        .converge("before the pause", &expected, Duration::from_secs(60))
+        .await;
+
+    let paused = scene.plane.pause_etcd();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    paused.resume();
+    let resumed = Instant::now();
+    scene.plane.wait_ready(&scene.client).await;
+    let ready_after = resumed.elapsed();
+    scene.sim.ensure_nodes().await.unwrap();
+    let writes_before = controller.writes();
+    changes_after_outage(&scene, &pods, &mut expected).await;
+    let took = scene
+        .converge("after etcd resumed", &expected, RECOVERY_BOUND)
+        .await;
+    let in_step = resumed.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writes = controller.writes() - writes_before;
+    assert!(
+        controller.running(),
+        "the controller exited:\n{}",
+        controller.log()
+    );
+    report(
+        "etcd-pause-20s",
+        &[
+            ("api_ready_after_resume", ms(ready_after)),
+            ("in_step_after_changes", ms(took)),
+            ("in_step_after_resume", ms(in_step)),
+            ("writes_during_recovery", writes.to_string()),
+        ],
+    );
+    assert!(
+        writes <= 6,
+        "{writes} slice writes for 3 changes:\n{}",
+        controller.log()
+    );
+    assert_clean_log(&controller.stop());
+    scene.finish().await;
+}
+
+/// SIGKILLed in the middle of a burst of changes: the next process writes exactly the slices
+/// that are behind, and recreates none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_killed_during_changes() {
+    let scene = Scene::new("sigkill").await;
+    let (pods, mut expected) = ready_pods(&scene, 40).await;
+    let mut options = scene.options("a", false);
+    options.max_endpoints_per_slice = 10;
+    let mut first = Controller::start(&scene.plane, options.clone());
+    scene
+        .converge("before the kill", &expected, Duration::from_secs(60))
+        .await;
+    let uids: BTreeMap<String, Option<String>> = scene
+        .slices()
+        .await
+        .iter()
+        .map(|s| (s.name_any(), s.uid()))
+        .collect();
+    assert_eq!(uids.len(), 4, "40 endpoints, 10 per slice");
+
+    // Pods of the first slice flip while the controller runs and dies; pods of the third
+    // after it died.
+    for pod in &pods[0..5] {
+        scene.set_ready(&pod.name_any(), false).await;
+        if pod.name_any() == "web-02" {
+            first.kill();
+        }
+    }
+    first.kill();
+    for pod in &pods[20..25] {
+        scene.set_ready(&pod.name_any(), false).await;
+    }
+    for pod in pods[0..5].iter().chain(&pods[20..25]) {
+        expected.remove(&endpoint(pod, true));
+        expected.insert(endpoint(pod, false));
+    }
+    // What the next process has to write: the slices whose stored endpoints are behind.
+    let stale = scene
+        .slices()
+        .await
+        .iter()
+        .filter(|s| {
+            Scene::endpoints(std::slice::from_ref(*s))
+                .iter()
+                .any(|e| !expected.contains(e))
+        })
+        .count() as u64;
+    assert!(stale >= 1, "the third slice is behind");
+
+    let second = Controller::start(&scene.plane, options);
+    let took = scene
+        .converge("after the restart", &expected, RECOVERY_BOUND)
+        .await;
+    // Echoes of its own writes must not cause more.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let writes = second.writes();
+    let after: BTreeMap<String, Option<String>> = scene
+        .slices()
+        .await
+        .iter()
+        .map(|s| (s.name_any(), s.uid()))
+        .collect();
+    report(
+        "controller-sigkill",
+        &[
+            ("in_step_after_restart", ms(took)),
+            ("slices_behind", stale.to_string()),
+            ("writes", writes.to_string()),
+        ],
+    );
+    assert_eq!(after, uids, "no slice recreated");
+    assert_eq!(
+        writes, stale,
+        "exactly the slices that were behind are written"
+    );
+    assert_clean_log(&second.stop());
+    scene.finish().await;
+}
+
+/// Two replicas; the leader is SIGKILLed. The follower never writes while it stands by, and
+/// takes over once the dead leader's Lease has expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_killed_and_the_follower_takes_over() {
+    let scene = Scene::new("failover").await;
+    let (pods, mut expected) = ready_pods(&scene, 6).await;
+    let mut leader = Controller::start(&scene.plane, scene.options("a", true));
+    eventually("a leader", Duration::from_secs(60), || async {
+        leader
+            .is(scene.lease_holder().await.as_deref())
+            .then_some(())
+    })
+    .await;
+    scene
+        .converge("with the first leader", &expected, Duration::from_secs(60))
+        .await;
+    let follower = Controller::start(&scene.plane, scene.options("b", true));
+    eventually(
+        "the follower standing by",
+        Duration::from_secs(60),
+        || async {
+            follower
+                .log()
+                .contains("another replica leads")
+                .then_some(())
+        },
+    )
+    .await;
+    scene.set_ready("web-01", false).await;
+    expected.remove(&endpoint(&pods[1], true));
+    expected.insert(endpoint(&pods[1], false));
+    scene
+        .converge(
+            "a change while the first leads",
+            &expected,
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(follower.writes(), 0, "the follower wrote while standing by");
+
+    leader.kill();
+    let killed = Instant::now();
+    scene.set_ready("web-02", false).await;
+    expected.remove(&endpoint(&pods[2], true));
+    expected.insert(endpoint(&pods[2], false));
+    let takeover = eventually("the follower leading", Duration::from_secs(40), || async {
+        follower
+            .is(scene.lease_holder().await.as_deref())
+            .then(|| killed.elapsed())
+    })
+    .await;
+    scene
+        .converge("after the takeover", &expected, Duration::from_secs(40))
+        .await;
+    let in_step = killed.elapsed();
+    report(
+        "leader-sigkill",
+        &[
+            ("takeover", ms(takeover)),
+            ("in_step_after_kill", ms(in_step)),
+            ("new_leader_writes", follower.writes().to_string()),
+        ],
+    );
+    assert!(
+        takeover <= Duration::from_secs(25),
+        "takeover took {takeover:?}; the Lease lasts 15 s and is retried every 2 s"
+    );
+    assert_clean_log(&follower.stop());
+    scene.finish().await;
+}
+
+/// The controller's watches are frozen behind the changes; etcd's history is compacted past
+/// them and the API server restarted: every watch gets `410 Expired` and lists again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_expires_the_watches() {
+    let scene = Scene::new("compaction").await;
+    let (pods, mut expected) = ready_pods(&scene, 6).await;
+    let controller = Controller::start(&scene.plane, scene.options("a", false));
+    scene
+        .converge("before the compaction", &expected, Duration::from_secs(60))
+        .await;
+    controller.freeze(true);
+    changes_after_outage(&scene, &pods, &mut expected).await;
+    let revision = scene.plane.compact_etcd();
+    let argv = scene.plane.kill_apiserver();
+    scene.plane.start_apiserver(&argv);
+    scene.plane.wait_ready(&scene.client).await;
+    scene.sim.ensure_nodes().await.unwrap();
+    controller.freeze(false);
+    let took = scene
+        .converge("after the watches expired", &expected, RECOVERY_BOUND)
+        .await;
+    let log = controller.log();
+    assert!(
+        log.contains("watch expired; listing again"),
+        "no watch saw 410 Expired:\n{log}"
+    );
+    report(
+        "etcd-compaction-410",
+        &[
+            ("compacted_at_revision", revision.to_string()),
+            ("in_step_after_thaw", ms(took)),
+            (
+                "expired_watches",
+                lines_with(&log, "watch expired").len().to_string(),
+            ),
+        ],
+    );
+    assert_clean_log(&controller.stop());
+    scene.finish().await;
+}
+
+/// One pod per kind of bad `network-status`, beside good pods: the good pods stay published
+/// and live, each bad one is reported once, no write is ever refused, and removing or fixing
+/// a bad pod repairs the slices at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_network_status_never_blocks_the_good_pods() {
+    let scene = Scene::new("bad-input").await;
+    let net = format!("{}/macvlan", scene.ns);
+    let on = |ips: serde_json::Value| {
+        json!([
+            {"name": "sim-default", "interface": "eth0", "ips": ["10.244.250.1"], "default": true},
+            {"name": net, "interface": "net1", "ips": ips, "mac": "02:00:00:00:00:01"},
+        ])
+        .to_string()
+    };
+    let many: Vec<String> = (0..1000)
+        .map(|i| format!("10.77.{}.{}", i / 250, i % 250 + 1))
+        .collect();
+    let huge = json!([
+        {"name": net, "interface": "net1", "ips": ["192.168.9.50"],
+         "dns": {"search": ["x".repeat(200_000)]}},
+    ])
+    .to_string();
+    assert!(huge.len() > 200_000);
+    let other_broken = json!([
+        {"ips": ["1.2.3.4"]},
+        {"name": 5, "ips": ["1.2.3.5"]},
+        {"name": "other", "ips": null},
+        {"name": "other2", "ips": "10.0.0.1", "default": "true"},
+        {"name": net, "interface": "net1", "ips": ["192.168.9.60"]},
+    ])
+    .to_string();
+    // (pod, annotation, addresses published, log lines expected about it)
+    let cases: Vec<(&str, String, Vec<String>, usize)> = vec![
+        ("bad-loopback", on(json!(["127.0.0.1"])), vec![], 1),
+        ("bad-loopback6", on(json!(["::1"])), vec![], 1),
+        ("bad-linklocal", on(json!(["169.254.1.29"])), vec![], 1),
+        ("bad-linklocal6", on(json!(["fe80::45"])), vec![], 1),
+        ("bad-unspecified", on(json!(["0.0.0.0"])), vec![], 1),
+        ("bad-multicast", on(json!(["224.0.0.31"])), vec![], 1),
+        ("bad-mapped", on(json!(["::ffff:10.60.3.46"])), vec![], 1),
+        ("bad-cidr", on(json!(["192.168.9.10/24"])), vec![], 1),
+        ("bad-zone", on(json!(["fe80::1%net1"])), vec![], 1),
+        (
+            "mixed",
+            on(json!(["192.168.9.20", "127.0.0.1", "fd00:9::20"])),
+            vec!["192.168.9.20".into(), "fd00:9::20".into()],
+            1,
+        ),
+        ("many", on(json!(many)), many.clone(), 0),
+        ("huge", huge, vec!["192.168.9.50".into()], 0),
+        ("ips-a-string", on(json!("192.168.9.40")), vec![], 1),
+        ("ips-numbers", on(json!([42])), vec![], 1),
+        ("ips-null", on(json!(null)), vec![], 1),
+        ("not-json", "{oops".into(), vec![], 1),
+        (
+            "an-object",
+            json!({"name": net, "ips": ["192.168.9.41"]}).to_string(),
+            vec![],
+            1,
+        ),
+        (
+            "other-entries-broken",
+            other_broken,
+            vec!["192.168.9.60".into()],
+            0,
+        ),
+        (
+            "default-a-string",
+            json!([{"name": net, "ips": ["192.168.9.42"], "default": "true"}]).to_string(),
+            vec![],
+            1,
+        ),
+    ];
+    let controller = Controller::start(&scene.plane, scene.options("a", false));
+    let mut good = Vec::new();
+    for i in 0..3 {
+        good.push(scene.pod(&format!("good-{i}"), true).await);
+    }
+    let mut expected: Expected = good.iter().map(|p| endpoint(p, true)).collect();
+    for (pod, status, published, _) in &cases {
+        scene.pod_with_status(pod, status).await;
+        for address in published {
+            expected.insert((address.clone(), (*pod).to_owned(), true, true, false));
+        }
+    }
+    // The same address on two pods: the older one publishes it.
+    let dup = on(json!(["192.168.9.30"]));
+    scene.pod_with_status("dup-old", &dup).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await; // creation times have seconds
+    scene.pod_with_status("dup-new", &dup).await;
+    expected.insert(("192.168.9.30".into(), "dup-old".into(), true, true, false));
+    let first = scene
+        .converge("with every bad input", &expected, Duration::from_secs(60))
+        .await;
+
+    // The good pods stay live.
+    let flips = Instant::now();
+    for ready in [false, true, false] {
+        scene.set_ready("good-0", ready).await;
+        expected.remove(&endpoint(&good[0], !ready));
+        expected.insert(endpoint(&good[0], ready));
+        scene
+            .converge("a good pod flipping", &expected, Duration::from_secs(10))
+            .await;
+    }
+    let flipped = flips.elapsed();
+
+    let log = controller.log();
+    for (pod, _, _, lines) in &cases {
+        let about: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(&format!("pod={pod} ")) || l.ends_with(&format!("pod={pod}")))
+            .collect();
+        assert_eq!(
+            about.len(),
+            *lines,
+            "log lines about pod {pod} over four reconciles:\n{}",
+            about.join("\n")
+        );
+    }
+    let duplicate = lines_with(&log, "two pods list the same address");
+    assert_eq!(duplicate.len(), 1, "{}", duplicate.join("\n"));
+    assert!(duplicate[0].contains("dup-old") && duplicate[0].contains("dup-new"));
+    let events = scene
+        .api::<Event>()
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let warned = events.items.iter().any(|e| {
+        e.reason.as_deref() == Some("DuplicateAddress")
+            && e.note
+                .as_deref()
+                .is_some_and(|n| n.contains("dup-old") && n.contains("dup-new"))
+    });
+    assert!(warned, "no DuplicateAddress Event naming both pods");
+    assert_eq!(
+        controller.metric("nad_service_controller_endpointslice_refused_total"),
+        Some(0.0),
+        "the API refused a write:\n{log}"
+    );
+
+    // Removing or fixing a bad pod repairs the slices at once.
+    let repairs = Instant::now();
+    scene.remove("mixed").await;
+    expected.retain(|e| e.1 != "mixed");
+    scene
+        .converge("the mixed pod removed", &expected, Duration::from_secs(10))
+        .await;
+    scene.remove("dup-old").await;
+    expected.retain(|e| e.1 != "dup-old");
+    expected.insert(("192.168.9.30".into(), "dup-new".into(), true, true, false));
+    scene
+        .converge(
+            "the older duplicate removed",
+            &expected,
+            Duration::from_secs(10),
+        )
+        .await;
+    scene
+        .set_network_status("bad-loopback", &on(json!(["192.168.9.70"])))
+        .await;
+    expected.insert((
+        "192.168.9.70".into(),
+        "bad-loopback".into(),
+        true,
+        true,
+        false,
+    ));
+    scene
+        .converge("the loopback pod fixed", &expected, Duration::from_secs(10))
+        .await;
+    let repaired = repairs.elapsed();
+    let log = controller.stop();
+    assert_clean_log(&log);
+    report(
+        "bad-network-status",
+        &[
+            ("cases", (cases.len() + 2).to_string()),
+            ("endpoints", expected.len().to_string()),
+            ("all_published_within", ms(first)),
+            ("three_flips", ms(flipped)),
+            ("three_repairs", ms(repaired)),
+            ("warn_lines", lines_with(&log, " WARN ").len().to_string()),
+        ],
+    );
+    scene.finish().await;
+}

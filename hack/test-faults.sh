@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs the fault tests (hack/faults): the release controller binary against a control plane of
+# its own, whose API server and etcd the tests kill, pause and compact. That control plane
+# lives in .local-faults/ on ports of its own, so it never disturbs the one of `make test`,
+# and is stopped afterwards, also when a test fails.
+#
+# Environment: NAD_FAULTS_DIR [<repo>/.local-faults], NAD_FAULTS_PORT_BASE [a free set:
+# etcd 23792/23802, API server 16444, controller manager 16258], NSC_FAULT_REPORT [where the
+# measurements go, default $CARGO_TARGET_DIR/fault-report.md].
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+cargo="${CARGO:-cargo}"
+target="${CARGO_TARGET_DIR:-$repo/target}"
+
+export NAD_LOCAL_DIR="${NAD_FAULTS_DIR:-$repo/.local-faults}"
+export NAD_ETCD_CLIENT_PORT=23792 NAD_ETCD_PEER_PORT=23802 NAD_APISERVER_PORT=16444 NAD_KCM_PORT=16258
+export NSC_FAULT_REPORT="${NSC_FAULT_REPORT:-$target/fault-report.md}"
+
+echo "== building the controller (release) and the fault tests" >&2
+$cargo build --release --locked -p nad-service-controller
+$cargo test --release --locked -p nad-fault-tests --no-run
+export NSC_CONTROLLER_BIN="$target/release/nad-service-controller"
+
+# Left over by an interrupted run: start from nothing.
+hack/local-down.sh
+trap 'echo "== stopping the fault control plane" >&2; hack/local-down.sh' EXIT
+echo "== starting the fault control plane in $NAD_LOCAL_DIR" >&2
+eval "$(hack/local-up.sh)"
+
+printf '| scenario | measured |\n|---|---|\n' >"$NSC_FAULT_REPORT"
+echo "== fault tests (one at a time: they share the control plane)" >&2
+$cargo test --release --locked -p nad-fault-tests -- --test-threads=1
+echo "== measurements ($NSC_FAULT_REPORT)" >&2
+cat "$NSC_FAULT_REPORT" >&2

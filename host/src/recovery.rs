@@ -1,0 +1,141 @@
+//! Getting back in step after an API outage.
+//!
+//! While the API server (or its etcd) is away, reconciles fail and back off, each Service on
+//! its own schedule. A Service whose last attempt failed, and that sees no event afterwards,
+//! would wait out its backoff after the API returns. So whenever a watch or a write fails for
+//! a reason that says "unreachable" (no connection, a timeout, a 5xx), the API server's
+//! `/readyz` is probed every [`PROBE_INTERVAL`]; when it answers `ok`, every Service whose last
+//! reconcile failed is reconciled at once.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use futures::Stream;
+use k8s_openapi::api::core::v1::Service;
+use kube::{Client, runtime::reflector::ObjectRef};
+use tokio::sync::Notify;
+
+/// How often an unreachable API server is asked whether it is ready again.
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Shared by everything that talks to the API server: reports of failures in, one probe.
+#[derive(Debug, Default)]
+pub struct Recovery {
+    down: AtomicBool,
+    wake: Notify,
+}
+
+impl Recovery {
+    /// Something failed as if the API server were away; start probing (once).
+    pub fn unreachable(&self) {
+        if !self.down.swap(true, Ordering::SeqCst) {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Whether a probe is running, i.e. the API server looked away at the last failure.
+    pub fn is_down(&self) -> bool {
+        self.down.load(Ordering::SeqCst)
+    }
+
+    /// Probes while the API server is away; after each outage yields the Services that
+    /// `failing` names at that moment. Stops when the stream is dropped.
+    pub fn run<F>(
+        self: Arc<Self>,
+        client: Client,
+        failing: F,
+    ) -> impl Stream<Item = ObjectRef<Service>> + Send + 'static
+    where
+        F: Fn() -> Vec<ObjectRef<Service>> + Send + Sync + 'static,
+    {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = self.wake.notified() => {}
+                    () = tx.closed() => return,
+                }
+                let since = Instant::now();
+                let mut probes = 0_u32;
+                loop {
+                    tokio::select! {
+                        () = tokio::time::sleep(PROBE_INTERVAL) => {}
+                        () = tx.closed() => return,
+                    }
+                    probes += 1;
+                    if ready(&client).await {
+                        break;
+                    }
+                }
+                self.down.store(false, Ordering::SeqCst);
+                let services = failing();
+                tracing::info!(
+                    probes,
+                    unreachable_for = ?since.elapsed(),
+                    retrying = services.len(),
+                    "the API server is ready again; reconciling the Services that failed meanwhile"
+                );
+                for service in services {
+                    if tx.send(service).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        futures::stream::unfold(rx, |mut rx| async move {
+            let service = rx.recv().await?;
+            Some((service, rx))
+        })
+    }
+}
+
+/// `GET /readyz` answers `ok` (it checks etcd too, so a paused etcd is not "ready").
+async fn ready(client: &Client) -> bool {
+    let Ok(request) = http::Request::get("/readyz").body(Vec::new()) else {
+        return false;
+    };
+    matches!(client.request_text(request).await, Ok(body) if body.trim() == "ok")
+}
+
+/// Whether a failed request looks like the API server (or etcd behind it) being away, rather
+/// than an answer about the request itself.
+pub fn looks_unreachable(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => matches!(status.code, 500 | 502 | 503 | 504 | 429),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    #[test]
+    fn answers_about_the_request_are_not_outages() {
+        let api = |code| kube::Error::Api(Box::new(Status::failure("x", "y").with_code(code)));
+        for code in [400, 403, 404, 409, 410, 422] {
+            assert!(!looks_unreachable(&api(code)), "{code}");
+        }
+        for code in [429, 500, 503, 504] {
+            assert!(looks_unreachable(&api(code)), "{code}");
+        }
+        assert!(looks_unreachable(
+            &kube::Error::LinesCodecMaxLineLengthExceeded
+        ));
+    }
+
+    #[test]
+    fn only_the_first_report_of_an_outage_starts_a_probe() {
+        let recovery = Recovery::default();
+        assert!(!recovery.is_down());
+        recovery.unreachable();
+        recovery.unreachable();
+        assert!(recovery.is_down());
+    }
+}

@@ -1,0 +1,274 @@
+//! What the controller remembers of each Service between reconciles: its failures (for backoff
+//! and for logging each problem once), whether its slices are as last planned, what the API
+//! refused, and which input problems its operator has already been told about.
+//!
+//! Pure state; the controller holds one [`Services`] behind a lock and prunes it when a
+//! Service is deleted or stops being managed.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    hash::{Hash, Hasher},
+};
+
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use kube::{ResourceExt, runtime::reflector::ObjectRef};
+
+use crate::plan::{Conflict, Dropped};
+
+/// Something wrong with a Service's input, reported (logged, and for duplicates an Event)
+/// once when it appears, not on every reconcile while it lasts.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Problem {
+    /// The pod is attached to the network but cannot be used.
+    PodSkipped { pod: String, reason: String },
+    /// One address of a usable pod is left out.
+    AddressLeftOut {
+        pod: String,
+        address: String,
+        rule: &'static str,
+        why: String,
+    },
+    /// Two pods list one address.
+    DuplicateAddress(Conflict),
+    /// An endpoint the API would refuse (a field other than its address).
+    EndpointLeftOut {
+        pod: String,
+        address: String,
+        violations: String,
+    },
+}
+
+impl From<Conflict> for Problem {
+    fn from(c: Conflict) -> Self {
+        Problem::DuplicateAddress(c)
+    }
+}
+
+impl From<Dropped> for Problem {
+    fn from(d: Dropped) -> Self {
+        Problem::EndpointLeftOut {
+            pod: d.pod,
+            address: d.address.to_string(),
+            violations: d
+                .violations
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        }
+    }
+}
+
+/// One Service's memory.
+#[derive(Debug, Default)]
+pub struct ServiceState {
+    /// Consecutive failed reconciles.
+    pub failures: u32,
+    /// The last failure as reported; a repeat of it is not reported again.
+    last_error: Option<String>,
+    /// The last failure was the same as the one before.
+    repeated: bool,
+    /// The slices may differ from the last plan (a write failed or was held back): the next
+    /// reconcile plans everything, whatever triggered it.
+    pub unsettled: bool,
+    /// Pods on nodes not in the cache yet: retry soon.
+    pub node_retry: bool,
+    /// Slices the API refused, by name: a fingerprint of the refused content.
+    refused: HashMap<String, u64>,
+    reported: BTreeSet<Problem>,
+}
+
+impl ServiceState {
+    /// A reconcile failed with `error`: true when it is new (to be reported at warn).
+    pub fn failed(&mut self, error: String) -> bool {
+        self.failures += 1;
+        self.unsettled = true;
+        let new = self.last_error.as_ref() != Some(&error);
+        self.last_error = Some(error);
+        self.repeated = !new;
+        new
+    }
+
+    /// Whether the last failure repeated the one before (so is logged at debug only).
+    pub fn is_repeat(&self) -> bool {
+        self.failures > 0 && self.repeated
+    }
+
+    /// A reconcile succeeded: returns the failure it recovered from, if any.
+    pub fn succeeded(&mut self) -> Option<String> {
+        self.failures = 0;
+        self.repeated = false;
+        self.last_error.take()
+    }
+
+    /// The problems of this reconcile; returns those not reported before. Problems that went
+    /// away are forgotten, so a problem that comes back is reported again.
+    pub fn report(&mut self, problems: impl IntoIterator<Item = Problem>) -> Vec<Problem> {
+        let now: BTreeSet<Problem> = problems.into_iter().collect();
+        let new = now.difference(&self.reported).cloned().collect();
+        self.reported = now;
+        new
+    }
+
+    /// The API refused `slice` as sent.
+    pub fn refused(&mut self, slice: &EndpointSlice) {
+        self.refused.insert(slice.name_any(), fingerprint(slice));
+    }
+
+    /// Whether `slice` is exactly what the API refused before (so not worth sending again).
+    pub fn was_refused(&self, slice: &EndpointSlice) -> bool {
+        self.refused
+            .get(&slice.name_any())
+            .is_some_and(|f| *f == fingerprint(slice))
+    }
+
+    /// `slice` was written (or is no longer wanted): forget any refusal of it.
+    pub fn accepted(&mut self, slice: &str) {
+        self.refused.remove(slice);
+    }
+}
+
+/// A hash of a slice's content, stable within this process.
+fn fingerprint(slice: &EndpointSlice) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(slice)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Every Service's memory.
+#[derive(Debug, Default)]
+pub struct Services {
+    states: HashMap<ObjectRef<Service>, ServiceState>,
+}
+
+impl Services {
+    pub fn get(&mut self, service: &ObjectRef<Service>) -> &mut ServiceState {
+        self.states.entry(service.clone()).or_default()
+    }
+
+    pub fn peek(&self, service: &ObjectRef<Service>) -> Option<&ServiceState> {
+        self.states.get(service)
+    }
+
+    /// A reconcile succeeded: the failure it recovered from, if any. A Service without state
+    /// (forgotten by this reconcile) gets none.
+    pub fn succeeded(&mut self, service: &ObjectRef<Service>) -> Option<String> {
+        self.states.get_mut(service)?.succeeded()
+    }
+
+    /// The Service is gone or no longer managed.
+    pub fn forget(&mut self, service: &ObjectRef<Service>) {
+        self.states.remove(service);
+    }
+
+    /// Keeps only the Services `exists` knows (after a relist, deletions may have been missed).
+    pub fn retain(&mut self, exists: impl Fn(&ObjectRef<Service>) -> bool) {
+        self.states.retain(|service, _| exists(service));
+    }
+
+    /// Services whose last reconcile failed.
+    pub fn failing(&self) -> Vec<ObjectRef<Service>> {
+        let mut out: Vec<_> = self
+            .states
+            .iter()
+            .filter(|(_, s)| s.failures > 0)
+            .map(|(k, _)| k.clone())
+            .collect();
+        out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        out
+    }
+
+    pub fn len(&self) -> usize {
+        self.states.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.states.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn skipped(pod: &str, reason: &str) -> Problem {
+        Problem::PodSkipped {
+            pod: pod.into(),
+            reason: reason.into(),
+        }
+    }
+
+    #[test]
+    fn each_problem_is_reported_once_while_it_lasts() {
+        let mut s = ServiceState::default();
+        assert_eq!(
+            s.report([skipped("a", "no IPs"), skipped("b", "no IPs")]),
+            vec![skipped("a", "no IPs"), skipped("b", "no IPs")]
+        );
+        assert!(
+            s.report([skipped("a", "no IPs"), skipped("b", "no IPs")])
+                .is_empty()
+        );
+        assert_eq!(
+            s.report([skipped("a", "bad JSON")]),
+            vec![skipped("a", "bad JSON")],
+            "a changed problem is new"
+        );
+        assert!(s.report([]).is_empty());
+        assert_eq!(
+            s.report([skipped("b", "no IPs")]),
+            vec![skipped("b", "no IPs")],
+            "a problem that comes back is reported again"
+        );
+    }
+
+    #[test]
+    fn a_repeated_failure_is_not_new_and_success_clears_it() {
+        let mut s = ServiceState::default();
+        assert!(s.failed("connection refused".into()));
+        assert!(!s.is_repeat());
+        assert!(!s.failed("connection refused".into()));
+        assert!(s.is_repeat());
+        assert!(s.failed("503".into()));
+        assert!(!s.is_repeat());
+        assert_eq!(s.failures, 3);
+        assert!(s.unsettled);
+        assert_eq!(s.succeeded().as_deref(), Some("503"));
+        assert_eq!(s.failures, 0);
+        assert_eq!(s.succeeded(), None);
+    }
+
+    #[test]
+    fn a_refused_slice_is_known_until_its_content_changes() {
+        let slice = |ip: &str| -> EndpointSlice {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "web-ipv4-0"}, "addressType": "IPv4",
+                "endpoints": [{"addresses": [ip]}]}))
+            .unwrap()
+        };
+        let mut s = ServiceState::default();
+        assert!(!s.was_refused(&slice("10.0.0.1")));
+        s.refused(&slice("10.0.0.1"));
+        assert!(s.was_refused(&slice("10.0.0.1")));
+        assert!(!s.was_refused(&slice("10.0.0.2")));
+        s.accepted("web-ipv4-0");
+        assert!(!s.was_refused(&slice("10.0.0.1")));
+    }
+
+    #[test]
+    fn failing_services_are_listed_and_forgotten_ones_pruned() {
+        let mut all = Services::default();
+        let a = ObjectRef::new("a").within("ns");
+        let b = ObjectRef::new("b").within("ns");
+        all.get(&a).failed("x".into());
+        all.get(&b);
+        assert_eq!(all.failing(), vec![a.clone()]);
+        all.retain(|s| *s == b);
+        assert!(all.failing().is_empty());
+        assert_eq!(all.len(), 1);
+        all.forget(&b);
+        assert!(all.is_empty());
+    }
+}
