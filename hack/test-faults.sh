@@ -4,9 +4,12 @@
 # lives in .local-faults/ on ports of its own, so it never disturbs the one of `make test`,
 # and is stopped afterwards, also when a test fails.
 #
-# Environment: NAD_FAULTS_DIR [<repo>/.local-faults], NAD_FAULTS_PORT_BASE [a free set:
+# Arguments are passed to the test binary: `hack/test-faults.sh etcd` runs the etcd tests only.
+#
+# Environment: NSC_CONTROLLER_BIN [the release build] (the binary under test), NAD_FAULTS_DIR [<repo>/.local-faults], NAD_FAULTS_PORT_BASE [a free set:
 # etcd 23792/23802, API server 16444, controller manager 16258], NSC_FAULT_REPORT [where the
-# measurements go, default $CARGO_TARGET_DIR/fault-report.md].
+# measurements go, default $CARGO_TARGET_DIR/fault-report.md], NSC_FAULT_LOGS [the controllers'
+# logs, one file per process, default $CARGO_TARGET_DIR/fault-logs; emptied at the start].
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -16,11 +19,13 @@ target="${CARGO_TARGET_DIR:-$repo/target}"
 export NAD_LOCAL_DIR="${NAD_FAULTS_DIR:-$repo/.local-faults}"
 export NAD_ETCD_CLIENT_PORT=23792 NAD_ETCD_PEER_PORT=23802 NAD_APISERVER_PORT=16444 NAD_KCM_PORT=16258
 export NSC_FAULT_REPORT="${NSC_FAULT_REPORT:-$target/fault-report.md}"
+export NSC_FAULT_LOGS="${NSC_FAULT_LOGS:-$target/fault-logs}"
+rm -rf "$NSC_FAULT_LOGS" && mkdir -p "$NSC_FAULT_LOGS"
 
 echo "== building the controller (release) and the fault tests" >&2
 $cargo build --release --locked -p nad-service-controller
 $cargo test --release --locked -p nad-fault-tests --no-run
-export NSC_CONTROLLER_BIN="$target/release/nad-service-controller"
+export NSC_CONTROLLER_BIN="${NSC_CONTROLLER_BIN:-$target/release/nad-service-controller}"
 
 # Left over by an interrupted run: start from nothing.
 hack/local-down.sh
@@ -30,6 +35,6 @@ eval "$(hack/local-up.sh)"
 
 printf '| scenario | measured |\n|---|---|\n' >"$NSC_FAULT_REPORT"
 echo "== fault tests (one at a time: they share the control plane)" >&2
-$cargo test --release --locked -p nad-fault-tests -- --test-threads=1
-echo "== measurements ($NSC_FAULT_REPORT)" >&2
+$cargo test --release --locked -p nad-fault-tests -- --test-threads=1 "$@"
+echo "== measurements ($NSC_FAULT_REPORT; the controllers' logs are in $NSC_FAULT_LOGS)" >&2
 cat "$NSC_FAULT_REPORT" >&2

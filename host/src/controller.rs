@@ -1010,7 +1010,9 @@ pub async fn run(
                                 vec![svc.clone()]
                             }
                             watcher::Event::Delete(svc) => {
-                                forget_service(&states, &expectations, &ObjectRef::from_obj(svc));
+                                let key = ObjectRef::from_obj(svc);
+                                forget_service(&states, &expectations, &key);
+                                lock(&scopes).forget(&key);
                                 Vec::new()
                             }
                             watcher::Event::Init => Vec::new(),

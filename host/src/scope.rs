@@ -54,6 +54,11 @@ impl Scopes {
         self.pending.insert(service, Scope::Full);
     }
 
+    /// The Service is gone: nothing of it stays pending.
+    pub fn forget(&mut self, service: &ObjectRef<Service>) {
+        self.pending.remove(service);
+    }
+
     /// The scope of the reconcile that starts now; a reconcile nobody asked for (a timer, a
     /// retry) plans everything.
     pub fn take(&mut self, service: &ObjectRef<Service>) -> Scope {
@@ -98,6 +103,14 @@ mod tests {
         scopes.everything_changed(svc("web"));
         scopes.pod_changed(svc("web"), "b");
         assert_eq!(scopes.take(&svc("web")), Scope::Full);
+    }
+
+    #[test]
+    fn a_forgotten_service_has_nothing_pending() {
+        let mut scopes = Scopes::default();
+        scopes.pod_changed(svc("web"), "a");
+        scopes.forget(&svc("web"));
+        assert!(scopes.pending.is_empty());
     }
 
     #[test]

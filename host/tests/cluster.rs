@@ -146,22 +146,7 @@ async fn env_with(
             let _ = stopped.await;
         },
     ));
-    let sim = Arc::new(Simulator::new(
-        client.clone(),
-        node_sim::Config {
-            finalize_terminating: false,
-            ..node_sim::Config::default()
-        },
-    ));
-    sim.ensure_nodes().await.unwrap();
-    // Without heartbeats the node lifecycle controller would mark the nodes, and so the pods,
-    // not ready after about 40 s, changing endpoints under a test's feet.
-    let heartbeat = tokio::spawn({
-        let sim = sim.clone();
-        async move {
-            let _ = sim.heartbeat().await;
-        }
-    });
+    let (sim, heartbeat) = Simulator::for_tests(client.clone()).await.unwrap();
     Env {
         client,
         ns,

@@ -261,7 +261,8 @@ pub struct Controller {
 
 impl Controller {
     pub fn start(plane: &ControlPlane, options: Options) -> Self {
-        let dir = std::env::temp_dir().join("nsc-faults");
+        let dir = std::env::var_os("NSC_FAULT_LOGS")
+            .map_or_else(|| std::env::temp_dir().join("nsc-faults"), PathBuf::from);
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join(format!("{}.log", options.identity));
         let port = free_port();
@@ -432,20 +433,7 @@ impl Scene {
             || async { accounts.get_opt("default").await.ok().flatten().map(|_| ()) },
         )
         .await;
-        let sim = Arc::new(Simulator::new(
-            client.clone(),
-            node_sim::Config {
-                finalize_terminating: false,
-                ..node_sim::Config::default()
-            },
-        ));
-        sim.ensure_nodes().await.unwrap();
-        let heartbeat = tokio::spawn({
-            let sim = sim.clone();
-            async move {
-                let _ = sim.heartbeat().await;
-            }
-        });
+        let (sim, heartbeat) = Simulator::for_tests(client.clone()).await.unwrap();
         let scene = Self {
             plane,
             client,
@@ -483,11 +471,22 @@ impl Scene {
         }
     }
 
-    /// Creates `web-<name>` (label `app=web`, on `macvlan`) and lets the simulator start it.
+    /// Creates `name` (label `app=web`, on `macvlan`) and lets the simulator start it.
     pub async fn pod(&self, name: &str, ready: bool) -> Pod {
+        self.create_pod(name, json!({}), ready).await
+    }
+
+    /// Creates `name` with `status` as its network-status annotation (what a broken Multus
+    /// wrote), and lets the simulator start it.
+    pub async fn pod_with_status(&self, name: &str, status: &str) -> Pod {
+        self.create_pod(name, json!({NETWORK_STATUS: status}), true)
+            .await
+    }
+
+    async fn create_pod(&self, name: &str, mut annotations: Value, ready: bool) -> Pod {
+        annotations["k8s.v1.cni.cncf.io/networks"] = json!("macvlan");
         let pod = json!({
-            "metadata": {"name": name, "labels": {"app": "web"},
-                "annotations": {"k8s.v1.cni.cncf.io/networks": "macvlan"}},
+            "metadata": {"name": name, "labels": {"app": "web"}, "annotations": annotations},
             "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]},
         });
         self.api::<Pod>()
@@ -498,24 +497,6 @@ impl Scene {
             .await
             .unwrap();
         self.sim.start_pod(&self.ns, name, ready).await.unwrap()
-    }
-
-    /// Creates `name` with `status` as its network-status annotation (what a broken Multus
-    /// wrote), and lets the simulator start it.
-    pub async fn pod_with_status(&self, name: &str, status: &str) -> Pod {
-        let pod = json!({
-            "metadata": {"name": name, "labels": {"app": "web"},
-                "annotations": {"k8s.v1.cni.cncf.io/networks": "macvlan", NETWORK_STATUS: status}},
-            "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]},
-        });
-        self.api::<Pod>()
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(pod).unwrap(),
-            )
-            .await
-            .unwrap();
-        self.sim.start_pod(&self.ns, name, true).await.unwrap()
     }
 
     /// Replaces the pod's network-status annotation, as a broken Multus would.

@@ -428,6 +428,30 @@ impl Simulator {
         }
     }
 
+    /// A simulator for tests: its nodes registered and kept Ready by a heartbeat task (the
+    /// handle: abort it when done), terminating pods left for the test to [`Self::finalize`].
+    /// Without heartbeats the node lifecycle controller would mark the nodes, and so the
+    /// pods, not ready after about 40 s, changing endpoints under a test's feet.
+    pub async fn for_tests(
+        client: Client,
+    ) -> anyhow::Result<(std::sync::Arc<Self>, tokio::task::JoinHandle<()>)> {
+        let sim = std::sync::Arc::new(Self::new(
+            client,
+            Config {
+                finalize_terminating: false,
+                ..Config::default()
+            },
+        ));
+        sim.ensure_nodes().await?;
+        let heartbeat = tokio::spawn({
+            let sim = sim.clone();
+            async move {
+                let _ = sim.heartbeat().await;
+            }
+        });
+        Ok((sim, heartbeat))
+    }
+
     /// Starts every pod that appears (in `namespace`, or all), finalizes terminating pods when
     /// configured to, and keeps the nodes Ready. Runs until the watch ends.
     pub async fn run(&self, namespace: Option<&str>) -> anyhow::Result<()> {
