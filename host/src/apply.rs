@@ -67,9 +67,35 @@ pub async fn write(client: &Client, namespace: &str, changes: Changes) -> Writte
     written
 }
 
-/// The pods whose endpoints a refusal names: the API reports fields as `endpoints[<i>]...`, in
-/// its message and in `details.causes`.
-pub fn refused_pods(error: &kube::Error, sent: &EndpointSlice) -> Vec<String> {
+/// The pods a refused write concerns: those whose endpoints the refusal names (the API reports
+/// fields as `endpoints[<i>]...`, in its message and in `details.causes`), or, when it names
+/// none (an admission webhook or policy, say), those whose endpoints the write changed from
+/// `stored`.
+pub fn refused_pods(
+    error: &kube::Error,
+    sent: &EndpointSlice,
+    stored: Option<&EndpointSlice>,
+) -> Vec<String> {
+    let named = named_pods(error, sent);
+    if !named.is_empty() {
+        return named;
+    }
+    let before = stored
+        .and_then(|s| s.endpoints.as_deref())
+        .unwrap_or_default();
+    let mut pods: Vec<String> = sent
+        .endpoints
+        .iter()
+        .flatten()
+        .filter(|e| !before.contains(e))
+        .filter_map(|e| e.target_ref.as_ref()?.name.clone())
+        .collect();
+    pods.sort();
+    pods.dedup();
+    pods
+}
+
+fn named_pods(error: &kube::Error, sent: &EndpointSlice) -> Vec<String> {
     let kube::Error::Api(status) = error else {
         return Vec::new();
     };
@@ -206,9 +232,17 @@ mod tests {
         let Error::Apply { source, .. } = &failed.error else {
             panic!("{:?}", failed.error)
         };
+        let sent = failed.slice.as_ref().unwrap();
+        assert_eq!(refused_pods(source, sent, None), vec!["bad"]);
+        let unnamed = kube::Error::Api(Box::new(
+            kube::core::Status::failure("denied by a policy", "Invalid").with_code(422),
+        ));
+        let mut stored = sent.clone();
+        stored.endpoints.as_mut().unwrap().truncate(1);
         assert_eq!(
-            refused_pods(source, failed.slice.as_ref().unwrap()),
-            vec!["bad"]
+            refused_pods(&unnamed, sent, Some(&stored)),
+            vec!["bad"],
+            "without a field path: the pods the write changed"
         );
         server.await.unwrap();
     }

@@ -548,7 +548,8 @@ async fn write(
                 refused += 1;
                 ctx.metrics.slice_refused("api");
                 ctx.services().get(key).refused(&sent);
-                let pods = apply::refused_pods(source, &sent);
+                let stored = existing.iter().find(|s| s.name_any() == sent.name_any());
+                let pods = apply::refused_pods(source, &sent, stored.map(|s| &**s));
                 tracing::error!(
                     slice = %sent.name_any(), pods = ?pods, error = %describe(source),
                     "the API server refused an EndpointSlice (a bug: please report it); not sent again until it changes"
@@ -558,7 +559,7 @@ async fn write(
                     "EndpointSliceRefused",
                     "Apply",
                     format!(
-                        "the API server refused EndpointSlice {} ({}); pods named: {}. This is a bug in \
+                        "the API server refused EndpointSlice {} ({}); pods concerned: {}. This is a bug in \
                          nad-service-controller; please report it. The slice is not sent again until its content changes",
                         sent.name_any(),
                         describe(source),

@@ -1182,3 +1182,141 @@ async fn a_pod_change_is_checked_alone_by_services_that_do_not_publish_it() {
     assert_eq!(endpoint_count(&env.slices("web").await), 1);
     env.finish().await;
 }
+
+/// A write the API server refuses is a bug here (the controller checks what the API checks),
+/// but must still be contained: counted, reported once naming the pod, not sent again while
+/// its content is unchanged, and never holding back the Service's other slices. An admission
+/// policy refusing one address stands in for a rule this controller does not know.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_slice_is_reported_once_and_not_sent_again() {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let env = env("refused").await;
+    let name = format!("nsc-refuse-{}", env.ns);
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": ["discovery.k8s.io"],
+                "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["endpointslices"]}]},
+            "validations": [{"reason": "Invalid", "message": "192.168.7.77 is reserved",
+                "expression": "!has(object.endpoints) || !object.endpoints.exists(e, e.addresses.exists(a, a == '192.168.7.77'))"}]},
+    }))
+    .unwrap();
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": env.ns}}}},
+    }))
+    .unwrap();
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(env.client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(env.client.clone());
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let probe: EndpointSlice = serde_json::from_value(json!({"metadata": {"name": "probe"},
+        "addressType": "IPv4", "endpoints": [{"addresses": ["192.168.7.77"]}]}))
+    .unwrap();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    eventually("the admission policy in force", || async {
+        match env.api::<EndpointSlice>().create(&dry_run, &probe).await {
+            Err(kube::Error::Api(status)) if status.code == 422 => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+
+    env.service(
+        "web",
+        json!({"app": "web"}),
+        json!({"isim.dev/network": "macvlan"}),
+        json!({"clusterIP": "None", "ipFamilyPolicy": "PreferDualStack", "ports": [{"port": 80}]}),
+    )
+    .await;
+    let app = json!({"app": "web"});
+    env.pod(
+        "web-v6",
+        app.clone(),
+        r#"[{"name": "macvlan", "ips": ["fd00:7::7/64"]}]"#,
+        true,
+    )
+    .await;
+    env.pod("web-good", app.clone(), "macvlan", true).await;
+    env.wait_slices("web", "both slices", |s| s.len() == 2)
+        .await;
+    env.pod(
+        "web-bad",
+        app.clone(),
+        r#"[{"name": "macvlan", "ips": ["192.168.7.77/24"]}]"#,
+        true,
+    )
+    .await;
+    let refused = || {
+        metric_with(
+            &env,
+            "nad_service_controller_endpointslice_refused_total",
+            "by=\"api\"",
+        )
+    };
+    eventually("the refusal counted", || async {
+        (refused() >= 1).then_some(())
+    })
+    .await;
+    // The pod's start is two changes (attached, then Ready): at most one refusal each.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let refusals = refused();
+    assert!(refusals <= 2, "{refusals} refusals for two contents");
+    let slices = env.slices("web").await;
+    assert_eq!(
+        pod_names(&slices),
+        vec!["web-good", "web-v6"],
+        "the refused update left the slice as it was"
+    );
+    let events = env.events_for("web").await;
+    let refusal: Vec<_> = events
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("EndpointSliceRefused"))
+        .collect();
+    assert!(!refusal.is_empty(), "{events:#?}");
+    let note = refusal[0].note.as_deref().unwrap_or_default();
+    assert!(
+        note.contains("web-ipv4-0") && note.contains("web-bad") && note.contains("422 Invalid"),
+        "{note}"
+    );
+
+    // Reconciles go on (the IPv6 slice follows its pod); the refused content is not resent.
+    for ready in [false, true] {
+        let before = env.reconciles();
+        env.sim.set_ready(&env.ns, "web-v6", ready).await.unwrap();
+        env.wait_slices("web", "the IPv6 slice following its pod", |s| {
+            conditions(s)
+                .iter()
+                .any(|c| c.0.contains(':') && c.1 == ready)
+        })
+        .await;
+        env.reconciled_after(before).await;
+    }
+    assert_eq!(refused(), refusals, "the same refused slice was sent again");
+
+    // With the refused address gone, the next change of the IPv4 slice is written at once.
+    env.sim.finalize(&env.ns, "web-bad").await.unwrap();
+    env.sim.set_ready(&env.ns, "web-good", false).await.unwrap();
+    let slices = env
+        .wait_slices("web", "the IPv4 slice following its pod again", |s| {
+            conditions(s).iter().any(|c| !c.1 && !c.0.contains(':'))
+        })
+        .await;
+    assert_eq!(pod_names(&slices), vec!["web-good", "web-v6"]);
+    assert_eq!(refused(), refusals);
+    let _ = bindings.delete(&name, &DeleteParams::default()).await;
+    let _ = policies.delete(&name, &DeleteParams::default()).await;
+    env.finish().await;
+}
