@@ -38,11 +38,6 @@ impl Recovery {
         }
     }
 
-    /// Whether a probe is running, i.e. the API server looked away at the last failure.
-    pub fn is_down(&self) -> bool {
-        self.down.load(Ordering::SeqCst)
-    }
-
     /// Probes while the API server is away; after each outage yields the Services that
     /// `failing` names at that moment. Stops when the stream is dropped.
     pub fn run<F>(
@@ -133,9 +128,9 @@ mod tests {
     #[test]
     fn only_the_first_report_of_an_outage_starts_a_probe() {
         let recovery = Recovery::default();
-        assert!(!recovery.is_down());
+        assert!(!recovery.down.load(Ordering::SeqCst));
         recovery.unreachable();
         recovery.unreachable();
-        assert!(recovery.is_down());
+        assert!(recovery.down.load(Ordering::SeqCst));
     }
 }

@@ -179,14 +179,6 @@ impl Services {
         out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         out
     }
-
-    pub fn len(&self) -> usize {
-        self.states.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.states.is_empty()
-    }
 }
 
 #[cfg(test)]
@@ -267,8 +259,8 @@ mod tests {
         assert_eq!(all.failing(), vec![a.clone()]);
         all.retain(|s| *s == b);
         assert!(all.failing().is_empty());
-        assert_eq!(all.len(), 1);
+        assert!(all.peek(&a).is_none() && all.peek(&b).is_some());
         all.forget(&b);
-        assert!(all.is_empty());
+        assert!(all.peek(&b).is_none());
     }
 }
