@@ -9,7 +9,8 @@
 # Environment: NSC_CONTROLLER_BIN [the release build] (the binary under test), NAD_FAULTS_DIR [<repo>/.local-faults], NAD_FAULTS_PORT_BASE [a free set:
 # etcd 23792/23802, API server 16444, controller manager 16258], NSC_FAULT_REPORT [where the
 # measurements go, default $CARGO_TARGET_DIR/fault-report.md], NSC_FAULT_LOGS [the controllers'
-# logs, one file per process, default $CARGO_TARGET_DIR/fault-logs; emptied at the start].
+# logs, one file per process, and the control plane's, default $CARGO_TARGET_DIR/fault-logs;
+# emptied at the start].
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -29,7 +30,13 @@ export NSC_CONTROLLER_BIN="${NSC_CONTROLLER_BIN:-$target/release/nad-service-con
 
 # Left over by an interrupted run: start from nothing.
 hack/local-down.sh
-trap 'echo "== stopping the fault control plane" >&2; hack/local-down.sh' EXIT
+stop() {
+  # The control plane's logs outlive it, beside the controllers' (a failed run needs them).
+  cp -r "$NAD_LOCAL_DIR/logs" "$NSC_FAULT_LOGS/control-plane" 2>/dev/null || true
+  echo "== stopping the fault control plane" >&2
+  hack/local-down.sh
+}
+trap stop EXIT
 echo "== starting the fault control plane in $NAD_LOCAL_DIR" >&2
 eval "$(hack/local-up.sh)"
 

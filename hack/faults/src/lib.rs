@@ -68,12 +68,16 @@ fn alive(pid: u32) -> bool {
             .unwrap_or(false)
 }
 
+/// The API server this harness started after a kill, so that the next kill can reap it: a
+/// killed child that is not waited for shows as a zombie while its threads are still going.
+/// One for the whole test binary, since every scene shares the control plane.
+static APISERVER: std::sync::Mutex<Option<Child>> = std::sync::Mutex::new(None);
+
 /// The fault control plane: its state directory, its components' pids and command lines.
 pub struct ControlPlane {
     state: PathBuf,
     etcd_url: String,
-    /// The API server this harness started after a kill (so that it can reap it).
-    apiserver: std::sync::Mutex<Option<Child>>,
+    apiserver_port: u16,
 }
 
 impl ControlPlane {
@@ -81,7 +85,7 @@ impl ControlPlane {
         Self {
             state: PathBuf::from(env("NAD_LOCAL_DIR")),
             etcd_url: format!("http://127.0.0.1:{}", env("NAD_ETCD_CLIENT_PORT")),
-            apiserver: std::sync::Mutex::new(None),
+            apiserver_port: env("NAD_APISERVER_PORT").parse().unwrap(),
         }
     }
 
@@ -116,14 +120,18 @@ impl ControlPlane {
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
         signal(pid, "-KILL");
-        if let Some(mut child) = self.apiserver.lock().unwrap().take() {
+        if let Some(mut child) = APISERVER.lock().unwrap().take() {
             let _ = child.wait();
         }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while alive(pid) {
+        // Dead, and its port free again: a dying process keeps its sockets until its last
+        // thread is gone, while /proc may already show it as a zombie.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while alive(pid) || std::net::TcpListener::bind(("127.0.0.1", self.apiserver_port)).is_err()
+        {
             assert!(
                 Instant::now() < deadline,
-                "kube-apiserver {pid} survived SIGKILL"
+                "kube-apiserver {pid} or its port {} survived SIGKILL",
+                self.apiserver_port
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -151,7 +159,7 @@ impl ControlPlane {
             child.id().to_string(),
         )
         .unwrap();
-        *self.apiserver.lock().unwrap() = Some(child);
+        *APISERVER.lock().unwrap() = Some(child);
     }
 
     /// Waits until `/readyz` answers `ok`; returns how long that took.
