@@ -113,9 +113,13 @@ impl Context {
 
     /// Forgets everything about a Service that this controller no longer manages.
     fn forget(&self, key: &ObjectRef<Service>) {
-        self.services().forget(key);
-        let namespace = key.namespace.as_deref().unwrap_or_default();
-        self.expectations().forget(namespace, &key.name);
+        forget_service(&self.services, &self.expectations, &self.scopes, key);
+    }
+
+    /// The Service's slices may differ from its last plan (a write failed or was held back):
+    /// its next reconcile plans everything, whatever triggers it.
+    fn replan(&self, key: &ObjectRef<Service>) {
+        lock(&self.scopes).everything_changed(key.clone());
     }
 
     async fn warn(&self, service: &Service, reason: &str, action: &str, note: String) {
@@ -171,6 +175,7 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
         }
         Err(e) => {
             let new = ctx.services().get(&key).failed(e.to_string());
+            ctx.replan(&key);
             if e.is_transient() && e.looks_unreachable() {
                 ctx.recovery.unreachable();
             }
@@ -241,7 +246,14 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
     let target = match target::classify(service) {
         Target::Managed(target) => target,
         Target::Unmanaged => {
-            remove_all(ctx, &key, &existing, "the Service is not annotated").await?;
+            remove_all(
+                ctx,
+                service,
+                &key,
+                &existing,
+                "the Service is not annotated",
+            )
+            .await?;
             ctx.forget(&key);
             return Ok(Action::await_change());
         }
@@ -254,7 +266,7 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
             );
             tracing::warn!(problems = ?problems, "Service cannot be served; its EndpointSlices are removed");
             ctx.warn(service, "InvalidService", "Validate", note).await;
-            remove_all(ctx, &key, &existing, "the Service is invalid").await?;
+            remove_all(ctx, service, &key, &existing, "the Service is invalid").await?;
             ctx.forget(&key);
             return Ok(Action::await_change());
         }
@@ -264,15 +276,10 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
         ctx.forget(&key);
         return Ok(Action::await_change());
     }
-    let (unsettled, node_retry) = {
-        let mut services = ctx.services();
-        let state = services.get(&key);
-        (state.unsettled, state.node_retry)
-    };
+    let node_retry = ctx.services().get(&key).node_retry;
     // The shortcut assumes the slices are as last planned; after a failed or held-back write
-    // they are not, so everything is planned again.
-    if !unsettled
-        && let Scope::Pods(changed) = &scope
+    // the scope is full (see `Context::replan`).
+    if let Scope::Pods(changed) = &scope
         && pods_move_nothing(ctx, service, &target, &namespace, changed, &existing).await
     {
         tracing::debug!(
@@ -332,11 +339,9 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
         held_back += written.refused;
     }
     let retry = observation.needs_retry();
-    {
-        let mut services = ctx.services();
-        let state = services.get(&key);
-        state.node_retry = retry;
-        state.unsettled = held_back > 0;
+    ctx.services().get(&key).node_retry = retry;
+    if held_back > 0 {
+        ctx.replan(&key);
     }
     Ok(Action::requeue(if retry { NODE_RETRY } else { RESYNC }))
 }
@@ -586,6 +591,7 @@ async fn write(
 
 async fn remove_all(
     ctx: &Context,
+    service: &Service,
     key: &ObjectRef<Service>,
     existing: &[Arc<EndpointSlice>],
     why: &str,
@@ -594,22 +600,7 @@ async fn remove_all(
         return Ok(());
     }
     let changes = plan::changes(Vec::new(), existing);
-    let namespace = key.namespace.as_deref().unwrap_or_default();
-    let written = apply::write(&ctx.client, namespace, changes).await;
-    ctx.metrics.slices_written(0, written.deleted.len());
-    {
-        let mut expectations = ctx.expectations();
-        for slice in &written.deleted {
-            let uid = existing
-                .iter()
-                .find(|s| s.name_any() == *slice)
-                .and_then(|s| s.uid());
-            expectations.deleted(namespace, &key.name, slice, uid);
-        }
-    }
-    if let Some(failed) = written.failed.into_iter().next() {
-        return Err(failed.error);
-    }
+    let written = write(ctx, service, key, changes, existing).await?;
     tracing::info!(
         deleted = written.deleted.len(),
         why,
@@ -998,28 +989,26 @@ pub async fn run(
             .backoff(watch::backoff())
             .modify(|s: &mut Service| strip_meta(&mut s.metadata))
             .reflect(service_writer)
-            .filter_map(move |event| {
-                let changed = match event {
-                    Err(e) => {
-                        health.error(&e);
-                        Vec::new()
-                    }
-                    Ok(event) => {
-                        health.ok();
+            .filter_map(move |item| {
+                let changed = match health.observe(item) {
+                    None => Vec::new(),
+                    Some(event) => {
                         let now = match &event {
                             watcher::Event::Apply(svc) | watcher::Event::InitApply(svc) => {
                                 vec![svc.clone()]
                             }
                             watcher::Event::Delete(svc) => {
                                 let key = ObjectRef::from_obj(svc);
-                                forget_service(&states, &expectations, &key);
-                                lock(&scopes).forget(&key);
+                                forget_service(&states, &expectations, &scopes, &key);
                                 Vec::new()
                             }
                             watcher::Event::Init => Vec::new(),
                             watcher::Event::InitDone => {
                                 // Services deleted while the watch was down got no Delete.
-                                lock(&states).retain(|key| store.get(key).is_some());
+                                let gone = lock(&states).known(|key| store.get(key).is_none());
+                                for key in &gone {
+                                    forget_service(&states, &expectations, &scopes, key);
+                                }
                                 Vec::new()
                             }
                         };
@@ -1046,18 +1035,11 @@ pub async fn run(
         .backoff(watch::backoff())
         .modify(|s: &mut EndpointSlice| strip_meta(&mut s.metadata))
         .reflect(slice_writer)
-        .filter_map(move |event| {
-            let owners = match event {
-                Err(e) => {
-                    health.error(&e);
-                    Vec::new()
-                }
-                Ok(event) => {
-                    health.ok();
-                    let owners = slice_owners(&scopes, &expectations, &event);
-                    gate.pass(&event, owners)
-                }
-            };
+        .filter_map(move |item| {
+            let owners = health.observe(item).map_or_else(Vec::new, |event| {
+                let owners = slice_owners(&scopes, &expectations, &event);
+                gate.pass(&event, owners)
+            });
             future::ready(Some(stream::iter(owners)))
         })
         .flatten()
@@ -1074,10 +1056,9 @@ pub async fn run(
             .backoff(watch::backoff())
             .modify(strip_pod)
             .reflect(pod_writer)
-            .filter_map(move |event| {
-                let refs = match event {
-                    Ok(event) => {
-                        health.ok();
+            .filter_map(move |item| {
+                let refs = match health.observe(item) {
+                    Some(event) => {
                         let change = index.on_event(&event);
                         if let Some(((namespace, pod), error)) = &change.unreadable {
                             tracing::warn!(
@@ -1089,10 +1070,7 @@ pub async fn run(
                         record_pod_changes(&pod_scopes, &event, &refs);
                         refs
                     }
-                    Err(e) => {
-                        health.error(&e);
-                        Vec::new()
-                    }
+                    None => Vec::new(),
                 };
                 future::ready(Some(stream::iter(refs)))
             })
@@ -1106,17 +1084,10 @@ pub async fn run(
             .backoff(watch::backoff())
             .modify(strip_node)
             .reflect(node_writer)
-            .filter_map(move |event| {
-                let changed = match event {
-                    Ok(event) => {
-                        health.ok();
-                        zones.on_event(&event)
-                    }
-                    Err(e) => {
-                        health.error(&e);
-                        Vec::new()
-                    }
-                };
+            .filter_map(move |item| {
+                let changed = health
+                    .observe(item)
+                    .map_or_else(Vec::new, |event| zones.on_event(&event));
                 let pairs = if changed.is_empty() {
                     Vec::new()
                 } else {
@@ -1228,14 +1199,16 @@ pub async fn run(
         .await;
 }
 
-/// Forgets a deleted Service's state, so that nothing of it stays behind.
+/// Forgets a Service's state (gone, or no longer managed), so that nothing of it stays behind.
 fn forget_service(
     states: &Mutex<Services>,
     expectations: &Mutex<Expectations>,
+    scopes: &Mutex<Scopes>,
     key: &ObjectRef<Service>,
 ) {
     lock(states).forget(key);
     lock(expectations).forget(key.namespace.as_deref().unwrap_or_default(), &key.name);
+    lock(scopes).forget(key);
 }
 
 /// The Services a slice event concerns (its owners), noting whether the event is only the echo

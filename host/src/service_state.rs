@@ -68,9 +68,6 @@ pub struct ServiceState {
     last_error: Option<String>,
     /// The last failure was the same as the one before.
     repeated: bool,
-    /// The slices may differ from the last plan (a write failed or was held back): the next
-    /// reconcile plans everything, whatever triggered it.
-    pub unsettled: bool,
     /// Pods on nodes not in the cache yet: retry soon.
     pub node_retry: bool,
     /// Slices the API refused, by name: a fingerprint of the refused content.
@@ -82,7 +79,6 @@ impl ServiceState {
     /// A reconcile failed with `error`: true when it is new (to be reported at warn).
     pub fn failed(&mut self, error: String) -> bool {
         self.failures += 1;
-        self.unsettled = true;
         let new = self.last_error.as_ref() != Some(&error);
         self.last_error = Some(error);
         self.repeated = !new;
@@ -163,9 +159,9 @@ impl Services {
         self.states.remove(service);
     }
 
-    /// Keeps only the Services `exists` knows (after a relist, deletions may have been missed).
-    pub fn retain(&mut self, exists: impl Fn(&ObjectRef<Service>) -> bool) {
-        self.states.retain(|service, _| exists(service));
+    /// The Services with state for which `pick` holds (after a relist: those deleted meanwhile).
+    pub fn known(&self, pick: impl Fn(&ObjectRef<Service>) -> bool) -> Vec<ObjectRef<Service>> {
+        self.states.keys().filter(|k| pick(k)).cloned().collect()
     }
 
     /// Services whose last reconcile failed.
@@ -226,7 +222,6 @@ mod tests {
         assert!(s.failed("503".into()));
         assert!(!s.is_repeat());
         assert_eq!(s.failures, 3);
-        assert!(s.unsettled);
         assert_eq!(s.succeeded().as_deref(), Some("503"));
         assert_eq!(s.failures, 0);
         assert_eq!(s.succeeded(), None);
@@ -257,7 +252,9 @@ mod tests {
         all.get(&a).failed("x".into());
         all.get(&b);
         assert_eq!(all.failing(), vec![a.clone()]);
-        all.retain(|s| *s == b);
+        for gone in all.known(|s| *s != b) {
+            all.forget(&gone);
+        }
         assert!(all.failing().is_empty());
         assert!(all.peek(&a).is_none() && all.peek(&b).is_some());
         all.forget(&b);

@@ -61,8 +61,25 @@ impl Health {
         }
     }
 
+    /// One item of a watch stream: the event, or `None` for an error (logged and reported).
+    pub fn observe<K>(
+        &mut self,
+        item: Result<watcher::Event<K>, watcher::Error>,
+    ) -> Option<watcher::Event<K>> {
+        match item {
+            Ok(event) => {
+                self.ok();
+                Some(event)
+            }
+            Err(e) => {
+                self.error(&e);
+                None
+            }
+        }
+    }
+
     /// An event arrived: the watch works (again).
-    pub fn ok(&mut self) {
+    fn ok(&mut self) {
         if let Some((since, errors)) = self.failing_since.take() {
             tracing::info!(
                 watch = self.watch,
@@ -74,7 +91,7 @@ impl Health {
     }
 
     /// The watch failed; the watcher retries by itself after [`backoff`].
-    pub fn error(&mut self, error: &watcher::Error) {
+    fn error(&mut self, error: &watcher::Error) {
         if expired(error) {
             tracing::info!(
                 watch = self.watch,

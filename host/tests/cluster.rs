@@ -16,7 +16,7 @@ use std::{
 
 use futures::{FutureExt, StreamExt, stream};
 use k8s_openapi::api::{
-    core::v1::{Namespace, Pod, Service},
+    core::v1::{Pod, Service},
     discovery::v1::EndpointSlice,
     events::v1::Event,
 };
@@ -285,17 +285,7 @@ impl Env {
         }
         let _ = tokio::time::timeout(Duration::from_secs(10), &mut self.controller).await;
         self.heartbeat.abort();
-        // Without a kubelet, terminating pods would hold the namespace forever.
-        let _ = self
-            .api::<Pod>()
-            .delete_collection(
-                &DeleteParams::default().grace_period(0),
-                &ListParams::default(),
-            )
-            .await;
-        let _ = Api::<Namespace>::all(self.client.clone())
-            .delete(&self.ns, &DeleteParams::default())
-            .await;
+        node_sim::delete_test_namespace(&self.client, &self.ns).await;
     }
 }
 

@@ -28,12 +28,12 @@ use std::{
 
 use k8s_openapi::api::{
     coordination::v1::Lease,
-    core::v1::{Namespace, Pod, Service},
+    core::v1::{Pod, Service},
     discovery::v1::EndpointSlice,
 };
 use kube::{
     Api, Client, Config, ResourceExt,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    api::{ListParams, Patch, PatchParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
 };
 use node_sim::Simulator;
@@ -425,22 +425,7 @@ impl Scene {
         let client = plane.client().await;
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let ns = format!("faults-{test}-{n}-{}", std::process::id() % 100_000);
-        let body = json!({"metadata": {"name": ns}});
-        Api::<Namespace>::all(client.clone())
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(body).unwrap(),
-            )
-            .await
-            .unwrap();
-        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-            Api::namespaced(client.clone(), &ns);
-        eventually(
-            "the default ServiceAccount",
-            Duration::from_secs(60),
-            || async { accounts.get_opt("default").await.ok().flatten().map(|_| ()) },
-        )
-        .await;
+        node_sim::create_test_namespace(&client, &ns).await.unwrap();
         let (sim, heartbeat) = Simulator::for_tests(client.clone()).await.unwrap();
         let scene = Self {
             plane,
@@ -613,37 +598,11 @@ impl Scene {
     /// Deletes the namespace (its pods at once: there is no kubelet to stop them).
     pub async fn finish(self) {
         self.heartbeat.abort();
-        let _ = self
-            .api::<Pod>()
-            .delete_collection(
-                &DeleteParams::default().grace_period(0),
-                &ListParams::default(),
-            )
-            .await;
-        let _ = Api::<Namespace>::all(self.client.clone())
-            .delete(&self.ns, &DeleteParams::default())
-            .await;
+        node_sim::delete_test_namespace(&self.client, &self.ns).await;
     }
 }
 
-/// Polls `check` until it returns `Some`, for at most `within`.
-pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let started = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            started.elapsed() < within,
-            "timed out after {within:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+pub use node_sim::eventually;
 
 /// The expected endpoint of a pod's `macvlan` address.
 pub fn endpoint(pod: &Pod, ready: bool) -> (String, String, bool, bool, bool) {

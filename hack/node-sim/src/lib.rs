@@ -19,10 +19,10 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::{Value, json};
@@ -505,6 +505,57 @@ fn mac(ip: IpAddr) -> String {
     };
     let b: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
     format!("02:42:{}", b.join(":"))
+}
+
+/// Polls `check` until it returns `Some`, for at most `within`; panics (a failed test) after.
+pub async fn eventually<T, F, Fut>(what: &str, within: std::time::Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            started.elapsed() < within,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Creates a test's namespace `name` (labelled `nsc-test=true`) and waits for its `default`
+/// ServiceAccount, without which pods cannot be created.
+pub async fn create_test_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+    let body = json!({"metadata": {"name": name, "labels": {"nsc-test": "true"}}});
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &serde_json::from_value(body)?)
+        .await
+        .with_context(|| format!("creating namespace {name}"))?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
+    eventually(
+        "the default ServiceAccount",
+        std::time::Duration::from_secs(60),
+        || async { accounts.get_opt("default").await.ok().flatten().map(|_| ()) },
+    )
+    .await;
+    Ok(())
+}
+
+/// Deletes a test's namespace, its pods at once: without a kubelet, terminating pods would hold
+/// the namespace forever. Best effort: a test's cleanup must not fail it.
+pub async fn delete_test_namespace(client: &Client, name: &str) {
+    let _ = Api::<Pod>::namespaced(client.clone(), name)
+        .delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &ListParams::default(),
+        )
+        .await;
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
 }
 
 #[cfg(test)]

@@ -6,13 +6,10 @@ use std::{
     time::Duration,
 };
 
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::{
-    Api, Client, Config,
-    api::PostParams,
+    Client, Config,
     config::{KubeConfigOptions, Kubeconfig},
 };
-use serde_json::json;
 
 pub const WAIT: Duration = Duration::from_secs(60);
 
@@ -51,22 +48,12 @@ pub async fn client() -> Client {
 }
 
 /// Polls `check` until it returns `Some`, for at most [`WAIT`].
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    node_sim::eventually(what, WAIT, check).await
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -79,19 +66,6 @@ pub async fn namespace(client: &Client, test: &str) -> String {
         .unwrap()
         .subsec_nanos();
     let ns = format!("nsc-{test}-{n}{:05x}", nanos & 0xfffff);
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let body = json!({"metadata": {"name": ns, "labels": {"nsc-test": "true"}}});
-    namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(body).unwrap(),
-        )
-        .await
-        .unwrap();
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
-    eventually("the default ServiceAccount", || async {
-        accounts.get_opt("default").await.unwrap().map(|_| ())
-    })
-    .await;
+    node_sim::create_test_namespace(client, &ns).await.unwrap();
     ns
 }
