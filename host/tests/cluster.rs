@@ -1296,16 +1296,28 @@ async fn a_refused_slice_is_reported_once_and_not_sent_again() {
     }
     assert_eq!(refused(), refusals, "the same refused slice was sent again");
 
-    // With the refused address gone, the next change of the IPv4 slice is written at once.
-    env.sim.finalize(&env.ns, "web-bad").await.unwrap();
-    env.sim.set_ready(&env.ns, "web-good", false).await.unwrap();
+    // With the refused address gone, the next content of the IPv4 slice is written at once.
+    // (The address is changed rather than the pod deleted: a deletion may first show the pod
+    // terminating, a new content that is rightly refused once more.)
+    let status = env.api::<Pod>().get("web-bad").await.unwrap().annotations()
+        ["k8s.v1.cni.cncf.io/network-status"]
+        .replace("192.168.7.77", "192.168.7.78");
+    let moved = json!({"metadata": {"annotations": {"k8s.v1.cni.cncf.io/network-status": status}}});
+    env.api::<Pod>()
+        .patch("web-bad", &PatchParams::default(), &Patch::Merge(&moved))
+        .await
+        .unwrap();
     let slices = env
-        .wait_slices("web", "the IPv4 slice following its pod again", |s| {
-            conditions(s).iter().any(|c| !c.1 && !c.0.contains(':'))
+        .wait_slices("web", "the IPv4 slice with the new address", |s| {
+            pod_names(s).contains(&"web-bad".to_owned())
         })
         .await;
-    assert_eq!(pod_names(&slices), vec!["web-good", "web-v6"]);
-    assert_eq!(refused(), refusals);
+    assert_eq!(pod_names(&slices), vec!["web-bad", "web-good", "web-v6"]);
+    assert_eq!(
+        refused(),
+        refusals,
+        "an accepted content was counted as refused"
+    );
     let _ = bindings.delete(&name, &DeleteParams::default()).await;
     let _ = policies.delete(&name, &DeleteParams::default()).await;
     env.finish().await;
