@@ -59,6 +59,11 @@ remove_state() {
 
 [[ -d "$state" ]] || exit 0
 
+# The data plane first (hack/pod-agent.sh): its agent stops its pods while the API server is up.
+if [[ -d "$state/dataplane" || -f "$state/pids/pod-agent.pid" ]]; then
+  NAD_LOCAL_DIR="$state" "$repo/hack/pod-agent.sh" down || log "the data plane did not stop cleanly"
+fi
+
 if [[ "${NAD_LOCK_HELD:-}" == 1 ]] || ! command -v flock >/dev/null; then
   stop_all
   remove_state

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the local control-plane binaries (etcd, kube-apiserver, kube-controller-manager, kubectl)
-# from the Go module in this directory into the shared cache, skipping any already there:
+# Builds the local control-plane binaries (etcd, kube-apiserver, kube-controller-manager, kubectl,
+# and kube-proxy for the pod agent's nodes) from the Go module in this directory into the shared
+# cache, skipping any already there:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/bin/<component>-<version>/<component>
 # Prints one line per component: "<component> <path>". Used by hack/local-up.sh; may be run alone.
 # Arguments, if any, name the components to build (e.g. `build.sh kubectl`); default: all.
@@ -31,6 +32,7 @@ components=(
   "kube-apiserver:${KUBE_VERSION}:k8s.io/kubernetes/cmd/kube-apiserver"
   "kube-controller-manager:${KUBE_VERSION}:k8s.io/kubernetes/cmd/kube-controller-manager"
   "kubectl:${KUBE_VERSION}:k8s.io/kubernetes/cmd/kubectl"
+  "kube-proxy:${KUBE_VERSION}:k8s.io/kubernetes/cmd/kube-proxy"
 )
 
 export CGO_ENABLED=0

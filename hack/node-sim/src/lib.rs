@@ -526,10 +526,16 @@ where
     }
 }
 
-/// Creates a test's namespace `name` (labelled `nsc-test=true`) and waits for its `default`
-/// ServiceAccount, without which pods cannot be created.
+/// Label of the namespaces whose pods the simulator plays: the pod agent (hack/pod-agent),
+/// which runs real pods on the same control plane, leaves them alone.
+pub const SIMULATED_NAMESPACE_LABEL: &str = "node-sim.isim.dev/simulated";
+
+/// Creates a test's namespace `name` (labelled `nsc-test=true` and
+/// [`SIMULATED_NAMESPACE_LABEL`]) and waits for its `default` ServiceAccount, without which pods
+/// cannot be created.
 pub async fn create_test_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
-    let body = json!({"metadata": {"name": name, "labels": {"nsc-test": "true"}}});
+    let body = json!({"metadata": {"name": name,
+        "labels": {"nsc-test": "true", SIMULATED_NAMESPACE_LABEL: "true"}}});
     Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &serde_json::from_value(body)?)
         .await

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# The local data plane: the pod agent (hack/pod-agent) with real networking parts, on the local
+# control plane of hack/local-up.sh. See hack/README.md ("The data plane").
+#
+#   hack/pod-agent.sh check   what this machine lacks (root, ip netns, nft, overlayfs); exit 1 if any
+#   hack/pod-agent.sh up      build the parts (first time: minutes), start the agent, wait until its
+#                             nodes, kube-proxy and CoreDNS are ready. Idempotent.
+#   hack/pod-agent.sh down    stop the agent (it removes its pods, namespaces and files), then sweep
+#                             whatever a crashed one left. hack/local-down.sh runs this.
+#
+# Environment: NAD_LOCAL_DIR [<repo>/.local], KUBECONFIG [<state>/kubeconfig],
+# NAD_DATAPLANE_NODES [2], NAD_READY_TIMEOUT [180] seconds.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+state="${NAD_LOCAL_DIR:-$repo/.local}"
+dataplane="$state/dataplane"
+pidfile="$state/pids/pod-agent.pid"
+log_file="$state/logs/pod-agent.log"
+target_dir="${CARGO_TARGET_DIR:-$repo/target}"
+agent="$target_dir/release/pod-agent"
+ready_timeout="${NAD_READY_TIMEOUT:-180}"
+
+log() { echo "pod-agent: $*" >&2; }
+die() { echo "pod-agent: error: $*" >&2; exit 1; }
+
+running() {
+  [[ -f "$pidfile" ]] || return 1
+  local pid argv0
+  pid="$(<"$pidfile")"
+  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+  argv0="$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n1)" || return 1
+  [[ "${argv0##*/}" == pod-agent ]]
+}
+
+build_agent() {
+  log "building the pod agent (cargo build --release -p pod-agent)"
+  ${CARGO:-cargo} build --release --locked -p pod-agent >&2
+}
+
+in_node() { ip netns exec nsc-node-0 "$@"; }
+
+ready() {
+  kubectl get nodes -l pod-agent.isim.dev/local=true -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -qx True \
+    && in_node curl -fsS --max-time 2 http://127.0.0.1:10256/healthz >/dev/null 2>&1 \
+    && in_node curl -fsS --max-time 2 http://127.0.0.1:8181/ready >/dev/null 2>&1
+}
+
+up() {
+  export KUBECONFIG="${KUBECONFIG:-$state/kubeconfig}"
+  [[ -s "$KUBECONFIG" ]] || die "no control plane: run hack/local-up.sh first"
+  export PATH="$state/bin:$PATH"
+  build_agent
+  "$agent" check >&2 || die "this machine cannot run the data plane (above); make demo falls back to the node simulator"
+  if running && ready; then
+    log "already running (pid $(<"$pidfile"))"
+    return 0
+  fi
+  running && down
+
+  log "building the networking parts from the Go module proxy (first time: minutes)"
+  local kube_proxy parts
+  kube_proxy="$("$repo/hack/controlplane/build.sh" kube-proxy | awk '{print $2}')"
+  parts="$("$repo/hack/dataplane/build.sh")"
+  part() { awk -v p="$1" '$1 == p {print $2}' <<<"$parts"; }
+
+  mkdir -p "$dataplane/cni-bin" "$state/pids" "$state/logs"
+  local plugin
+  for plugin in bridge macvlan host-local loopback; do
+    ln -sfn "$(part cni-plugins)/$plugin" "$dataplane/cni-bin/$plugin"
+  done
+  ln -sfn "$(part multus)/multus" "$dataplane/cni-bin/multus"
+  ln -sfn "$(part whereabouts)/whereabouts" "$dataplane/cni-bin/whereabouts"
+
+  log "installing whereabouts' CRDs"
+  kubectl apply --server-side -f "$(part whereabouts)/crds/" >&2
+  kubectl wait --for=condition=Established --timeout=60s -f "$(part whereabouts)/crds/" >/dev/null
+
+  log "starting the pod agent (log: $log_file)"
+  # shellcheck disable=SC2016 # expanded by the inner shell
+  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$pidfile" "$agent" run \
+    --state "$dataplane" --nodes "${NAD_DATAPLANE_NODES:-2}" --kubeconfig "$KUBECONFIG" \
+    --cni-bin "$dataplane/cni-bin" --cni-run "$(part cni-run)/cni-run" \
+    --kube-proxy "$kube_proxy" --coredns "$(part coredns)/coredns" \
+    </dev/null >>"$log_file" 2>&1 &
+  local deadline=$((SECONDS + ready_timeout))
+  until ready; do
+    if ! running; then
+      tail -n 30 "$log_file" >&2 || true
+      die "the pod agent exited; see $log_file"
+    fi
+    ((SECONDS < deadline)) || { tail -n 30 "$log_file" >&2; die "not ready after ${ready_timeout}s; see $state/logs/"; }
+    sleep 0.5
+  done
+  log "ready: nodes $(kubectl get nodes -l pod-agent.isim.dev/local=true -o name | tr '\n' ' ')"
+}
+
+down() {
+  if running; then
+    local pid
+    pid="$(<"$pidfile")"
+    log "stopping the pod agent (pid $pid): it stops its pods and removes its namespaces"
+    kill -TERM "$pid" 2>/dev/null || true
+    local deadline=$((SECONDS + 40))
+    while running && ((SECONDS < deadline)); do sleep 0.2; done
+    running && { log "still running after 40 s; killing it"; kill -KILL "$pid" 2>/dev/null || true; }
+  fi
+  rm -f "$pidfile"
+  sweep
+}
+
+# What a crashed agent may leave: processes in its namespaces, the namespaces, /etc/netns/nsc-*.
+sweep() {
+  command -v ip >/dev/null || return 0
+  local ns pid
+  for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^nsc-/ {print $1}'); do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+    ip netns delete "$ns" 2>/dev/null || log "could not delete network namespace $ns"
+  done
+  rm -rf /etc/netns/nsc-* 2>/dev/null || true
+  rm -rf "$dataplane"
+}
+
+case "${1:-}" in
+  check) build_agent && exec "$agent" check ;;
+  up) up ;;
+  down) down ;;
+  *) echo "usage: hack/pod-agent.sh check|up|down" >&2; exit 2 ;;
+esac
