@@ -23,19 +23,15 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
-    runtime::events::Reporter,
 };
 use nad_service_controller::{
-    controller::{self, PluginSource, Settings},
+    controller::PluginSource,
     leader::LeaderElector,
-    metrics::Metrics,
     plan::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL},
     plugin::{FailurePolicy, Limits, PluginDir, Plugins, Runtime, SharedPlugins, prepare},
-    server::Readiness,
 };
 use node_sim::Simulator;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
 const OPT_OUT: &[u8] = include_bytes!(env!("NSC_EXAMPLE_OPT_OUT_WASM"));
 const PREFERRED_ZONES: &[u8] = include_bytes!(env!("NSC_EXAMPLE_PREFERRED_ZONES_WASM"));
@@ -84,9 +80,7 @@ struct Env {
     ns: String,
     sim: Arc<Simulator>,
     heartbeat: tokio::task::JoinHandle<()>,
-    metrics: Arc<Metrics>,
-    stop: Option<oneshot::Sender<()>>,
-    controller: tokio::task::JoinHandle<()>,
+    controller: support::Controller,
     _runtime: Arc<Runtime>,
 }
 
@@ -127,33 +121,13 @@ async fn env_with(
         dir,
         poll: Duration::from_millis(200),
     };
-    let metrics = Arc::new(Metrics::default());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let controller = tokio::spawn(controller::run(
-        client.clone(),
-        source,
-        Settings {
-            max_endpoints_per_slice: 100,
-            namespace: Some(ns.clone()),
-        },
-        metrics.clone(),
-        Readiness::default(),
-        Reporter {
-            controller: "nad-service-controller".into(),
-            instance: Some(ns.clone()),
-        },
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let controller = support::Controller::start(&client, &ns, source);
     let (sim, heartbeat) = Simulator::for_tests(client.clone()).await.unwrap();
     Env {
         client,
         ns,
         sim,
         heartbeat,
-        metrics,
-        stop: Some(stop),
         controller,
         _runtime: runtime,
     }
@@ -280,10 +254,7 @@ impl Env {
     }
 
     async fn finish(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(10), &mut self.controller).await;
+        self.controller.stop().await;
         self.heartbeat.abort();
         node_sim::delete_test_namespace(&self.client, &self.ns).await;
     }
@@ -902,7 +873,7 @@ async fn pods_in_other_namespaces_are_never_published() {
 }
 
 fn metric_with(env: &Env, name: &str, labels: &str) -> u64 {
-    metric(&env.metrics.encode(), name, labels)
+    metric(&env.controller.metrics.encode(), name, labels)
 }
 
 fn pod_names(slices: &[EndpointSlice]) -> Vec<String> {

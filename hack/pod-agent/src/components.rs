@@ -1,6 +1,6 @@
 //! What runs on the nodes besides pods: kube-proxy on each (nftables mode, the node's own
 //! rules), and CoreDNS on the first, reading the API server's Services and EndpointSlices for
-//! `cluster.local`. Each is a child process kept running (restarted if it exits).
+//! `cluster.local` (answers rotated, as the default Corefile's `loadbalance` does). Each is a child process kept running (restarted if it exits).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -73,7 +73,7 @@ pub fn coredns(parts: &Parts, node: &NodeLayout) -> anyhow::Result<()> {
 /// no packet leaves the machine).
 fn corefile_text(kubeconfig: &Path) -> String {
     format!(
-        ".:53 {{\n    errors\n    ready 127.0.0.1:8181\n    kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{\n        kubeconfig {}\n        pods insecure\n        ttl 5\n    }}\n}}\n",
+        ".:53 {{\n    errors\n    ready 127.0.0.1:8181\n    kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{\n        kubeconfig {}\n        pods insecure\n        ttl 5\n    }}\n    loadbalance\n}}\n",
         kubeconfig.display()
     )
 }

@@ -69,3 +69,56 @@ pub async fn namespace(client: &Client, test: &str) -> String {
     node_sim::create_test_namespace(client, &ns).await.unwrap();
     ns
 }
+
+/// A controller running in this process for one namespace (as `--namespace` would scope it).
+/// Not every test binary starts one.
+#[allow(dead_code)]
+pub struct Controller {
+    pub metrics: std::sync::Arc<nad_service_controller::metrics::Metrics>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[allow(dead_code)]
+impl Controller {
+    /// Starts it for `namespace`, with the plugins of `source`, at most 100 endpoints a slice.
+    pub fn start(
+        client: &Client,
+        namespace: &str,
+        source: nad_service_controller::controller::PluginSource,
+    ) -> Self {
+        use nad_service_controller::{controller, metrics::Metrics, server::Readiness};
+        let metrics = std::sync::Arc::new(Metrics::default());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(controller::run(
+            client.clone(),
+            source,
+            controller::Settings {
+                max_endpoints_per_slice: 100,
+                namespace: Some(namespace.to_owned()),
+            },
+            metrics.clone(),
+            Readiness::default(),
+            kube::runtime::events::Reporter {
+                controller: "nad-service-controller".into(),
+                instance: Some(namespace.to_owned()),
+            },
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Self {
+            metrics,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// Stops it (at most 10 s).
+    pub async fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(10), &mut self.task).await;
+    }
+}
