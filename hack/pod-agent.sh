@@ -118,6 +118,7 @@ sweep() {
     ip netns delete "$ns" 2>/dev/null || log "could not delete network namespace $ns"
   done
   rm -rf /etc/netns/nsc-* 2>/dev/null || true
+  rmdir /etc/netns 2>/dev/null || true # only if empty: then it was ours
   rm -rf "$dataplane"
 }
 

@@ -22,10 +22,21 @@ if [[ "$was_up" == false ]]; then
   trap 'echo "== stopping the local control plane" >&2; hack/local-down.sh' EXIT
 fi
 
+echo "== the data plane (hack/pod-agent.sh: nodes as network namespaces, Multus, CNI plugins, whereabouts, kube-proxy, CoreDNS)" >&2
+dataplane_was_up=false
+[[ -f .local/pids/pod-agent.pid ]] && kill -0 "$(<.local/pids/pod-agent.pid)" 2>/dev/null && dataplane_was_up=true
+if ! hack/pod-agent.sh up; then
+  echo "test: the data plane did not start (above); the data-plane tests (host/tests/dataplane.rs) need it: run as root" >&2
+  exit 1
+fi
+if [[ "$was_up" == true && "$dataplane_was_up" == false ]]; then
+  trap 'echo "== stopping the data plane" >&2; hack/pod-agent.sh down' EXIT
+fi
+
 echo "== deploy/ manifests: deploy.yaml up to date, server-side dry runs of every overlay" >&2
 hack/manifests.sh check
 
-echo "== cargo test (unit, plugin-runtime, cluster and RBAC tests)" >&2
+echo "== cargo test (unit, plugin-runtime, cluster, data-plane and RBAC tests)" >&2
 # The fault tests kill the API server: they run on a control plane of their own
 # (make test-faults, hack/test-faults.sh).
 ${CARGO:-cargo} test --release --locked --workspace --exclude nad-fault-tests

@@ -17,13 +17,13 @@ use std::{
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, ListParams, PostParams},
+    api::{DeleteParams, ListParams},
 };
 use nad_service_controller::{
     controller::PluginSource,
     plugin::{Limits, Plugins, Runtime, SharedPlugins},
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 mod support;
 use support::{client, eventually};
@@ -82,22 +82,7 @@ impl Plane {
             !nodes.trim().is_empty(),
             "no data plane: run `hack/pod-agent.sh up` (as root; `make test` does)"
         );
-        let ns = format!("nsc-dp-{test}-{:04x}", std::process::id() & 0xffff);
-        // Not a simulated namespace: the pod agent runs its pods.
-        let namespace: Namespace = serde_json::from_value(
-            json!({"metadata": {"name": ns, "labels": {"nsc-test": "true"}}}),
-        )
-        .unwrap();
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &namespace)
-            .await
-            .unwrap();
-        eventually("the default ServiceAccount", || async {
-            let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-                Api::namespaced(client.clone(), &ns);
-            accounts.get_opt("default").await.ok().flatten()
-        })
-        .await;
+        let ns = support::agent_namespace(&client, test).await;
         let testdata = repo().join("testdata");
         let (code, _) = run(
             &kubectl(),

@@ -530,12 +530,20 @@ where
 /// which runs real pods on the same control plane, leaves them alone.
 pub const SIMULATED_NAMESPACE_LABEL: &str = "node-sim.isim.dev/simulated";
 
-/// Creates a test's namespace `name` (labelled `nsc-test=true` and
+/// Creates a test's namespace `name` for the simulator's pods (labelled `nsc-test=true` and
 /// [`SIMULATED_NAMESPACE_LABEL`]) and waits for its `default` ServiceAccount, without which pods
 /// cannot be created.
 pub async fn create_test_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
-    let body = json!({"metadata": {"name": name,
-        "labels": {"nsc-test": "true", SIMULATED_NAMESPACE_LABEL: "true"}}});
+    create_namespace(client, name, true).await
+}
+
+/// Like [`create_test_namespace`]; `simulated: false` leaves its pods to the pod agent.
+pub async fn create_namespace(client: &Client, name: &str, simulated: bool) -> anyhow::Result<()> {
+    let mut labels = json!({"nsc-test": "true"});
+    if simulated {
+        labels[SIMULATED_NAMESPACE_LABEL] = json!("true");
+    }
+    let body = json!({"metadata": {"name": name, "labels": labels}});
     Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &serde_json::from_value(body)?)
         .await

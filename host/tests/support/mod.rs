@@ -58,15 +58,31 @@ where
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
-/// A fresh namespace whose default ServiceAccount exists (so pods can be created).
-pub async fn namespace(client: &Client, test: &str) -> String {
+fn unique(test: &str) -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .subsec_nanos();
-    let ns = format!("nsc-{test}-{n}{:05x}", nanos & 0xfffff);
+    format!("nsc-{test}-{n}{:05x}", nanos & 0xfffff)
+}
+
+/// A fresh namespace for the node simulator's pods, whose default ServiceAccount exists (so
+/// pods can be created). Not every test binary uses both kinds.
+#[allow(dead_code)]
+pub async fn namespace(client: &Client, test: &str) -> String {
+    let ns = unique(test);
     node_sim::create_test_namespace(client, &ns).await.unwrap();
+    ns
+}
+
+/// A fresh namespace whose pods the pod agent runs (the data plane's).
+#[allow(dead_code)]
+pub async fn agent_namespace(client: &Client, test: &str) -> String {
+    let ns = unique(test);
+    node_sim::create_namespace(client, &ns, false)
+        .await
+        .unwrap();
     ns
 }
 
