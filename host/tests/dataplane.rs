@@ -206,6 +206,28 @@ impl Plane {
         .await
     }
 
+    /// Waits until `pod`'s Ready condition is `ready`, then until `name_of` nginx-nad's
+    /// answers from `client` hold `ip` (or not) accordingly; prints both delays, the second
+    /// being the controller's and CoreDNS' share.
+    async fn follows_readiness(&self, client: &str, pod: &str, ip: &str, ready: bool, what: &str) {
+        let started = Instant::now();
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
+        eventually(&format!("{pod} Ready={ready}"), || async {
+            (is_ready(&pods.get(pod).await.unwrap()) == ready).then_some(())
+        })
+        .await;
+        let flipped = Instant::now();
+        eventually(what, || async {
+            (self.dns(client, "nginx-nad").await.contains(ip) == ready).then_some(())
+        })
+        .await;
+        eprintln!(
+            "{what}: probe -> Ready={ready} {:?}, Ready={ready} -> DNS {:?}",
+            flipped - started,
+            flipped.elapsed()
+        );
+    }
+
     async fn finish(mut self) {
         self.controller.stop().await;
         let _ = Api::<Namespace>::all(self.client.clone())
@@ -314,13 +336,15 @@ async fn scaling_and_readiness_move_dns() {
         .exec(&new_pod, &["rm", "usr/share/nginx/html/index.html"])
         .await;
     assert_eq!(code, 0);
-    let started = Instant::now();
-    eventually("the unready pod leaving DNS", || async {
-        let names = plane.dns(&nad, "nginx-nad").await;
-        (names.len() == 2 && !names.contains(&new_ip)).then_some(())
-    })
-    .await;
-    eprintln!("readiness failing -> out of DNS: {:?}", started.elapsed());
+    plane
+        .follows_readiness(
+            &nad,
+            &new_pod,
+            &new_ip,
+            false,
+            "the unready pod leaving DNS",
+        )
+        .await;
     let (code, _) = plane
         .exec(
             &new_pod,
@@ -328,13 +352,15 @@ async fn scaling_and_readiness_move_dns() {
         )
         .await;
     assert_eq!(code, 0);
-    let started = Instant::now();
-    eventually("the recovered pod back in DNS", || async {
-        let names = plane.dns(&nad, "nginx-nad").await;
-        (names.len() == 3 && names.contains(&new_ip)).then_some(())
-    })
-    .await;
-    eprintln!("readiness recovered -> in DNS: {:?}", started.elapsed());
+    plane
+        .follows_readiness(
+            &nad,
+            &new_pod,
+            &new_ip,
+            true,
+            "the recovered pod back in DNS",
+        )
+        .await;
     plane.finish().await;
 }
 

@@ -72,7 +72,8 @@ fn multus_plugin(parts: &Parts, node: &NodeLayout) -> Value {
                 "ipam": {
                     "type": "host-local",
                     "ranges": [[{"subnet": node.pod_cidr, "gateway": node.gateway.to_string()}]],
-                    "routes": [{"dst": "0.0.0.0/0"}],
+                    // The gateway named, so that network-status shows it for the default route.
+                    "routes": [{"dst": "0.0.0.0/0", "gw": node.gateway.to_string()}],
                     "dataDir": cni.join("host-local").join(&node.name),
                 },
             }],
