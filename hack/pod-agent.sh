@@ -110,10 +110,19 @@ down() {
 }
 
 # What a crashed agent may leave: processes in its namespaces, the namespaces, /etc/netns/nsc-*.
+# Those it noted in $dataplane/created first, then any other by the prefix.
 sweep() {
   command -v ip >/dev/null || return 0
-  local ns pid
-  for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^nsc-/ {print $1}'); do
+  local ns pid kind what
+  if [[ -f "$dataplane/created" ]]; then
+    while read -r kind what; do
+      case "$kind:$what" in
+        file:/etc/netns/nsc-*) rm -rf "$what" ;;
+      esac
+    done <"$dataplane/created"
+  fi
+  for ns in $( (awk '$1 == "netns" {print $2}' "$dataplane/created" 2>/dev/null; ip netns list 2>/dev/null | awk '{print $1}') | grep '^nsc-' | sort -u); do
+    ip netns list | awk '{print $1}' | grep -qx "$ns" || continue
     for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
     ip netns delete "$ns" 2>/dev/null || log "could not delete network namespace $ns"
   done

@@ -287,6 +287,7 @@ impl Kubelet {
         if let Some(server) = self.layout.dns_server() {
             let etc = PathBuf::from("/etc/netns").join(&sandbox.netns);
             tokio::fs::create_dir_all(&etc).await?;
+            crate::record::note("file", &etc.display().to_string());
             tokio::fs::write(
                 etc.join("resolv.conf"),
                 resolv_conf(server, &sandbox.namespace),

@@ -12,6 +12,7 @@ mod netns;
 mod network;
 mod nodes;
 mod probe;
+mod record;
 mod status;
 
 use std::collections::HashMap;
@@ -159,6 +160,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         );
     }
     std::fs::create_dir_all(parts.logs())?;
+    record::init(&parts.state);
     let config = kube::Config::infer()
         .await
         .context("reading the kubeconfig")?;

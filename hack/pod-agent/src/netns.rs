@@ -52,6 +52,7 @@ pub async fn create(name: &str) -> anyhow::Result<()> {
         remove(name).await?;
     }
     ip(&["netns", "add", name]).await?;
+    crate::record::note("netns", name);
     ip_in(name, &["link", "set", "lo", "up"]).await
 }
 
