@@ -228,6 +228,18 @@ impl Plane {
         );
     }
 
+    /// The reasons of the Events about `pod` (what `kubectl describe pod` lists).
+    async fn event_reasons(&self, pod: &str) -> BTreeSet<String> {
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(self.client.clone(), &self.ns)
+            .list(&ListParams::default().fields(&format!("regarding.name={pod}")))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|e| e.reason)
+            .collect()
+    }
+
     async fn finish(mut self) {
         self.controller.stop().await;
         let _ = Api::<Namespace>::all(self.client.clone())
@@ -288,6 +300,12 @@ async fn the_seeds_four_curls_answer_as_in_its_readme() {
         started.elapsed() >= Duration::from_secs(3),
         "a timeout, not a refusal"
     );
+    let nginx = plane.pod_named("nginx-nad").await;
+    let reasons = plane.event_reasons(&nginx).await;
+    assert!(
+        reasons.contains("Scheduled") && reasons.contains("Started"),
+        "{nginx}'s Events: {reasons:?}"
+    );
     plane.finish().await;
 }
 
@@ -345,6 +363,14 @@ async fn scaling_and_readiness_move_dns() {
             "the unready pod leaving DNS",
         )
         .await;
+    eventually("an Unhealthy Event", || async {
+        plane
+            .event_reasons(&new_pod)
+            .await
+            .contains("Unhealthy")
+            .then_some(())
+    })
+    .await;
     let (code, _) = plane
         .exec(
             &new_pod,

@@ -18,9 +18,10 @@ use anyhow::Context as _;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource as _, ResourceExt};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
@@ -43,6 +44,7 @@ pub struct Kubelet {
     workers: Mutex<HashMap<String, watch::Sender<Option<Arc<Pod>>>>>,
     tasks: Mutex<tokio::task::JoinSet<()>>,
     next_node: AtomicUsize,
+    recorder: Recorder,
 }
 
 impl Kubelet {
@@ -52,7 +54,15 @@ impl Kubelet {
         parts: Parts,
         nodes: HashMap<String, NetnsRuntime>,
     ) -> anyhow::Result<Arc<Self>> {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "pod-agent".into(),
+                instance: None,
+            },
+        );
         Ok(Arc::new(Self {
+            recorder,
             client,
             layout,
             parts,
@@ -172,7 +182,12 @@ impl Kubelet {
             )
             .await
         {
-            Ok(_) => tracing::info!(pod = %name, %namespace, node = %node.name, "bound"),
+            Ok(_) => {
+                tracing::info!(pod = %name, %namespace, node = %node.name, "bound");
+                let note = format!("Successfully assigned {namespace}/{name} to {}", node.name);
+                self.event(pod, EventType::Normal, "Scheduled", "Binding", note)
+                    .await;
+            }
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
             Err(e) => tracing::warn!(pod = %name, %namespace, error = %e, "binding failed"),
         }
@@ -207,16 +222,34 @@ impl Kubelet {
             loop {
                 match self.start(&pod, &node).await {
                     Ok(mut running) => {
+                        let note = format!(
+                            "Started the containers in network namespace {} (IPs {:?}) after CNI ADD through Multus",
+                            running.sandbox.netns, running.ips
+                        );
+                        self.event(&pod, EventType::Normal, "Started", "Start", note)
+                            .await;
                         self.supervise(&mut running, &mut updates).await;
+                        let note = format!("Stopping the containers of {name}");
+                        self.event(&pod, EventType::Normal, "Killing", "Stop", note)
+                            .await;
                         self.stop(running).await;
                         break;
                     }
                     Err(e) => {
                         attempt += 1;
                         tracing::warn!(pod = %name, %namespace, node = %node.name, error = format!("{e:#}"), "could not start the pod; trying again");
+                        let why = format!("{e:#}");
                         let _ = self
-                            .report_waiting(&pod, &node, "CreatePodSandboxError", &format!("{e:#}"))
+                            .report_waiting(&pod, &node, "CreatePodSandboxError", &why)
                             .await;
+                        self.event(
+                            &pod,
+                            EventType::Warning,
+                            "FailedCreatePodSandBox",
+                            "Start",
+                            why,
+                        )
+                        .await;
                         let pause = Duration::from_secs(u64::from(attempt.min(5)) * 2);
                         tokio::select! {
                             () = tokio::time::sleep(pause) => {}
@@ -479,6 +512,17 @@ impl Kubelet {
                             tracing::info!(pod = %running.sandbox.name, namespace = %running.sandbox.namespace,
                                 container = %container.state.name, ready = container.state.ready, "readiness changed");
                         }
+                        if changed && !container.state.ready {
+                            let note = format!(
+                                "Readiness probe of container {} failed {} times in a row",
+                                container.state.name, readiness.failure_threshold
+                            );
+                            let pod = updates.borrow().clone();
+                            if let Some(pod) = pod {
+                                self.event(&pod, EventType::Warning, "Unhealthy", "Probe", note)
+                                    .await;
+                            }
+                        }
                         changed
                     } else {
                         false
@@ -494,6 +538,16 @@ impl Kubelet {
                     }
                     tracing::warn!(pod = %running.sandbox.name, namespace = %running.sandbox.namespace,
                         container = %running.containers[index].state.name, ?status, "container exited; restarting it");
+                    let note = format!(
+                        "Container {} exited ({}); restarting it",
+                        running.containers[index].state.name,
+                        status.map_or_else(|| "unknown status".to_owned(), |s| s.to_string())
+                    );
+                    let pod = updates.borrow().clone();
+                    if let Some(pod) = pod {
+                        self.event(&pod, EventType::Warning, "BackOff", "Restart", note)
+                            .await;
+                    }
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     running.containers[index].state.restart_count += 1;
                     if let Err(e) = self.launch(running, index) {
@@ -562,18 +616,10 @@ impl Kubelet {
             &running.started_at,
             &states,
         );
-        let api: Api<Pod> =
-            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
-        api.patch_status(
-            &pod.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&body),
-        )
-        .await
-        .with_context(|| format!("reporting the status of pod {}", pod.name_any()))?;
-        Ok(())
+        self.patch_status(pod, &body).await
     }
 
+    /// Reports the pod Pending, each container waiting for `reason`.
     async fn report_waiting(
         &self,
         pod: &Pod,
@@ -581,18 +627,49 @@ impl Kubelet {
         reason: &str,
         message: &str,
     ) -> anyhow::Result<()> {
-        let containers: Vec<_> = pod.spec.iter().flat_map(|s| s.containers.iter()).map(|c| json!({
-            "name": c.name, "image": c.image, "imageID": "", "ready": false, "restartCount": 0, "started": false,
-            "state": {"waiting": {"reason": reason, "message": message}}})).collect();
-        let body = json!({"status": {"phase": "Pending", "hostIP": node.ip.to_string(), "containerStatuses": containers}});
+        let states: Vec<ContainerState> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .map(|c| ContainerState {
+                name: c.name.clone(),
+                image: c.image.clone().unwrap_or_default(),
+                ready: false,
+                restart_count: 0,
+                state: Run::Waiting {
+                    reason: reason.to_owned(),
+                    message: message.to_owned(),
+                },
+            })
+            .collect();
+        self.patch_status(pod, &status::pending(IpAddr::V4(node.ip), &states))
+            .await
+    }
+
+    /// Publishes an Event about `pod` (what `kubectl describe pod` lists); a failure is logged.
+    async fn event(&self, pod: &Pod, type_: EventType, reason: &str, action: &str, note: String) {
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note.chars().take(1024).collect()),
+            action: action.to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &pod.object_ref(&())).await {
+            tracing::debug!(pod = %pod.name_any(), reason, error = %e, "could not publish an Event");
+        }
+    }
+
+    async fn patch_status(&self, pod: &Pod, body: &serde_json::Value) -> anyhow::Result<()> {
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         api.patch_status(
             &pod.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(&body),
+            &Patch::Merge(body),
         )
-        .await?;
+        .await
+        .with_context(|| format!("reporting the status of pod {}", pod.name_any()))?;
         Ok(())
     }
 

@@ -21,19 +21,8 @@ pub enum Run {
     Waiting { reason: String, message: String },
 }
 
-/// The `status` of a running pod (a merge patch: lists are replaced whole).
-pub fn running(
-    host_ip: IpAddr,
-    pod_ips: &[IpAddr],
-    start_time: &str,
-    containers: &[ContainerState],
-) -> Value {
-    let ready = !containers.is_empty() && containers.iter().all(|c| c.ready);
-    let condition = |kind: &str, ok: bool| {
-        json!({"type": kind, "status": if ok { "True" } else { "False" },
-               "lastTransitionTime": start_time})
-    };
-    let statuses: Vec<Value> = containers
+fn container_statuses(containers: &[ContainerState]) -> Vec<Value> {
+    containers
         .iter()
         .map(|c| {
             let state = match &c.state {
@@ -46,7 +35,30 @@ pub fn running(
                    "started": matches!(c.state, Run::Running { .. }),
                    "restartCount": c.restart_count, "state": state})
         })
-        .collect();
+        .collect()
+}
+
+/// The `status` of a pod whose sandbox could not be set up (yet).
+pub fn pending(host_ip: IpAddr, containers: &[ContainerState]) -> Value {
+    json!({"status": {
+        "phase": "Pending",
+        "hostIP": host_ip.to_string(),
+        "containerStatuses": container_statuses(containers),
+    }})
+}
+
+/// The `status` of a running pod (a merge patch: lists are replaced whole).
+pub fn running(
+    host_ip: IpAddr,
+    pod_ips: &[IpAddr],
+    start_time: &str,
+    containers: &[ContainerState],
+) -> Value {
+    let ready = !containers.is_empty() && containers.iter().all(|c| c.ready);
+    let condition = |kind: &str, ok: bool| {
+        json!({"type": kind, "status": if ok { "True" } else { "False" },
+               "lastTransitionTime": start_time})
+    };
     json!({"status": {
         "phase": "Running",
         "hostIP": host_ip.to_string(),
@@ -61,7 +73,7 @@ pub fn running(
             condition("Ready", ready),
             condition("PodScheduled", true),
         ],
-        "containerStatuses": statuses,
+        "containerStatuses": container_statuses(containers),
     }})
 }
 
@@ -103,5 +115,19 @@ mod tests {
         let status = running(host, &[ip], "t", &[container(true)]);
         assert_eq!(condition(&status, "Ready"), "True");
         assert_eq!(status["status"]["containerStatuses"][0]["started"], true);
+    }
+
+    #[test]
+    fn a_pod_without_a_sandbox_is_pending_with_the_reason() {
+        let mut c = container(false);
+        c.state = Run::Waiting {
+            reason: "CreatePodSandboxError".into(),
+            message: "CNI ADD failed".into(),
+        };
+        let status = pending("172.30.0.10".parse().unwrap(), &[c]);
+        assert_eq!(status["status"]["phase"], "Pending");
+        let waiting = &status["status"]["containerStatuses"][0]["state"]["waiting"];
+        assert_eq!(waiting["reason"], "CreatePodSandboxError");
+        assert_eq!(status["status"]["containerStatuses"][0]["started"], false);
     }
 }
