@@ -508,3 +508,36 @@ async fn a_rollout_moves_dns_to_the_new_pods() {
     eprintln!("rollout: {old:?} -> {new:?}");
     plane.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_asking_for_a_missing_network_waits_and_says_why() {
+    let plane = Plane::new("missing").await;
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "lost", "annotations": {"k8s.v1.cni.cncf.io/networks": "no-such-net"}},
+        "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]},
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(plane.client.clone(), &plane.ns);
+    pods.create(&Default::default(), &pod).await.unwrap();
+    let waiting = eventually("the pod waiting with the reason", || async {
+        let pod = pods.get("lost").await.unwrap();
+        let status = pod.status?.container_statuses?.into_iter().next()?;
+        let waiting = status.state?.waiting?;
+        (waiting.reason.as_deref() == Some("CreatePodSandboxError")).then_some(waiting)
+    })
+    .await;
+    let message = waiting.message.unwrap_or_default();
+    assert!(message.contains("no-such-net"), "{message}");
+    eventually("a FailedCreatePodSandBox Event", || async {
+        plane
+            .event_reasons("lost")
+            .await
+            .contains("FailedCreatePodSandBox")
+            .then_some(())
+    })
+    .await;
+    // Its siblings are not held up.
+    let nad = plane.pod_named("netutils-nad").await;
+    assert_eq!(plane.curl(&nad, "nginx-nad").await, ("200".into(), 0));
+    plane.finish().await;
+}
