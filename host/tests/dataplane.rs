@@ -510,7 +510,7 @@ async fn a_rollout_moves_dns_to_the_new_pods() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pod_asking_for_a_missing_network_waits_and_says_why() {
+async fn pods_that_cannot_start_wait_and_say_why() {
     let plane = Plane::new("missing").await;
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "lost", "annotations": {"k8s.v1.cni.cncf.io/networks": "no-such-net"}},
@@ -536,7 +536,34 @@ async fn a_pod_asking_for_a_missing_network_waits_and_says_why() {
             .then_some(())
     })
     .await;
-    // Its siblings are not held up.
+    // An image the agent has no stand-in for: the container waits, saying so.
+    let unknown: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "unknown"},
+        "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]},
+    }))
+    .unwrap();
+    pods.create(&Default::default(), &unknown).await.unwrap();
+    let waiting = eventually("the container waiting for a stand-in", || async {
+        let pod = pods.get("unknown").await.unwrap();
+        let status = pod.status?.container_statuses?.into_iter().next()?;
+        let waiting = status.state?.waiting?;
+        (waiting.reason.as_deref() == Some("ImageNotInTable")).then_some(waiting)
+    })
+    .await;
+    assert!(
+        waiting
+            .message
+            .unwrap_or_default()
+            .contains("registry.example/app:1")
+    );
+    assert!(
+        plane
+            .event_reasons("unknown")
+            .await
+            .contains("ImageNotInTable")
+    );
+
+    // Their siblings are not held up.
     let nad = plane.pod_named("netutils-nad").await;
     assert_eq!(plane.curl(&nad, "nginx-nad").await, ("200".into(), 0));
     plane.finish().await;

@@ -217,7 +217,7 @@ impl Kubelet {
             .as_ref()
             .and_then(|s| s.phase.as_deref())
             .is_some_and(|p| p == "Succeeded" || p == "Failed");
-        if wanted(&Some(pod.clone())) && !finished {
+        if pod.metadata.deletion_timestamp.is_none() && !finished {
             let mut attempt = 0_u32;
             loop {
                 match self.start(&pod, &node).await {
@@ -305,6 +305,13 @@ impl Kubelet {
             exits: mpsc::unbounded_channel(),
             probes: tokio::task::JoinSet::new(),
             cni_added: false,
+            grace: Duration::from_secs(
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+                    .and_then(|s| u64::try_from(s).ok())
+                    .unwrap_or(30),
+            ),
         };
         if let Err(e) = self.set_up(pod, &mut running).await {
             self.stop(running).await;
@@ -373,6 +380,13 @@ impl Kubelet {
                 }
             };
             let readiness = readiness.ok().flatten();
+            if let Run::Waiting { reason, message } = &state.state
+                && argv.is_none()
+            {
+                let note = format!("container {}: {message}", container.name);
+                self.event(pod, EventType::Warning, reason, "Start", note)
+                    .await;
+            }
             running.containers.push(Container {
                 state,
                 argv,
@@ -575,8 +589,7 @@ impl Kubelet {
                 let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
             }
         }
-        let grace = Duration::from_secs(5);
-        let _ = tokio::time::timeout(grace, async {
+        let _ = tokio::time::timeout(running.grace, async {
             let live = running
                 .containers
                 .iter()
@@ -737,4 +750,6 @@ struct RunningPod {
     exits: (mpsc::UnboundedSender<Exit>, mpsc::UnboundedReceiver<Exit>),
     probes: tokio::task::JoinSet<()>,
     cni_added: bool,
+    /// From TERM to KILL: the pod's `terminationGracePeriodSeconds`.
+    grace: Duration,
 }
