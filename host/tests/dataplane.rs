@@ -196,11 +196,12 @@ impl Plane {
             .1
     }
 
-    /// Waits until `name` resolves from `pod` to exactly the Ready pods of `app`.
-    async fn dns_follows(&self, pod: &str, name: &str, app: &str, what: &str) -> BTreeSet<String> {
+    /// Waits until `nginx-nad` resolves from `client` to exactly the Ready nginx-nad pods'
+    /// macvlan IPs; returns them.
+    async fn nginx_nad_follows(&self, client: &str, what: &str) -> BTreeSet<String> {
         eventually(what, || async {
-            let want = self.ready_macvlan_ips(app).await;
-            let got = self.dns(pod, name).await;
+            let want = self.ready_macvlan_ips("nginx-nad").await;
+            let got = self.dns(client, "nginx-nad").await;
             (!want.is_empty() && got == want).then_some(got)
         })
         .await
@@ -277,12 +278,7 @@ async fn the_seeds_four_curls_answer_as_in_its_readme() {
         plane.pod_named("netutils-base").await,
     );
     let ips = plane
-        .dns_follows(
-            &nad,
-            "nginx-nad",
-            "nginx-nad",
-            "nginx-nad resolving to its pods' macvlan IPs",
-        )
+        .nginx_nad_follows(&nad, "nginx-nad resolving to its pods' macvlan IPs")
         .await;
     assert_eq!(ips.len(), 2, "{ips:?}");
     assert!(ips.iter().all(|ip| ip.starts_with("192.168.2.")), "{ips:?}");
@@ -313,9 +309,7 @@ async fn the_seeds_four_curls_answer_as_in_its_readme() {
 async fn scaling_and_readiness_move_dns() {
     let plane = Plane::new("scale").await;
     let nad = plane.pod_named("netutils-nad").await;
-    let before = plane
-        .dns_follows(&nad, "nginx-nad", "nginx-nad", "two pods in DNS")
-        .await;
+    let before = plane.nginx_nad_follows(&nad, "two pods in DNS").await;
 
     let (code, _) = run(
         &kubectl(),
@@ -324,9 +318,7 @@ async fn scaling_and_readiness_move_dns() {
     .await;
     assert_eq!(code, 0);
     plane.rolled_out("nginx-nad").await;
-    let after = plane
-        .dns_follows(&nad, "nginx-nad", "nginx-nad", "the third pod in DNS")
-        .await;
+    let after = plane.nginx_nad_follows(&nad, "the third pod in DNS").await;
     assert_eq!(after.len(), 3);
     let new_ip = after.difference(&before).next().unwrap().clone();
     let new_pod = plane
@@ -472,9 +464,7 @@ async fn a_deleted_pod_leaves_no_namespace_and_frees_its_address() {
 async fn a_rollout_moves_dns_to_the_new_pods() {
     let plane = Plane::new("rollout").await;
     let nad = plane.pod_named("netutils-nad").await;
-    let old = plane
-        .dns_follows(&nad, "nginx-nad", "nginx-nad", "the first pods in DNS")
-        .await;
+    let old = plane.nginx_nad_follows(&nad, "the first pods in DNS").await;
     let old_pods: BTreeSet<String> = plane
         .pods("nginx-nad")
         .await
