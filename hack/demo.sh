@@ -42,6 +42,7 @@ trap 'exit 130' INT TERM
 
 step "building the controller, the pod agent and the node simulator (cargo build --release; the first build takes minutes)"
 make --no-print-directory wasm-target >&2
+# The same packages as hack/pod-agent.sh builds (one build of the dependencies for both).
 ${CARGO:-cargo} build --release --locked -p nad-service-controller -p pod-agent -p node-sim >&2
 
 if [[ "$cluster" == local ]]; then

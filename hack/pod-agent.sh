@@ -33,9 +33,11 @@ running() {
   [[ "${argv0##*/}" == pod-agent ]]
 }
 
+# The same packages as hack/demo.sh builds: cargo then resolves the same features for the
+# dependencies, and the demo and the tests share one build of them.
 build_agent() {
-  log "building the pod agent (cargo build --release -p pod-agent)"
-  ${CARGO:-cargo} build --release --locked -p pod-agent >&2
+  log "building the pod agent (cargo build --release -p pod-agent, with the controller and node-sim)"
+  ${CARGO:-cargo} build --release --locked -p nad-service-controller -p pod-agent -p node-sim >&2
 }
 
 in_node() { ip netns exec nsc-node-0 "$@"; }

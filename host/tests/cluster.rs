@@ -169,14 +169,10 @@ impl Env {
             "spec": {"containers": [{"name": "web", "image": "nginx:1.27",
                      "ports": [{"name": "http", "containerPort": 8080}]}]},
         });
-        self.api::<Pod>()
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(pod).unwrap(),
-            )
+        self.sim
+            .create_and_start(&self.ns, pod, ready)
             .await
-            .unwrap();
-        self.sim.start_pod(&self.ns, name, ready).await.unwrap()
+            .unwrap()
     }
 
     async fn slices(&self, service: &str) -> Vec<EndpointSlice> {

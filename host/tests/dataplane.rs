@@ -46,13 +46,17 @@ async fn run(program: &Path, args: &[&str]) -> (i32, String) {
     )
 }
 
-fn kubectl() -> PathBuf {
+/// `kubectl <args>`, which must succeed; returns its output.
+async fn kubectl(args: &[&str]) -> String {
     let local = repo().join(".local/bin/kubectl");
-    if local.exists() {
+    let program = if local.exists() {
         local
     } else {
         "kubectl".into()
-    }
+    };
+    let (code, out) = run(&program, args).await;
+    assert_eq!(code, 0, "kubectl {}: {out}", args.join(" "));
+    out
 }
 
 /// One test's namespace with `testdata/` applied and a controller for it.
@@ -65,31 +69,22 @@ struct Plane {
 impl Plane {
     async fn new(test: &str) -> Self {
         let client = client().await;
-        let nodes = run(
-            &kubectl(),
-            &[
-                "get",
-                "nodes",
-                "-l",
-                "pod-agent.isim.dev/local=true",
-                "-o",
-                "name",
-            ],
-        )
-        .await
-        .1;
+        let nodes = kubectl(&[
+            "get",
+            "nodes",
+            "-l",
+            "pod-agent.isim.dev/local=true",
+            "-o",
+            "name",
+        ])
+        .await;
         assert!(
             !nodes.trim().is_empty(),
             "no data plane: run `hack/pod-agent.sh up` (as root; `make test` does)"
         );
         let ns = support::agent_namespace(&client, test).await;
         let testdata = repo().join("testdata");
-        let (code, _) = run(
-            &kubectl(),
-            &["apply", "-n", &ns, "-f", testdata.to_str().unwrap()],
-        )
-        .await;
-        assert_eq!(code, 0, "kubectl apply -f testdata/");
+        kubectl(&["apply", "-n", &ns, "-f", testdata.to_str().unwrap()]).await;
 
         let runtime = Arc::new(Runtime::new(Limits::default()).unwrap());
         let plugins = Plugins::built_in(&runtime).unwrap();
@@ -111,20 +106,17 @@ impl Plane {
         plane
     }
 
+    /// `kubectl -n <its namespace> <args>`, which must succeed.
+    async fn kubectl(&self, args: &[&str]) -> String {
+        let mut all = vec!["-n", self.ns.as_str()];
+        all.extend_from_slice(args);
+        kubectl(&all).await
+    }
+
     async fn rolled_out(&self, app: &str) {
-        let (code, out) = run(
-            &kubectl(),
-            &[
-                "rollout",
-                "status",
-                "-n",
-                &self.ns,
-                &format!("deploy/{app}"),
-                "--timeout=120s",
-            ],
-        )
-        .await;
-        assert_eq!(code, 0, "deploy/{app} did not roll out: {out}");
+        let deployment = format!("deploy/{app}");
+        self.kubectl(&["rollout", "status", &deployment, "--timeout=120s"])
+            .await;
     }
 
     async fn pods(&self, app: &str) -> Vec<Pod> {
@@ -311,12 +303,9 @@ async fn scaling_and_readiness_move_dns() {
     let nad = plane.pod_named("netutils-nad").await;
     let before = plane.nginx_nad_follows(&nad, "two pods in DNS").await;
 
-    let (code, _) = run(
-        &kubectl(),
-        &["scale", "-n", &plane.ns, "deploy/nginx-nad", "--replicas=3"],
-    )
-    .await;
-    assert_eq!(code, 0);
+    plane
+        .kubectl(&["scale", "deploy/nginx-nad", "--replicas=3"])
+        .await;
     plane.rolled_out("nginx-nad").await;
     let after = plane.nginx_nad_follows(&nad, "the third pod in DNS").await;
     assert_eq!(after.len(), 3);
@@ -384,12 +373,7 @@ async fn scaling_and_readiness_move_dns() {
 
 /// The addresses whereabouts holds for pods of `ns`.
 async fn whereabouts_allocations(ns: &str) -> Vec<String> {
-    let (code, out) = run(
-        &kubectl(),
-        &["get", "ippools.whereabouts.cni.cncf.io", "-A", "-o", "json"],
-    )
-    .await;
-    assert_eq!(code, 0);
+    let out = kubectl(&["get", "ippools.whereabouts.cni.cncf.io", "-A", "-o", "json"]).await;
     let pools: Value = serde_json::from_str(&out).unwrap();
     pools["items"]
         .as_array()
@@ -471,12 +455,9 @@ async fn a_rollout_moves_dns_to_the_new_pods() {
         .iter()
         .map(ResourceExt::name_any)
         .collect();
-    let (code, _) = run(
-        &kubectl(),
-        &["rollout", "restart", "-n", &plane.ns, "deploy/nginx-nad"],
-    )
-    .await;
-    assert_eq!(code, 0);
+    plane
+        .kubectl(&["rollout", "restart", "deploy/nginx-nad"])
+        .await;
     plane.rolled_out("nginx-nad").await;
     let new = eventually("DNS on the new pods only", || async {
         let pods = plane.pods("nginx-nad").await;

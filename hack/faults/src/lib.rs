@@ -482,14 +482,10 @@ impl Scene {
             "metadata": {"name": name, "labels": {"app": "web"}, "annotations": annotations},
             "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]},
         });
-        self.api::<Pod>()
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(pod).unwrap(),
-            )
+        self.sim
+            .create_and_start(&self.ns, pod, ready)
             .await
-            .unwrap();
-        self.sim.start_pod(&self.ns, name, ready).await.unwrap()
+            .unwrap()
     }
 
     /// Replaces the pod's network-status annotation, as a broken Multus would.

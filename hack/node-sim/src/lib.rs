@@ -386,6 +386,22 @@ impl Simulator {
         Ok(pod)
     }
 
+    /// Creates the pod `pod` (its JSON) in `namespace`, then starts it as [`Self::start_pod`].
+    pub async fn create_and_start(
+        &self,
+        namespace: &str,
+        pod: Value,
+        ready: bool,
+    ) -> anyhow::Result<Pod> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let pod: Pod = serde_json::from_value(pod).context("the pod's JSON")?;
+        let name = pod.name_any();
+        api.create(&PostParams::default(), &pod)
+            .await
+            .with_context(|| format!("creating pod {namespace}/{name}"))?;
+        self.start_pod(namespace, &name, ready).await
+    }
+
     /// Sets the pod's Ready (and ContainersReady) condition.
     pub async fn set_ready(&self, namespace: &str, name: &str, ready: bool) -> anyhow::Result<Pod> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);

@@ -201,7 +201,7 @@ async fn run(
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
-/// Whether a path exists, for the prerequisites check.
+/// The CNI plugins `cni_bin` lacks, for the prerequisites check.
 pub fn plugins_missing(cni_bin: &Path) -> Vec<&'static str> {
     [
         "multus",

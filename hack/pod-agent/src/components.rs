@@ -32,7 +32,7 @@ impl Parts {
 }
 
 /// Starts kube-proxy in `node`'s namespace.
-pub fn kube_proxy(parts: &Parts, node: &NodeLayout) -> anyhow::Result<()> {
+pub fn kube_proxy(parts: &Parts, node: &NodeLayout) {
     let program = parts.kube_proxy.display().to_string();
     let args = vec![
         format!("--kubeconfig={}", parts.kubeconfig.display()),
@@ -52,7 +52,7 @@ pub fn kube_proxy(parts: &Parts, node: &NodeLayout) -> anyhow::Result<()> {
         &node.name,
         program,
         args,
-    )
+    );
 }
 
 /// Starts CoreDNS in `node`'s namespace, serving `cluster.local` on port 53 of the node.
@@ -66,7 +66,8 @@ pub fn coredns(parts: &Parts, node: &NodeLayout) -> anyhow::Result<()> {
         &node.name,
         parts.coredns.display().to_string(),
         vec!["-conf".into(), corefile.display().to_string()],
-    )
+    );
+    Ok(())
 }
 
 /// The Corefile: the cluster domain from the API server, and nothing beyond it (no upstream:
@@ -80,13 +81,7 @@ fn corefile_text(kubeconfig: &Path) -> String {
 
 /// Runs `program args` in namespace `netns`, logging to `<logs>/<name>.log`, and starts it
 /// again a second after it exits, for as long as the agent runs.
-fn supervise(
-    parts: &Parts,
-    name: &str,
-    netns: &str,
-    program: String,
-    args: Vec<String>,
-) -> anyhow::Result<()> {
+fn supervise(parts: &Parts, name: &str, netns: &str, program: String, args: Vec<String>) {
     let log_path = parts.logs().join(format!("{name}.log"));
     let (name, netns) = (name.to_owned(), netns.to_owned());
     tokio::spawn(async move {
@@ -122,7 +117,6 @@ fn supervise(
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     });
-    Ok(())
 }
 
 #[cfg(test)]

@@ -202,7 +202,7 @@ async fn serve(
     tokio::spawn(nodes::keep_ready(client.clone(), layout.clone()));
     cni::write_confs(parts, &layout.nodes)?;
     for node in &layout.nodes {
-        components::kube_proxy(parts, node)?;
+        components::kube_proxy(parts, node);
     }
     if let Some(first) = layout.nodes.first() {
         components::coredns(parts, first)?;

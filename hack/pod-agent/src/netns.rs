@@ -83,25 +83,8 @@ pub async fn kill_all_in(name: &str) {
 
 /// Sets a sysctl inside namespace `netns` (`/proc/sys` there is the namespace's own).
 pub async fn sysctl(netns: &str, key: &str, value: &str) -> anyhow::Result<()> {
-    let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            netns,
-            "sysctl",
-            "-qw",
-            &format!("{key}={value}"),
-        ])
-        .output()
-        .await
-        .context("running sysctl")?;
-    if !out.status.success() {
-        bail!(
-            "sysctl {key}={value} in {netns}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    let setting = format!("{key}={value}");
+    ip(&["netns", "exec", netns, "sysctl", "-qw", &setting]).await
 }
 
 /// A command run inside network namespace `netns` (through `ip netns exec`, which also puts
