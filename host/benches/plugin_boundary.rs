@@ -45,13 +45,13 @@ use criterion::{
 use k8s_openapi::api::core::v1::{Pod, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use nad_service_controller::{
-    observe::Candidate,
-    plan::Decision,
+    index::{Keys, PodRecord},
+    input::target::ServiceTarget,
     plugin::{
         DEFAULT_PLUGIN_WASM, Limits, Plugin, PluginDir, Plugins, Runtime, decision, pod_view,
         prepare, service_view, wit,
     },
-    target::ServiceTarget,
+    reconcile::{observe::Candidate, plan::Decision},
 };
 use serde_json::json;
 
@@ -251,7 +251,7 @@ fn candidate(i: usize) -> Candidate {
     }))
     .expect("a valid pod");
     Candidate {
-        pod: Arc::new(pod),
+        pod: Arc::new(PodRecord::from_pod(&pod, &Keys::all())),
         ips: vec![ip.parse().expect("an IPv4 address")],
         zone: Some(zone),
     }
@@ -278,22 +278,21 @@ fn views(plugin: &Plugin, n: usize) -> Vec<wit::Pod> {
 
 /// What a plugin declaring `*` for labels and annotations gets.
 fn view_all(candidate: &Candidate) -> wit::Pod {
-    let kvs = |map: Option<&BTreeMap<String, String>>| -> Vec<wit::KeyValue> {
-        map.into_iter()
-            .flatten()
+    let kvs = |map: &BTreeMap<String, String>| -> Vec<wit::KeyValue> {
+        map.iter()
             .map(|(key, value)| wit::KeyValue {
                 key: key.clone(),
                 value: value.clone(),
             })
             .collect()
     };
-    let meta = &candidate.pod.metadata;
+    let pod = &candidate.pod;
     wit::Pod {
-        name: meta.name.clone().unwrap_or_default(),
-        namespace: meta.namespace.clone().unwrap_or_default(),
-        uid: meta.uid.clone().unwrap_or_default(),
-        labels: kvs(meta.labels.as_ref()),
-        annotations: kvs(meta.annotations.as_ref()),
+        name: pod.name.clone(),
+        namespace: pod.namespace.clone(),
+        uid: pod.uid.clone(),
+        labels: kvs(&pod.labels),
+        annotations: kvs(&pod.annotations),
         phase: wit::PodPhase::Running,
         ready: candidate.is_ready(),
         terminating: candidate.is_terminating(),

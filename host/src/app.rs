@@ -9,11 +9,13 @@ use tokio::sync::watch;
 
 use crate::{
     cli::{Cli, Command, PluginCommand, RunArgs},
-    controller::{self, CONTROLLER_NAME, PluginSource, Settings},
+    controller,
     leader::LeaderElector,
     metrics::Metrics,
     plugin::{Limits, PluginDir, Plugins, Runtime, SharedPlugins},
+    reconcile::{CONTROLLER_NAME, Settings},
     server::{self, Readiness},
+    watch::plugin_dir::PluginSource,
 };
 
 /// Runs the command the flags name. The plugin commands run without an async runtime: a
@@ -25,7 +27,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             .build()
             .context("starting the async runtime")?
             .block_on(run_controller(cli.run)),
-        Some(Command::Plugin(PluginCommand::Eval(eval))) => crate::offline::eval(
+        Some(Command::Plugin(PluginCommand::Eval(eval))) => crate::cli::plugin::eval(
             &runtime(&cli.run)?,
             &eval,
             cli.run.max_endpoints_per_slice,
@@ -33,7 +35,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             &mut std::io::stderr(),
         ),
         Some(Command::Plugin(PluginCommand::Inspect(inspect))) => {
-            crate::offline::inspect(&runtime(&cli.run)?, &inspect, &mut std::io::stdout())
+            crate::cli::plugin::inspect(&runtime(&cli.run)?, &inspect, &mut std::io::stdout())
         }
     }
 }

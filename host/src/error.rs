@@ -82,12 +82,20 @@ impl Error {
 }
 
 impl Error {
+    /// The Service's plugin gave no answer (the Service is told with an Event).
+    pub fn is_plugin_failure(&self) -> bool {
+        matches!(
+            self,
+            Error::Plugin(_) | Error::PluginTask(_) | Error::UnknownPlugin(_)
+        )
+    }
+
     /// Whether the failure looks like the API server (or its etcd) being away, so that the
-    /// controller should notice when it is back ([`crate::recovery`]).
+    /// controller should notice when it is back ([`crate::watch::recovery`]).
     pub fn looks_unreachable(&self) -> bool {
         match self {
             Error::Apply { source, .. } | Error::Delete { source, .. } => {
-                crate::recovery::looks_unreachable(source)
+                crate::watch::recovery::looks_unreachable(source)
             }
             _ => false,
         }
@@ -102,7 +110,7 @@ pub fn is_invalid(e: &kube::Error) -> bool {
 /// The first retry of a Service after a transient error.
 pub const FIRST_RETRY: Duration = Duration::from_millis(250);
 /// The longest wait after transient errors. An event about the Service, or the API server
-/// becoming ready after an outage ([`crate::recovery`]), retries it sooner.
+/// becoming ready after an outage ([`crate::watch::recovery`]), retries it sooner.
 pub const MAX_TRANSIENT_RETRY: Duration = Duration::from_secs(30);
 /// The slow retry of a permanent error, in case a change elsewhere cures it.
 pub const PERMANENT_RETRY: Duration = Duration::from_secs(300);

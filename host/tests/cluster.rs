@@ -25,10 +25,10 @@ use kube::{
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use nad_service_controller::{
-    controller::PluginSource,
     leader::LeaderElector,
-    plan::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL},
     plugin::{FailurePolicy, Limits, PluginDir, Plugins, Runtime, SharedPlugins, prepare},
+    reconcile::slices::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL},
+    watch::plugin_dir::PluginSource,
 };
 use node_sim::Simulator;
 use serde_json::{Value, json};

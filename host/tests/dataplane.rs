@@ -20,8 +20,8 @@ use kube::{
     api::{DeleteParams, ListParams},
 };
 use nad_service_controller::{
-    controller::PluginSource,
     plugin::{Limits, Plugins, Runtime, SharedPlugins},
+    watch::plugin_dir::PluginSource,
 };
 use serde_json::Value;
 

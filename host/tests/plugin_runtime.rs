@@ -7,12 +7,15 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::Pod;
 use nad_service_controller::{
-    observe::Candidate,
-    plan::{Conditions, Decision},
+    index::{Keys, PodRecord},
+    input::target::ServiceTarget,
     plugin::{
         DEFAULT_PLUGIN_WASM, Limits, Plugin, PluginError, Runtime, pod_view, service_view, wit,
     },
-    target::ServiceTarget,
+    reconcile::{
+        observe::Candidate,
+        plan::{Conditions, Decision},
+    },
 };
 use serde_json::json;
 
@@ -62,7 +65,7 @@ fn candidate(p: PodSpec<'_>) -> Candidate {
     }))
     .unwrap();
     Candidate {
-        pod: Arc::new(pod),
+        pod: Arc::new(PodRecord::from_pod(&pod, &Keys::all())),
         ips: vec!["192.168.2.4".parse().unwrap(), "fd00::4".parse().unwrap()],
         zone: Some("zone-a".into()),
     }

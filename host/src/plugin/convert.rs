@@ -9,9 +9,12 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{Plugin, wit};
 use crate::{
-    observe::Candidate,
-    plan::{Conditions, Decision},
-    target::ServiceTarget,
+    index::Phase,
+    input::target::ServiceTarget,
+    reconcile::{
+        observe::Candidate,
+        plan::{Conditions, Decision},
+    },
 };
 
 fn all(map: &BTreeMap<String, String>) -> Vec<wit::KeyValue> {
@@ -23,9 +26,8 @@ fn all(map: &BTreeMap<String, String>) -> Vec<wit::KeyValue> {
         .collect()
 }
 
-fn only(map: Option<&BTreeMap<String, String>>, keep: impl Fn(&str) -> bool) -> Vec<wit::KeyValue> {
-    map.into_iter()
-        .flatten()
+fn only(map: &BTreeMap<String, String>, keep: impl Fn(&str) -> bool) -> Vec<wit::KeyValue> {
+    map.iter()
         .filter(|(key, _)| keep(key))
         .map(|(key, value)| wit::KeyValue {
             key: key.clone(),
@@ -63,19 +65,19 @@ pub fn service_view(target: &ServiceTarget) -> wit::Service {
 }
 
 pub fn pod_view(candidate: &Candidate, plugin: &Plugin) -> wit::Pod {
-    let meta = &candidate.pod.metadata;
+    let pod = &candidate.pod;
     wit::Pod {
-        name: meta.name.clone().unwrap_or_default(),
-        namespace: meta.namespace.clone().unwrap_or_default(),
-        uid: meta.uid.clone().unwrap_or_default(),
-        labels: only(meta.labels.as_ref(), |k| plugin.reads_label(k)),
-        annotations: only(meta.annotations.as_ref(), |k| plugin.reads_annotation(k)),
+        name: pod.name.clone(),
+        namespace: pod.namespace.clone(),
+        uid: pod.uid.clone(),
+        labels: only(&pod.labels, |k| plugin.reads_label(k)),
+        annotations: only(&pod.annotations, |k| plugin.reads_annotation(k)),
         phase: match candidate.phase() {
-            "Pending" => wit::PodPhase::Pending,
-            "Running" => wit::PodPhase::Running,
-            "Succeeded" => wit::PodPhase::Succeeded,
-            "Failed" => wit::PodPhase::Failed,
-            _ => wit::PodPhase::Unknown,
+            Phase::Pending => wit::PodPhase::Pending,
+            Phase::Running => wit::PodPhase::Running,
+            Phase::Succeeded => wit::PodPhase::Succeeded,
+            Phase::Failed => wit::PodPhase::Failed,
+            Phase::Unknown => wit::PodPhase::Unknown,
         },
         ready: candidate.is_ready(),
         terminating: candidate.is_terminating(),

@@ -38,7 +38,7 @@ pub use registry::{
 };
 pub use reload::{PluginDir, Scan};
 
-use crate::plan::Decision;
+use crate::reconcile::plan::Decision;
 
 /// The default plugin, built from `plugins/default` by the build script.
 pub const DEFAULT_PLUGIN_WASM: &[u8] = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));
@@ -340,6 +340,7 @@ impl Runtime {
                 label_keys: Vec::new(),
                 annotation_keys: Vec::new(),
             },
+            per_pod: false,
         };
         plugin.info = plugin.call("info", None, |policy, store| policy.call_info(store))?;
         Ok(plugin)
@@ -370,6 +371,9 @@ pub struct Plugin {
     engine: Engine,
     limits: Limits,
     info: wit::PluginInfo,
+    /// The plugin declares that each pod's decision depends on the Service, that pod and the
+    /// configuration alone.
+    per_pod: bool,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -389,6 +393,12 @@ impl Plugin {
     /// What the plugin said about itself when it was loaded.
     pub fn info(&self) -> &wit::PluginInfo {
         &self.info
+    }
+
+    /// Whether each pod's decision depends on the Service, that pod and the configuration
+    /// alone, so that after a pod change only that pod needs asking.
+    pub fn per_pod(&self) -> bool {
+        self.per_pod
     }
 
     /// Whether the plugin reads the pod label `key`.

@@ -7,6 +7,7 @@ use std::{
 };
 
 use super::{DEFAULT_PLUGIN_WASM, PipelineError, Plugin, Runtime, prepare};
+use crate::index::{KeySet, Keys};
 
 /// The Service annotation naming the plugin that decides its pods.
 pub const POLICY_ANNOTATION: &str = "isim.dev/endpoint-policy";
@@ -68,6 +69,19 @@ impl Plugins {
             default_policy: FailurePolicy::Keep,
             policies: BTreeMap::new(),
         })
+    }
+
+    /// Just one plugin, the default for every Service (for `plugin eval`, which runs one file
+    /// through the controller's pipeline).
+    pub fn only(name: &str, configured: Configured) -> Self {
+        Self {
+            built_in: configured.clone(),
+            default_name: name.to_owned(),
+            by_name: BTreeMap::from([(name.to_owned(), configured)]),
+            failures: BTreeMap::new(),
+            default_policy: FailurePolicy::Keep,
+            policies: BTreeMap::new(),
+        }
     }
 
     /// Adds or replaces a plugin; a plugin named `default` shadows the built-in one.
@@ -144,6 +158,19 @@ impl Plugins {
     /// The plugin a Service uses.
     pub fn select(&self, annotation: Option<&str>) -> Result<&Configured, UnknownPlugin> {
         self.get(self.name_for(annotation))
+    }
+
+    /// The pod label and annotation keys any loaded plugin reads: what the pod index keeps.
+    pub fn keys(&self) -> Keys {
+        let mut keys = Keys::default();
+        for configured in std::iter::once(&self.built_in).chain(self.by_name.values()) {
+            let info = configured.plugin.info();
+            keys.union(&Keys {
+                labels: KeySet::declared(&info.label_keys),
+                annotations: KeySet::declared(&info.annotation_keys),
+            });
+        }
+        keys
     }
 
     /// Loaded plugin names, the built-in one included.

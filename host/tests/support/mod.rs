@@ -101,15 +101,17 @@ impl Controller {
     pub fn start(
         client: &Client,
         namespace: &str,
-        source: nad_service_controller::controller::PluginSource,
+        source: nad_service_controller::watch::plugin_dir::PluginSource,
     ) -> Self {
-        use nad_service_controller::{controller, metrics::Metrics, server::Readiness};
+        use nad_service_controller::{
+            controller, metrics::Metrics, reconcile::Settings, server::Readiness,
+        };
         let metrics = std::sync::Arc::new(Metrics::default());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(controller::run(
             client.clone(),
             source,
-            controller::Settings {
+            Settings {
                 max_endpoints_per_slice: 100,
                 namespace: Some(namespace.to_owned()),
             },

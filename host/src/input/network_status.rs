@@ -10,7 +10,7 @@ use std::net::IpAddr;
 
 use serde_json::Value;
 
-use crate::address::{self, Rejected, Unparsable};
+use crate::input::address::{self, Rejected, Unparsable};
 
 /// The annotation Multus writes on every pod it attaches.
 pub const ANNOTATION: &str = "k8s.v1.cni.cncf.io/network-status";
@@ -139,7 +139,45 @@ pub fn attachment(
     pod_namespace: &str,
     network: &str,
 ) -> Result<Option<Attachment>, StatusError> {
-    let entries = entries(annotation)?;
+    attachment_in(&entries(annotation)?, pod_namespace, network)
+}
+
+/// A pod's attachment to each network (`<namespace>/<name>`) it is on, or why the annotation
+/// cannot be read at all (then the pod is on no network).
+pub type Attachments = Result<Vec<(String, Result<Attachment, StatusError>)>, StatusError>;
+
+/// A pod's attachment to each network the annotation lists (see [`attachment`]), parsing the
+/// JSON once. A missing annotation lists no network.
+pub fn attachments(annotation: Option<&str>, pod_namespace: &str) -> Attachments {
+    let entries = match entries(annotation) {
+        Ok(entries) => entries,
+        Err(StatusError::Missing) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut names: Vec<String> = entries
+        .iter()
+        .filter(|e| e.get("default").and_then(Value::as_bool) != Some(true))
+        .filter_map(|e| entry_network(e, pod_namespace))
+        .collect();
+    names.sort();
+    names.dedup();
+    Ok(names
+        .into_iter()
+        .filter_map(
+            |network| match attachment_in(&entries, pod_namespace, &network) {
+                Ok(Some(attachment)) => Some((network, Ok(attachment))),
+                Ok(None) => None,
+                Err(e) => Some((network, Err(e))),
+            },
+        )
+        .collect())
+}
+
+fn attachment_in(
+    entries: &[Value],
+    pod_namespace: &str,
+    network: &str,
+) -> Result<Option<Attachment>, StatusError> {
     let malformed = |field, problem: String| StatusError::Malformed {
         network: network.to_owned(),
         field,
@@ -148,7 +186,7 @@ pub fn attachment(
     let mut found = false;
     let mut ips: Vec<IpAddr> = Vec::new();
     let mut unusable = Vec::new();
-    for entry in &entries {
+    for entry in entries {
         if entry_network(entry, pod_namespace).as_deref() != Some(network) {
             continue;
         }

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use kube::runtime::{utils::Backoff, watcher};
 
-use crate::{error::describe_watch, recovery::Recovery};
+use super::recovery::Recovery;
+use crate::error::describe_watch;
 
 /// The first retry delay of a failed watch, before jitter (which adds up to as much again).
 pub const FIRST_RETRY: Duration = Duration::from_millis(125);

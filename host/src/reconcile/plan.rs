@@ -1,38 +1,28 @@
 //! The pure plan: a managed Service, its candidates and the policy's decisions in; the
-//! EndpointSlices that should exist out, and the writes that get there from what exists.
+//! endpoints that should be published out, grouped by address family and port set. Where
+//! they go among the Service's slices is [`super::slices`]' job.
 //!
 //! Nothing here does I/O, so every rule of the specification is a table test below.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, HashMap},
     net::IpAddr,
-    sync::Arc,
 };
 
 use k8s_openapi::{
     api::{
-        core::v1::{ObjectReference, Pod, ServicePort},
-        discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice},
+        core::v1::{ObjectReference, ServicePort},
+        discovery::v1::{Endpoint, EndpointConditions, EndpointPort},
     },
-    apimachinery::pkg::{apis::meta::v1::OwnerReference, util::intstr::IntOrString},
+    apimachinery::pkg::util::intstr::IntOrString,
 };
-use kube::{ResourceExt, api::ObjectMeta};
 
+use super::observe::Candidate;
 use crate::{
-    observe::Candidate,
-    target::{Family, ServiceTarget},
-    validate::{self, Violation},
+    apply::validate::{self, Violation},
+    index::PodRecord,
+    input::target::{Family, ServiceTarget},
 };
-
-/// Only slices carrying this label with [`MANAGED_BY`] are ever touched.
-pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
-pub const MANAGED_BY: &str = "nad-service-controller.isim.dev";
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
-
-pub const DEFAULT_MAX_ENDPOINTS_PER_SLICE: usize = 100;
-/// The API server rejects slices with more endpoints than this.
-pub const MAX_ENDPOINTS_PER_SLICE: usize = 1000;
 
 /// EndpointSlice conditions of an included pod's endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +44,7 @@ pub enum Decision {
 /// A numeric `targetPort` is used as is; a named one is looked up among the pod's container
 /// ports with the same protocol, and the port is left out for a pod that has no such port
 /// (as Kubernetes' own EndpointSlice controller does).
-pub fn endpoint_ports(service_ports: &[ServicePort], pod: &Pod) -> Vec<EndpointPort> {
+pub fn endpoint_ports(service_ports: &[ServicePort], pod: &PodRecord) -> Vec<EndpointPort> {
     service_ports
         .iter()
         .filter_map(|sp| {
@@ -62,7 +52,7 @@ pub fn endpoint_ports(service_ports: &[ServicePort], pod: &Pod) -> Vec<EndpointP
             let port = match &sp.target_port {
                 None => sp.port,
                 Some(IntOrString::Int(n)) => *n,
-                Some(IntOrString::String(name)) => named_port(pod, name, &protocol)?,
+                Some(IntOrString::String(name)) => pod.named_port(name, &protocol)?,
             };
             Some(EndpointPort {
                 name: Some(sp.name.clone().unwrap_or_default()),
@@ -74,28 +64,10 @@ pub fn endpoint_ports(service_ports: &[ServicePort], pod: &Pod) -> Vec<EndpointP
         .collect()
 }
 
-fn named_port(pod: &Pod, name: &str, protocol: &str) -> Option<i32> {
-    pod.spec
-        .as_ref()?
-        .containers
-        .iter()
-        .flat_map(|c| c.ports.iter().flatten())
-        .find(|p| {
-            p.name.as_deref() == Some(name) && p.protocol.as_deref().unwrap_or("TCP") == protocol
-        })
-        .map(|p| p.container_port)
-}
+/// The ports of a slice as a comparable key: slices with the same key hold the same ports.
+pub type PortKey = Vec<(String, i32, String, Option<String>)>;
 
-type PortKey = Vec<(String, i32, String, Option<String>)>;
-
-/// Endpoints of one address family and port set, each with its sort key.
-#[derive(Clone)]
-struct Group {
-    ports: Vec<EndpointPort>,
-    endpoints: Vec<(String, Endpoint)>,
-}
-
-fn port_key(ports: &[EndpointPort]) -> PortKey {
+pub fn port_key(ports: &[EndpointPort]) -> PortKey {
     ports
         .iter()
         .map(|p| {
@@ -109,28 +81,27 @@ fn port_key(ports: &[EndpointPort]) -> PortKey {
         .collect()
 }
 
-/// FNV-1a, 32 bits: a short name suffix that is the same on every build and platform.
-fn fnv1a(key: &PortKey) -> u32 {
-    let text = format!("{key:?}");
-    text.bytes().fold(0x811c_9dc5_u32, |hash, b| {
-        (hash ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    })
+/// An endpoint's identity across reconciles: the pod it stands for and its address.
+pub type EndpointKey = (String, String);
+
+pub fn endpoint_key(endpoint: &Endpoint) -> EndpointKey {
+    (
+        endpoint
+            .target_ref
+            .as_ref()
+            .and_then(|t| t.name.clone())
+            .unwrap_or_default(),
+        endpoint.addresses.first().cloned().unwrap_or_default(),
+    )
 }
 
-fn endpoint(
-    target: &ServiceTarget,
-    candidate: &Candidate,
-    ip: &std::net::IpAddr,
-    c: Conditions,
-) -> Endpoint {
+fn endpoint(target: &ServiceTarget, candidate: &Candidate, ip: &IpAddr, c: Conditions) -> Endpoint {
     let pod = &candidate.pod;
-    let spec = pod.spec.as_ref();
-    let hostname = spec.and_then(|s| {
-        let subdomain_matches = s.subdomain.as_deref() == Some(target.name.as_str());
-        s.hostname
-            .clone()
-            .filter(|h| subdomain_matches && !h.is_empty())
-    });
+    let subdomain_matches = pod.subdomain.as_deref() == Some(target.name.as_str());
+    let hostname = pod
+        .hostname
+        .clone()
+        .filter(|h| subdomain_matches && !h.is_empty());
     Endpoint {
         addresses: vec![ip.to_string()],
         conditions: Some(EndpointConditions {
@@ -145,9 +116,9 @@ fn endpoint(
             .map(str::to_owned),
         target_ref: Some(ObjectReference {
             kind: Some("Pod".to_owned()),
-            namespace: pod.metadata.namespace.clone(),
-            name: pod.metadata.name.clone(),
-            uid: pod.metadata.uid.clone(),
+            namespace: Some(pod.namespace.clone()),
+            name: Some(pod.name.clone()),
+            uid: Some(pod.uid.clone()).filter(|u| !u.is_empty()),
             ..ObjectReference::default()
         }),
         zone: candidate.zone.clone(),
@@ -172,12 +143,28 @@ pub struct Dropped {
     pub violations: Vec<Violation>,
 }
 
-/// The slices a Service should have, and what was left out on the way.
+/// The endpoints of one address family and port set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointGroup {
+    pub family: Family,
+    pub ports: Vec<EndpointPort>,
+    /// Sorted by pod name and address.
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// The endpoints a Service should publish, and what was left out on the way.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Desired {
-    pub slices: Vec<EndpointSlice>,
+    /// Sorted by family and port set.
+    pub groups: Vec<EndpointGroup>,
     pub conflicts: Vec<Conflict>,
     pub dropped: Vec<Dropped>,
+}
+
+impl Desired {
+    pub fn endpoint_count(&self) -> usize {
+        self.groups.iter().map(|g| g.endpoints.len()).sum()
+    }
 }
 
 /// For each address of a wanted family, the index (into `included`) of the pod that publishes
@@ -191,16 +178,11 @@ fn address_owners(
     order.sort_by(|&a, &b| {
         let (a, b) = (included[a].0, included[b].0);
         // A pod without a creation time sorts last: it is the one that cannot prove its age.
-        (
-            a.created().is_none(),
-            a.created(),
-            a.pod.metadata.name.as_deref(),
-        )
-            .cmp(&(
-                b.created().is_none(),
-                b.created(),
-                b.pod.metadata.name.as_deref(),
-            ))
+        (a.created().is_none(), a.created(), a.name()).cmp(&(
+            b.created().is_none(),
+            b.created(),
+            b.name(),
+        ))
     });
     let mut owners: HashMap<IpAddr, usize> = HashMap::new();
     let mut conflicts = Vec::new();
@@ -216,8 +198,8 @@ fn address_owners(
                 }
                 Some(&owner) if owner != index => conflicts.push(Conflict {
                     address: *ip,
-                    kept: included[owner].0.name(),
-                    left_out: candidate.name(),
+                    kept: included[owner].0.name().to_owned(),
+                    left_out: candidate.name().to_owned(),
                 }),
                 Some(_) => {}
             }
@@ -227,32 +209,16 @@ fn address_owners(
     (owners, conflicts)
 }
 
-/// The slices a Service should have (see [`desired`]).
-pub fn desired_slices(
-    target: &ServiceTarget,
-    included: &[(&Candidate, Conditions)],
-    max_endpoints: usize,
-) -> Vec<EndpointSlice> {
-    desired(target, included, max_endpoints).slices
-}
-
-/// The slices a Service should have.
+/// The endpoints a Service should publish.
 ///
-/// One endpoint per address. Endpoints are grouped by address family and resolved port set,
-/// sorted by pod name and address, and cut into slices of at most `max_endpoints` (clamped to
-/// 1..=[`MAX_ENDPOINTS_PER_SLICE`]). Names are deterministic: `<service>-<ipv4|ipv6>-<n>`, with
-/// a hash of the ports before `<n>` when pods of one family resolve to different port sets.
-/// A Service with no endpoints has no slices. An address listed by two pods is published once,
-/// for the older pod ([`Conflict`]); an endpoint the API would reject is left out ([`Dropped`]).
-pub fn desired(
-    target: &ServiceTarget,
-    included: &[(&Candidate, Conditions)],
-    max_endpoints: usize,
-) -> Desired {
-    let max_endpoints = max_endpoints.clamp(1, MAX_ENDPOINTS_PER_SLICE);
+/// One endpoint per address, grouped by address family and resolved port set (pods whose
+/// named `targetPort`s resolve differently land in different groups), sorted by pod name and
+/// address. An address listed by two pods is published once, for the older pod
+/// ([`Conflict`]); an endpoint the API would reject is left out ([`Dropped`]).
+pub fn desired(target: &ServiceTarget, included: &[(&Candidate, Conditions)]) -> Desired {
     let (owners, conflicts) = address_owners(target, included);
     let mut dropped = Vec::new();
-    let mut groups: BTreeMap<(Family, PortKey), Group> = BTreeMap::new();
+    let mut groups: BTreeMap<(Family, PortKey), EndpointGroup> = BTreeMap::new();
     for (index, (candidate, conditions)) in included.iter().enumerate() {
         let ports = endpoint_ports(&target.ports, &candidate.pod);
         let key = port_key(&ports);
@@ -265,152 +231,32 @@ pub fn desired(
             let violations = validate::endpoint(&endpoint, family.address_type(), "endpoint");
             if !violations.is_empty() {
                 dropped.push(Dropped {
-                    pod: candidate.name(),
+                    pod: candidate.name().to_owned(),
                     address: *ip,
                     violations,
                 });
                 continue;
             }
-            let group = groups
+            groups
                 .entry((family, key.clone()))
-                .or_insert_with(|| Group {
+                .or_insert_with(|| EndpointGroup {
+                    family,
                     ports: ports.clone(),
                     endpoints: Vec::new(),
-                });
-            let sort_key = format!("{}\0{ip}", candidate.pod.name_any());
-            group.endpoints.push((sort_key, endpoint));
+                })
+                .endpoints
+                .push(endpoint);
         }
     }
-    let mut groups_per_family: BTreeMap<Family, usize> = BTreeMap::new();
-    for (family, _) in groups.keys() {
-        *groups_per_family.entry(*family).or_default() += 1;
-    }
-    let mut slices = Vec::new();
-    for ((family, key), mut group) in groups {
-        group.endpoints.sort_by(|a, b| a.0.cmp(&b.0));
-        let prefix = if groups_per_family[&family] > 1 {
-            format!("{}-{}-{:08x}", target.name, family.slug(), fnv1a(&key))
-        } else {
-            format!("{}-{}", target.name, family.slug())
-        };
-        for (index, chunk) in group.endpoints.chunks(max_endpoints).enumerate() {
-            slices.push(slice(
-                target,
-                format!("{prefix}-{index}"),
-                family,
-                group.ports.clone(),
-                chunk.iter().map(|(_, e)| e.clone()).collect(),
-            ));
-        }
+    let mut groups: Vec<EndpointGroup> = groups.into_values().collect();
+    for group in &mut groups {
+        group.endpoints.sort_by_cached_key(endpoint_key);
     }
     Desired {
-        slices,
+        groups,
         conflicts,
         dropped,
     }
-}
-
-/// The labels every slice of `target` carries: the Service's own, then this controller's.
-pub fn slice_labels(target: &ServiceTarget) -> BTreeMap<String, String> {
-    let mut labels = target.labels.clone();
-    labels.insert(SERVICE_NAME_LABEL.to_owned(), target.name.clone());
-    labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned());
-    labels.insert(HEADLESS_LABEL.to_owned(), String::new());
-    labels
-}
-
-fn slice(
-    target: &ServiceTarget,
-    name: String,
-    family: Family,
-    ports: Vec<EndpointPort>,
-    endpoints: Vec<Endpoint>,
-) -> EndpointSlice {
-    EndpointSlice {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: Some(target.namespace.clone()),
-            labels: Some(slice_labels(target)),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "v1".to_owned(),
-                kind: "Service".to_owned(),
-                name: target.name.clone(),
-                uid: target.uid.clone(),
-                controller: Some(true),
-                ..OwnerReference::default()
-            }]),
-            ..ObjectMeta::default()
-        },
-        address_type: family.address_type().to_owned(),
-        endpoints: Some(endpoints),
-        ports: Some(ports),
-    }
-}
-
-/// Whether a slice is managed by this controller for the Service `name`.
-pub fn is_managed_slice_of(slice: &EndpointSlice, name: &str) -> bool {
-    let labels = slice.labels();
-    labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)
-        && labels.get(SERVICE_NAME_LABEL).map(String::as_str) == Some(name)
-}
-
-/// The writes that turn `existing` (this controller's slices of one Service) into `desired`.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Changes {
-    /// Slices to server-side apply: new, or different from what is stored.
-    pub apply: Vec<EndpointSlice>,
-    /// Names of slices that are no longer wanted.
-    pub delete: Vec<String>,
-    /// Slices already as desired: no write.
-    pub unchanged: usize,
-}
-
-impl Changes {
-    pub fn is_empty(&self) -> bool {
-        self.apply.is_empty() && self.delete.is_empty()
-    }
-}
-
-/// Compares what this controller sets; fields others add and it does not own (extra labels,
-/// annotations) are left alone, and so do not count as a difference.
-fn up_to_date(desired: &EndpointSlice, existing: &EndpointSlice) -> bool {
-    let labels_match = desired
-        .labels()
-        .iter()
-        .all(|(k, v)| existing.labels().get(k) == Some(v));
-    let owner_matches = desired.owner_references().iter().all(|want| {
-        existing.owner_references().iter().any(|have| {
-            have.uid == want.uid && have.controller == want.controller && have.kind == want.kind
-        })
-    });
-    labels_match
-        && owner_matches
-        && existing.metadata.deletion_timestamp.is_none()
-        && desired.address_type == existing.address_type
-        && desired.endpoints.as_deref().unwrap_or_default()
-            == existing.endpoints.as_deref().unwrap_or_default()
-        && desired.ports.as_deref().unwrap_or_default()
-            == existing.ports.as_deref().unwrap_or_default()
-}
-
-pub fn changes(desired: Vec<EndpointSlice>, existing: &[Arc<EndpointSlice>]) -> Changes {
-    let wanted: BTreeSet<String> = desired.iter().map(ResourceExt::name_any).collect();
-    let mut out = Changes::default();
-    for slice in desired {
-        let name = slice.name_any();
-        match existing.iter().find(|e| e.name_any() == name) {
-            Some(current) if up_to_date(&slice, current) => out.unchanged += 1,
-            _ => out.apply.push(slice),
-        }
-    }
-    out.delete = existing
-        .iter()
-        .map(|e| e.name_any())
-        .filter(|name| !wanted.contains(name))
-        .collect();
-    out.delete.sort();
-    out.delete.dedup();
-    out
 }
 
 /// Candidates sorted by the policy's decisions.
@@ -435,9 +281,26 @@ pub fn split<'a>(candidates: &'a [Candidate], decisions: &'a [Decision]) -> Spli
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observe::tests::target;
+    use crate::{
+        index::Keys,
+        reconcile::{
+            observe::tests::target,
+            slices::{self, HEADLESS_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL},
+        },
+    };
+    use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice};
+    use kube::ResourceExt;
     use serde_json::json;
-    use std::net::IpAddr;
+    use std::{net::IpAddr, sync::Arc};
+
+    /// The slices of a Service that has none yet.
+    fn desired_slices(
+        target: &ServiceTarget,
+        included: &[(&Candidate, Conditions)],
+        max_endpoints: usize,
+    ) -> Vec<EndpointSlice> {
+        slices::place(target, &desired(target, included), &[], max_endpoints, None).apply
+    }
 
     const READY: Conditions = Conditions {
         ready: true,
@@ -454,7 +317,7 @@ mod tests {
         let extra: k8s_openapi::api::core::v1::PodSpec = serde_json::from_value(spec).unwrap();
         pod.spec = Some(extra);
         Candidate {
-            pod: Arc::new(pod),
+            pod: Arc::new(PodRecord::from_pod(&pod, &Keys::all())),
             ips: ips.iter().map(|s| s.parse::<IpAddr>().unwrap()).collect(),
             zone: None,
         }
@@ -718,17 +581,9 @@ mod tests {
             )),
             "{by_ports:?}"
         );
-        // Two port sets in one family: names carry a hash of the ports and stay distinct.
-        for s in &slices {
-            let name = s.name_any();
-            assert!(
-                name.starts_with("web-ipv4-")
-                    && name.ends_with("-0")
-                    && name.len() == "web-ipv4-12345678-0".len(),
-                "{name}"
-            );
-        }
-        assert_ne!(slices[0].name_any(), slices[1].name_any());
+        // Two port sets in one family: a slice each, named in turn.
+        let names: Vec<_> = slices.iter().map(ResourceExt::name_any).collect();
+        assert_eq!(names, ["web-ipv4-0", "web-ipv4-1"]);
     }
 
     #[test]
@@ -793,8 +648,7 @@ mod tests {
     fn aged(name: &str, ips: &[&str], created: Option<&str>) -> Candidate {
         let mut c = candidate(name, ips, json!({"containers": []}));
         let mut pod = (*c.pod).clone();
-        pod.metadata.creation_timestamp = created
-            .map(|t| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.parse().unwrap()));
+        pod.created = created.map(|t| t.parse().unwrap());
         c.pod = Arc::new(pod);
         c
     }
@@ -814,8 +668,9 @@ mod tests {
         );
         let unknown = aged("0-unknown", &["192.168.2.9"], None);
         let included = [(&new, READY), (&unknown, READY), (&old, READY)];
-        let got = desired(&t, &included, 100);
-        let owners: Vec<_> = eps(&got.slices[0])
+        let got = desired(&t, &included);
+        let owners: Vec<_> = got.groups[0]
+            .endpoints
             .iter()
             .map(|e| {
                 (
@@ -852,7 +707,7 @@ mod tests {
             aged("b", &["192.168.2.9"], Some("2026-01-01T00:00:00Z")),
             aged("a", &["192.168.2.9"], Some("2026-01-01T00:00:00Z")),
         ];
-        let got = desired(&t, &[(&same_age[0], READY), (&same_age[1], READY)], 100);
+        let got = desired(&t, &[(&same_age[0], READY), (&same_age[1], READY)]);
         assert_eq!(got.conflicts[0].kept, "a", "same age: the name decides");
     }
 
@@ -865,8 +720,13 @@ mod tests {
             json!({"containers": [], "hostname": "Not_A_Label", "subdomain": "web"}),
         );
         let good = simple("good", "192.168.2.2");
-        let got = desired(&t, &[(&bad, READY), (&good, READY)], 100);
-        assert_eq!(addresses(&got.slices[0]), vec!["192.168.2.2"]);
+        let got = desired(&t, &[(&bad, READY), (&good, READY)]);
+        let kept: Vec<_> = got.groups[0]
+            .endpoints
+            .iter()
+            .map(|e| &e.addresses[0])
+            .collect();
+        assert_eq!(kept, vec!["192.168.2.2"]);
         assert_eq!(got.dropped.len(), 1);
         assert_eq!(got.dropped[0].pod, "bad");
         assert_eq!(got.dropped[0].violations[0].field, "endpoint.hostname");
@@ -888,93 +748,5 @@ mod tests {
         assert_eq!(inc.len(), 1);
         assert_eq!(inc[0].0.name(), "b");
         assert_eq!(exc[0].1, "no");
-    }
-
-    fn stored(slice: &EndpointSlice) -> Arc<EndpointSlice> {
-        // What the API returns: the same fields plus server-set metadata and others' labels.
-        let mut s = slice.clone();
-        s.metadata.resource_version = Some("42".into());
-        s.metadata.uid = Some("slice-uid".into());
-        s.labels_mut().insert("added-by-someone".into(), "x".into());
-        Arc::new(s)
-    }
-
-    #[test]
-    fn an_unchanged_input_writes_nothing() {
-        let t = target("team-a/m");
-        let a = simple("a", "10.0.0.1");
-        let desired = desired_slices(&t, &[(&a, READY)], 100);
-        let existing: Vec<_> = desired.iter().map(stored).collect();
-        let c = changes(desired, &existing);
-        assert!(c.is_empty(), "{c:?}");
-        assert_eq!(c.unchanged, 1);
-    }
-
-    #[test]
-    fn edited_or_deleted_slices_are_written_again() {
-        let t = target("team-a/m");
-        let a = simple("a", "10.0.0.1");
-        let desired = desired_slices(&t, &[(&a, READY)], 100);
-        // Deleted by someone: applied again.
-        assert_eq!(changes(desired.clone(), &[]).apply, desired);
-        // Endpoints edited by hand.
-        let mut edited = (*stored(&desired[0])).clone();
-        edited.endpoints.as_mut().unwrap()[0].addresses = vec!["10.9.9.9".into()];
-        assert_eq!(changes(desired.clone(), &[Arc::new(edited)]).apply.len(), 1);
-        // Our label changed.
-        let mut relabeled = (*stored(&desired[0])).clone();
-        relabeled
-            .labels_mut()
-            .insert(HEADLESS_LABEL.into(), "no".into());
-        assert_eq!(
-            changes(desired.clone(), &[Arc::new(relabeled)]).apply.len(),
-            1
-        );
-        // Ports edited.
-        let mut reported = (*stored(&desired[0])).clone();
-        reported.ports = Some(vec![EndpointPort {
-            port: Some(1),
-            ..Default::default()
-        }]);
-        assert_eq!(
-            changes(desired.clone(), &[Arc::new(reported)]).apply.len(),
-            1
-        );
-        // Owner reference removed.
-        let mut orphaned = (*stored(&desired[0])).clone();
-        orphaned.metadata.owner_references = None;
-        assert_eq!(changes(desired, &[Arc::new(orphaned)]).apply.len(), 1);
-    }
-
-    #[test]
-    fn slices_no_longer_wanted_are_deleted() {
-        let t = target("team-a/m");
-        let pods: Vec<Candidate> = (0..250)
-            .map(|i| simple(&format!("p{i:03}"), &format!("10.3.0.{}", i + 1)))
-            .collect();
-        let all: Vec<_> = pods.iter().map(|c| (c, READY)).collect();
-        let existing: Vec<_> = desired_slices(&t, &all, 100).iter().map(stored).collect();
-        let c = changes(desired_slices(&t, &all[..1], 100), &existing);
-        assert_eq!(
-            c.delete,
-            vec!["web-ipv4-1".to_string(), "web-ipv4-2".to_string()]
-        );
-        assert_eq!(c.apply.len(), 1, "the first slice shrinks");
-        let c = changes(vec![], &existing);
-        assert_eq!(c.delete.len(), 3);
-    }
-
-    #[test]
-    fn only_this_controllers_slices_of_the_service_count_as_managed() {
-        let t = target("team-a/m");
-        let a = simple("a", "10.0.0.1");
-        let mut s = desired_slices(&t, &[(&a, READY)], 100).remove(0);
-        assert!(is_managed_slice_of(&s, "web"));
-        assert!(!is_managed_slice_of(&s, "other"));
-        s.labels_mut().insert(
-            MANAGED_BY_LABEL.into(),
-            "endpointslice-controller.k8s.io".into(),
-        );
-        assert!(!is_managed_slice_of(&s, "web"));
     }
 }

@@ -13,7 +13,10 @@ use std::{
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{ResourceExt, runtime::reflector::ObjectRef};
 
-use crate::plan::{Conflict, Dropped};
+use super::{
+    plan::{Conflict, Dropped},
+    slices::TRIGGER_TIME_ANNOTATION,
+};
 
 /// Something wrong with a Service's input, reported (logged, and for duplicates an Event)
 /// once when it appears, not on every reconcile while it lasts.
@@ -124,10 +127,18 @@ impl ServiceState {
     }
 }
 
-/// A hash of a slice's content, stable within this process.
+/// A hash of a slice's content, stable within this process. The trigger time is left out:
+/// it is when the write was caused, not what it holds.
 fn fingerprint(slice: &EndpointSlice) -> u64 {
+    let mut content = slice.clone();
+    if let Some(annotations) = content.metadata.annotations.as_mut() {
+        annotations.remove(TRIGGER_TIME_ANNOTATION);
+        if annotations.is_empty() {
+            content.metadata.annotations = None;
+        }
+    }
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    serde_json::to_string(slice)
+    serde_json::to_string(&content)
         .unwrap_or_default()
         .hash(&mut hasher);
     hasher.finish()
@@ -240,6 +251,12 @@ mod tests {
         s.refused(&slice("10.0.0.1"));
         assert!(s.was_refused(&slice("10.0.0.1")));
         assert!(!s.was_refused(&slice("10.0.0.2")));
+        let mut later = slice("10.0.0.1");
+        later.metadata.annotations = Some(std::collections::BTreeMap::from([(
+            TRIGGER_TIME_ANNOTATION.to_owned(),
+            "2026-12-01T10:00:00Z".to_owned(),
+        )]));
+        assert!(s.was_refused(&later), "the same content caused by a later change");
         s.accepted("web-ipv4-0");
         assert!(!s.was_refused(&slice("10.0.0.1")));
     }

@@ -4,9 +4,11 @@ use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration}
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+pub mod plugin;
+
 use crate::{
-    plan::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, MAX_ENDPOINTS_PER_SLICE},
     plugin::FailurePolicy,
+    reconcile::slices::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, MAX_ENDPOINTS_PER_SLICE},
 };
 
 #[derive(Debug, Parser)]

@@ -13,11 +13,17 @@ use kube::ResourceExt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::{EvalArgs, InspectArgs};
 use crate::{
-    cli::{EvalArgs, InspectArgs},
-    observe, plan,
-    plugin::{self, HOST_WIT_VERSION, Runtime, WIT_PACKAGE},
-    target::{self, Target},
+    index::{Keys, PodRecord, ZONE_LABEL},
+    input::target::{self, ServiceTarget, Target},
+    plugin::{self, HOST_WIT_VERSION, POLICY_ANNOTATION, Plugins, Runtime, WIT_PACKAGE},
+    reconcile::{
+        decide::{self, Inputs},
+        observe, plan,
+        scope::Scope,
+        slices,
+    },
 };
 
 fn read(path: &Path) -> anyhow::Result<String> {
@@ -124,31 +130,37 @@ pub fn eval(
         ),
     };
 
-    let pods: Vec<Arc<Pod>> = objects::<Pod>(&args.pods, "Pod")?
+    let keys = Keys::all();
+    let pods: Vec<Arc<PodRecord>> = objects::<Pod>(&args.pods, "Pod")?
         .into_iter()
         .map(|mut pod| {
             if pod.metadata.namespace.is_none() {
                 pod.metadata.namespace = Some(target.namespace.clone());
             }
-            Arc::new(pod)
+            Arc::new(PodRecord::from_pod(&pod, &keys))
         })
         .collect();
-    let nodes: Option<Vec<Arc<Node>>> = args
+    // Without a nodes file every node exists, without a zone.
+    let zones: Option<Vec<(String, Option<String>)>> = args
         .nodes
         .as_ref()
-        .map(|path| objects::<Node>(path, "Node").map(|n| n.into_iter().map(Arc::new).collect()))
+        .map(|path| {
+            objects::<Node>(path, "Node").map(|nodes| {
+                nodes
+                    .iter()
+                    .map(|n| (n.name_any(), n.labels().get(ZONE_LABEL).cloned()))
+                    .collect()
+            })
+        })
         .transpose()?;
-    let lookup = |name: &str| match &nodes {
-        Some(nodes) => nodes.iter().find(|n| n.name_any() == name).cloned(),
-        None => Some(Arc::new(Node {
-            metadata: kube::api::ObjectMeta {
-                name: Some(name.to_owned()),
-                ..Default::default()
-            },
-            ..Node::default()
-        })),
+    let zone = |name: &str| match &zones {
+        Some(zones) => zones
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, z)| z.clone()),
+        None => Some(None),
     };
-    let observation = observe::candidates(&target, &pods, lookup);
+    let observation = observe::candidates(&target, &pods, zone);
     for skipped in &observation.skipped {
         writeln!(err, "skipped pod {}: {}", skipped.pod, skipped.reason)?;
     }
@@ -161,24 +173,25 @@ pub fn eval(
         writeln!(err, "skipped pod {}: {}", skipped.pod, skipped.reason)?;
     }
 
-    let service_view = plugin::service_view(&target);
-    let views: Vec<_> = observation
-        .candidates
-        .iter()
-        .map(|c| plugin::pod_view(c, &configured.plugin))
-        .collect();
-    let decisions = if views.is_empty() {
-        Vec::new()
-    } else {
-        configured
-            .plugin
-            .evaluate(&service_view, &views, &configured.config)?
-    };
+    let decided = decide::decide(Inputs {
+        // The file decides, whatever plugin the Service names.
+        plugins: Arc::new(Plugins::only(
+            plugin_name_for(&target).unwrap_or(&name),
+            configured,
+        )),
+        target: (*target).clone(),
+        candidates: observation.candidates.clone(),
+        scope: Scope::Full,
+        remembered: None,
+        published: Default::default(),
+        reported: Default::default(),
+    })?;
+    let decisions = decided.decisions.unwrap_or_default();
     let split = plan::split(&observation.candidates, &decisions);
     for (candidate, reason) in &split.excluded {
         writeln!(err, "excluded pod {}: {reason}", candidate.name())?;
     }
-    let desired = plan::desired(&target, &split.included, max_endpoints);
+    let desired = plan::desired(&target, &split.included);
     for conflict in &desired.conflicts {
         writeln!(
             err,
@@ -196,7 +209,7 @@ pub fn eval(
             violations.join("; ")
         )?;
     }
-    let slices = desired.slices;
+    let slices = slices::place(&target, &desired, &[], max_endpoints, None).apply;
     if slices.is_empty() {
         writeln!(err, "no EndpointSlices: no pod is included")?;
     }
@@ -205,6 +218,15 @@ pub fn eval(
         write!(out, "---\n{yaml}")?;
     }
     Ok(())
+}
+
+/// The plugin the Service's annotation names, if any.
+fn plugin_name_for(target: &ServiceTarget) -> Option<&str> {
+    target
+        .annotations
+        .get(POLICY_ANNOTATION)
+        .map(|name| name.trim())
+        .filter(|name| !name.is_empty())
 }
 
 /// Prints what a plugin file is and whether this host runs it; fails when it does not.

@@ -1,64 +1,55 @@
-//! Reading the caches: which pods are candidates for a Service, and what the host knows of them.
+//! The candidate pods of a Service, read from the pod index, and what the host knows of them.
 //!
-//! Pure over its inputs (pods, a node lookup): the controller passes snapshots of its reflector
-//! stores. Pods whose network attachment cannot be read are skipped with a reason; they never
-//! stop the Service's other pods from being published.
+//! Pure over its inputs (pod records, a zone lookup). Pods whose network attachment cannot be
+//! read are skipped with a reason; they never stop the Service's other pods from being
+//! published.
 
 use std::{net::IpAddr, sync::Arc};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::ResourceExt;
+use k8s_openapi::jiff::Timestamp;
 
 use crate::{
-    network_status::{self, StatusError, Unusable},
-    target::ServiceTarget,
+    index::{Phase, PodRecord},
+    input::{
+        network_status::{StatusError, Unusable},
+        target::ServiceTarget,
+    },
 };
-
-/// The node label that gives an endpoint its zone.
-pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
 /// A pod attached to the Service's network, with its addresses on that network.
 #[derive(Debug, Clone)]
 pub struct Candidate {
-    pub pod: Arc<Pod>,
+    pub pod: Arc<PodRecord>,
     pub ips: Vec<IpAddr>,
     /// The node's zone label, when the pod is scheduled and the node has one.
     pub zone: Option<String>,
 }
 
 impl Candidate {
-    pub fn name(&self) -> String {
-        self.pod.name_any()
+    pub fn name(&self) -> &str {
+        &self.pod.name
     }
 
     pub fn node_name(&self) -> Option<&str> {
-        self.pod.spec.as_ref()?.node_name.as_deref()
+        self.pod.node_name.as_deref()
     }
 
     /// `Ready` condition is `True`.
     pub fn is_ready(&self) -> bool {
-        self.pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        self.pod.ready
     }
 
     pub fn is_terminating(&self) -> bool {
-        self.pod.metadata.deletion_timestamp.is_some()
+        self.pod.terminating
     }
 
     /// When the pod was created; the older of two pods claiming one address keeps it.
-    pub fn created(&self) -> Option<&k8s_openapi::jiff::Timestamp> {
-        self.pod.metadata.creation_timestamp.as_ref().map(|t| &t.0)
+    pub fn created(&self) -> Option<&Timestamp> {
+        self.pod.created.as_ref()
     }
 
-    pub fn phase(&self) -> &str {
-        self.pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .unwrap_or("Unknown")
+    pub fn phase(&self) -> Phase {
+        self.pod.phase
     }
 }
 
@@ -104,82 +95,80 @@ impl Observation {
     }
 }
 
-/// Collects the Service's candidates: pods in its namespace attached to its network.
+/// Collects the Service's candidates among `pods`: those in its namespace attached to its
+/// network. `zone` gives a node's zone: `None` for a node not known (yet), `Some(None)` for a
+/// node without a zone label.
 ///
-/// Pods without the annotation are not on any secondary network and are not reported, nor are
-/// pods whose annotation is not a JSON list (listed in [`Observation::unreadable`]). Pods in
-/// other namespaces are never candidates, even when attached to the same network.
+/// Pods not attached are not reported, nor are pods whose annotation is not a JSON list
+/// (listed in [`Observation::unreadable`]). Pods in other namespaces are never candidates,
+/// even when attached to the same network.
 pub fn candidates<'a>(
     target: &ServiceTarget,
-    pods: impl IntoIterator<Item = &'a Arc<Pod>>,
-    node: impl Fn(&str) -> Option<Arc<Node>>,
+    pods: impl IntoIterator<Item = &'a Arc<PodRecord>>,
+    zone: impl Fn(&str) -> Option<Option<String>>,
 ) -> Observation {
     let mut observation = Observation::default();
     for pod in pods {
-        if pod.metadata.namespace.as_deref() != Some(target.namespace.as_str()) {
+        if pod.namespace != target.namespace {
             continue;
         }
-        let annotation = pod
-            .annotations()
-            .get(network_status::ANNOTATION)
-            .map(String::as_str);
-        let attachment =
-            match network_status::attachment(annotation, &target.namespace, &target.network) {
-                Ok(Some(attachment)) => attachment,
-                Ok(None) | Err(StatusError::Missing) => continue,
-                Err(e @ StatusError::Unreadable(_)) => {
-                    observation.unreadable.push(Skipped {
-                        pod: pod.name_any(),
-                        reason: e.into(),
-                    });
+        let skip = |reason: SkipReason| Skipped {
+            pod: pod.name.clone(),
+            reason,
+        };
+        let attachment = match &pod.attachments {
+            Err(StatusError::Missing) => continue,
+            Err(e) => {
+                observation.unreadable.push(skip(e.clone().into()));
+                continue;
+            }
+            Ok(_) => match pod.attachment(&target.network) {
+                None => continue,
+                Some(Err(e)) => {
+                    observation.skipped.push(skip(e.clone().into()));
                     continue;
                 }
-                Err(e) => {
-                    observation.skipped.push(Skipped {
-                        pod: pod.name_any(),
-                        reason: e.into(),
-                    });
-                    continue;
-                }
-            };
-        if !attachment.unusable.is_empty() {
-            observation.ignored_ips.push(IgnoredIps {
-                pod: pod.name_any(),
-                unusable: attachment.unusable,
-            });
-        }
-        let node_name = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-        let zone = match node_name {
+                Some(Ok(attachment)) => attachment,
+            },
+        };
+        let zone = match pod.node_name.as_deref() {
             None => None,
-            Some(node_name) => match node(node_name) {
-                Some(node) => node.labels().get(ZONE_LABEL).cloned(),
+            Some(node) => match zone(node) {
+                Some(zone) => zone,
                 None => {
-                    observation.skipped.push(Skipped {
-                        pod: pod.name_any(),
-                        reason: SkipReason::NodeMissing {
-                            node: node_name.to_owned(),
-                        },
-                    });
+                    observation.skipped.push(skip(SkipReason::NodeMissing {
+                        node: node.to_owned(),
+                    }));
                     continue;
                 }
             },
         };
+        if !attachment.unusable.is_empty() {
+            observation.ignored_ips.push(IgnoredIps {
+                pod: pod.name.clone(),
+                unusable: attachment.unusable.clone(),
+            });
+        }
         observation.candidates.push(Candidate {
             pod: pod.clone(),
-            ips: attachment.ips,
+            ips: attachment.ips.clone(),
             zone,
         });
     }
     observation
         .candidates
-        .sort_by(|a, b| a.pod.metadata.name.cmp(&b.pod.metadata.name));
+        .sort_by(|a, b| a.pod.name.cmp(&b.pod.name));
     observation
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::target::Family;
+    use crate::{
+        index::Keys,
+        input::{network_status, target::Family},
+    };
+    use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
 
     pub(crate) fn target(network: &str) -> ServiceTarget {
@@ -201,27 +190,19 @@ pub(crate) mod tests {
         namespace: &str,
         status: Option<&str>,
         node: Option<&str>,
-    ) -> Arc<Pod> {
+    ) -> Arc<PodRecord> {
         let mut annotations = serde_json::Map::new();
         if let Some(status) = status {
             annotations.insert(network_status::ANNOTATION.into(), json!(status));
         }
-        Arc::new(
-            serde_json::from_value(json!({
-                "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}"),
-                             "annotations": annotations},
-                "spec": {"containers": [], "nodeName": node},
-                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
-            }))
-            .unwrap(),
-        )
-    }
-
-    fn node(name: &str, zone: Option<&str>) -> Arc<Node> {
-        let labels = zone.map(|z| json!({ZONE_LABEL: z})).unwrap_or(json!({}));
-        Arc::new(
-            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap(),
-        )
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}"),
+                         "annotations": annotations},
+            "spec": {"containers": [], "nodeName": node},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .unwrap();
+        Arc::new(PodRecord::from_pod(&pod, &Keys::all()))
     }
 
     fn on(ip: &str) -> String {
@@ -242,8 +223,11 @@ pub(crate) mod tests {
                 None,
             ),
         ];
-        let nodes = [node("n1", Some("zone-1")), node("n2", None)];
-        let lookup = |n: &str| nodes.iter().find(|x| x.name_any() == n).cloned();
+        let lookup = |n: &str| match n {
+            "n1" => Some(Some("zone-1".to_owned())),
+            "n2" => Some(None),
+            _ => None,
+        };
         let got = candidates(&target("team-a/macvlan"), &pods, lookup);
         let names: Vec<_> = got.candidates.iter().map(Candidate::name).collect();
         assert_eq!(names, vec!["a", "b"]);
@@ -271,7 +255,7 @@ pub(crate) mod tests {
             pod("bad-ip", "team-a", Some(&on("300.1.1.1")), None),
             pod("good", "team-a", Some(&on("192.168.2.9")), None),
         ];
-        let got = candidates(&target("team-a/macvlan"), &pods, |_| None);
+        let got = candidates(&target("team-a/macvlan"), &pods, |_| Some(None));
         assert_eq!(got.candidates.len(), 1);
         assert_eq!(got.candidates[0].name(), "good");
         let skipped: Vec<_> = got.skipped.iter().map(|s| s.pod.as_str()).collect();
@@ -320,30 +304,5 @@ pub(crate) mod tests {
             left_out,
             vec![("nope", "not-an-address"), ("127.0.0.1", "loopback")]
         );
-    }
-
-    #[test]
-    fn pod_state_is_read_from_status_and_metadata() {
-        let mut p = (*pod("a", "team-a", Some(&on("192.168.2.1")), None)).clone();
-        let c = Candidate {
-            pod: Arc::new(p.clone()),
-            ips: vec![],
-            zone: None,
-        };
-        assert!(c.is_ready());
-        assert!(!c.is_terminating());
-        assert_eq!(c.phase(), "Running");
-        p.status = None;
-        p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-        ));
-        let c = Candidate {
-            pod: Arc::new(p),
-            ips: vec![],
-            zone: None,
-        };
-        assert!(!c.is_ready());
-        assert!(c.is_terminating());
-        assert_eq!(c.phase(), "Unknown");
     }
 }

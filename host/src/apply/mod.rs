@@ -1,4 +1,7 @@
-//! The only writer: server-side apply of changed slices and deletion of unwanted ones.
+//! The only writer: server-side apply of changed slices and deletion of unwanted ones, and
+//! the EndpointSlice API's rules, checked before anything is sent ([`validate`]).
+
+pub mod validate;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{
@@ -6,7 +9,7 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams},
 };
 
-use crate::{error::Error, plan::Changes};
+use crate::{error::Error, reconcile::slices::Changes};
 
 /// The one field manager this controller applies with.
 pub const FIELD_MANAGER: &str = "nad-service-controller.isim.dev";
@@ -179,7 +182,7 @@ mod tests {
         let changes = Changes {
             apply: vec![slice("web-ipv4-0")],
             delete: vec!["web-ipv4-1".into()],
-            unchanged: 0,
+            ..Changes::default()
         };
         let written = write(&client, "team-a", changes).await;
         assert_eq!(written.applied, vec![("web-ipv4-0".into(), None)]);
@@ -223,7 +226,7 @@ mod tests {
         let changes = Changes {
             apply: vec![bad, slice("web-ipv4-1")],
             delete: vec![],
-            unchanged: 0,
+            ..Changes::default()
         };
         let written = write(&client, "team-a", changes).await;
         assert_eq!(written.applied, vec![("web-ipv4-1".into(), None)]);

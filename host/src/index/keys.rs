@@ -1,0 +1,117 @@
+//! Which pod labels and annotations the index keeps: the union of what the loaded plugins
+//! declare in their `plugin-info` (`*` keeps all).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A set of label or annotation keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySet {
+    All,
+    Only(BTreeSet<String>),
+}
+
+impl Default for KeySet {
+    fn default() -> Self {
+        KeySet::Only(BTreeSet::new())
+    }
+}
+
+impl KeySet {
+    pub fn only<S: Into<String>>(keys: impl IntoIterator<Item = S>) -> Self {
+        KeySet::Only(keys.into_iter().map(Into::into).collect())
+    }
+
+    /// A plugin's declared keys, where `*` means all.
+    pub fn declared(keys: &[String]) -> Self {
+        if keys.iter().any(|k| k == "*") {
+            KeySet::All
+        } else {
+            KeySet::only(keys.iter().cloned())
+        }
+    }
+
+    pub fn contains(&self, key: &str) -> bool {
+        match self {
+            KeySet::All => true,
+            KeySet::Only(keys) => keys.contains(key),
+        }
+    }
+
+    pub fn union(&mut self, other: &KeySet) {
+        match (&mut *self, other) {
+            (KeySet::All, _) => {}
+            (_, KeySet::All) => *self = KeySet::All,
+            (KeySet::Only(mine), KeySet::Only(theirs)) => mine.extend(theirs.iter().cloned()),
+        }
+    }
+
+    /// Whether every key of `other` is in this set.
+    pub fn covers(&self, other: &KeySet) -> bool {
+        match (self, other) {
+            (KeySet::All, _) => true,
+            (KeySet::Only(_), KeySet::All) => false,
+            (KeySet::Only(mine), KeySet::Only(theirs)) => theirs.is_subset(mine),
+        }
+    }
+
+    /// The entries of `map` whose keys are in this set.
+    pub fn keep(&self, map: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String> {
+        map.into_iter()
+            .flatten()
+            .filter(|(k, _)| self.contains(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+/// The label and annotation keys the index keeps of each pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Keys {
+    pub labels: KeySet,
+    pub annotations: KeySet,
+}
+
+impl Keys {
+    pub fn all() -> Self {
+        Keys {
+            labels: KeySet::All,
+            annotations: KeySet::All,
+        }
+    }
+
+    pub fn union(&mut self, other: &Keys) {
+        self.labels.union(&other.labels);
+        self.annotations.union(&other.annotations);
+    }
+
+    /// Whether records kept with these keys hold everything `other` asks for.
+    pub fn covers(&self, other: &Keys) -> bool {
+        self.labels.covers(&other.labels) && self.annotations.covers(&other.annotations)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unions_and_coverage() {
+        let mut keys = Keys {
+            labels: KeySet::only(["app"]),
+            annotations: KeySet::default(),
+        };
+        let zone = Keys {
+            labels: KeySet::only(["zone"]),
+            annotations: KeySet::declared(&["*".to_owned()]),
+        };
+        assert!(!keys.covers(&zone));
+        keys.union(&zone);
+        assert!(keys.covers(&zone));
+        assert_eq!(keys.labels, KeySet::only(["app", "zone"]));
+        assert_eq!(keys.annotations, KeySet::All);
+        assert!(Keys::all().covers(&keys));
+        let map = BTreeMap::from([("app".into(), "web".into()), ("x".into(), "y".into())]);
+        assert_eq!(keys.labels.keep(Some(&map)).len(), 1);
+        assert_eq!(KeySet::All.keep(Some(&map)).len(), 2);
+    }
+}

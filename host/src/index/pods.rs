@@ -1,0 +1,343 @@
+//! The pod index: every pod's [`PodRecord`], by `(namespace, network)`, fed by the pod watch.
+//!
+//! Each event is parsed once. The index answers which `(namespace, network)` pairs an event
+//! concerns (the networks the pod is on now and was on before), so that only the Services on
+//! them look again, and it hands a reconcile its Service's pods without scanning the others.
+//!
+//! A relist (the watch restarting) delivers `Init`, one `InitApply` per pod, then `InitDone`.
+//! Pods deleted meanwhile never get a `Delete`: at `InitDone` the pods the relist did not
+//! list are removed. What a relist concerns comes out at `InitDone` only ([`RelistGate`]).
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::Arc,
+};
+
+use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
+use kube::{ResourceExt, runtime::watcher::Event};
+
+use super::{keys::Keys, pod::PodRecord};
+use crate::{input::network_status::StatusError, watch::relist::RelistGate};
+
+pub type PodKey = (String, String);
+/// `(namespace, network)`.
+pub type NetworkKey = (String, String);
+
+/// What one pod event means for the Services.
+#[derive(Debug, Default, PartialEq)]
+pub struct PodChange {
+    /// `(namespace, network)` pairs whose Services must look again.
+    pub networks: Vec<NetworkKey>,
+    /// The pod that changed and when, for an event of one pod; `None` for what a relist
+    /// released, whose Services plan everything.
+    pub pod: Option<(String, Timestamp)>,
+    /// The pod's annotation became unreadable (or unreadable differently): report it once.
+    pub unreadable: Option<(PodKey, StatusError)>,
+}
+
+#[derive(Debug, Default)]
+pub struct PodIndex {
+    keys: Keys,
+    pods: HashMap<PodKey, Arc<PodRecord>>,
+    by_network: HashMap<NetworkKey, BTreeMap<String, Arc<PodRecord>>>,
+    unreadable: HashMap<PodKey, String>,
+    relisting: Option<HashSet<PodKey>>,
+    gate: RelistGate<NetworkKey>,
+    synced: bool,
+}
+
+impl PodIndex {
+    pub fn new(keys: Keys) -> Self {
+        PodIndex {
+            keys,
+            ..PodIndex::default()
+        }
+    }
+
+    /// The label and annotation keys records are made with.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// Records of later events keep `keys` (the watch relists to apply them to every pod).
+    pub fn set_keys(&mut self, keys: Keys) {
+        self.keys = keys;
+    }
+
+    /// Whether the first list is complete.
+    pub fn is_synced(&self) -> bool {
+        self.synced
+    }
+
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+
+    /// The pods of `namespace` attached to `network` (or listing it in a malformed entry),
+    /// sorted by name.
+    pub fn on_network(
+        &self,
+        namespace: &str,
+        network: &str,
+    ) -> impl Iterator<Item = &Arc<PodRecord>> {
+        self.by_network
+            .get(&(namespace.to_owned(), network.to_owned()))
+            .into_iter()
+            .flat_map(BTreeMap::values)
+    }
+
+    pub fn get(&self, namespace: &str, name: &str) -> Option<&Arc<PodRecord>> {
+        self.pods.get(&(namespace.to_owned(), name.to_owned()))
+    }
+
+    /// Every pod (for a node's zone change).
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<PodRecord>> {
+        self.pods.values()
+    }
+
+    /// Pods whose annotation cannot be read, with the reason.
+    pub fn unreadable(&self) -> impl Iterator<Item = (&PodKey, &str)> {
+        self.unreadable.iter().map(|(k, v)| (k, v.as_str()))
+    }
+
+    pub fn on_event(&mut self, event: &Event<Pod>) -> PodChange {
+        let mut change = PodChange::default();
+        let mut affected = Vec::new();
+        match event {
+            Event::Apply(pod) | Event::InitApply(pod) => {
+                let record = PodRecord::from_pod(pod, &self.keys);
+                let key = (record.namespace.clone(), record.name.clone());
+                change.unreadable = self.note_readability(&key, &record);
+                if let (Event::InitApply(_), Some(seen)) = (event, self.relisting.as_mut()) {
+                    seen.insert(key.clone());
+                }
+                let now = Timestamp::now();
+                let record = Arc::new(record);
+                let before = self.insert(key.clone(), record.clone());
+                let at = match (&before, record.changed_at) {
+                    (Some(before), Some(at)) if before.changed_at != Some(at) => at,
+                    (None, Some(at)) => at,
+                    _ => now,
+                };
+                affected.extend(networks_of(&key.0, before.as_deref(), Some(&record)));
+                change.pod = Some((key.1, at));
+            }
+            Event::Delete(pod) => {
+                let key = (pod.namespace().unwrap_or_default(), pod.name_any());
+                self.unreadable.remove(&key);
+                let before = self.remove(&key);
+                affected.extend(networks_of(&key.0, before.as_deref(), None));
+                change.pod = Some((key.1, Timestamp::now()));
+            }
+            Event::Init => self.relisting = Some(HashSet::new()),
+            Event::InitDone => {
+                if let Some(seen) = self.relisting.take() {
+                    let gone: Vec<PodKey> = self
+                        .pods
+                        .keys()
+                        .filter(|k| !seen.contains(*k))
+                        .cloned()
+                        .collect();
+                    for key in gone {
+                        self.unreadable.remove(&key);
+                        let before = self.remove(&key);
+                        affected.extend(networks_of(&key.0, before.as_deref(), None));
+                    }
+                }
+                self.synced = true;
+            }
+        }
+        if matches!(event, Event::Init | Event::InitApply(_) | Event::InitDone) {
+            change.pod = None;
+        }
+        let mut affected = self.gate.pass(event, affected);
+        affected.sort();
+        affected.dedup();
+        change.networks = affected;
+        change
+    }
+
+    fn note_readability(
+        &mut self,
+        key: &PodKey,
+        record: &PodRecord,
+    ) -> Option<(PodKey, StatusError)> {
+        match &record.attachments {
+            Ok(_) => {
+                self.unreadable.remove(key);
+                None
+            }
+            Err(e) => {
+                let text = e.to_string();
+                if self.unreadable.get(key) == Some(&text) {
+                    return None;
+                }
+                self.unreadable.insert(key.clone(), text);
+                Some((key.clone(), e.clone()))
+            }
+        }
+    }
+
+    fn insert(&mut self, key: PodKey, record: Arc<PodRecord>) -> Option<Arc<PodRecord>> {
+        let before = self.remove(&key);
+        for network in record.networks() {
+            self.by_network
+                .entry((key.0.clone(), network.to_owned()))
+                .or_default()
+                .insert(key.1.clone(), record.clone());
+        }
+        self.pods.insert(key, record);
+        before
+    }
+
+    fn remove(&mut self, key: &PodKey) -> Option<Arc<PodRecord>> {
+        let before = self.pods.remove(key)?;
+        for network in before.networks() {
+            let network_key = (key.0.clone(), network.to_owned());
+            if let Some(pods) = self.by_network.get_mut(&network_key) {
+                pods.remove(&key.1);
+                if pods.is_empty() {
+                    self.by_network.remove(&network_key);
+                }
+            }
+        }
+        Some(before)
+    }
+}
+
+fn networks_of(
+    namespace: &str,
+    before: Option<&PodRecord>,
+    now: Option<&PodRecord>,
+) -> Vec<NetworkKey> {
+    before
+        .into_iter()
+        .chain(now)
+        .flat_map(PodRecord::networks)
+        .map(|n| (namespace.to_owned(), n.to_owned()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::input::network_status;
+    use serde_json::json;
+
+    fn pod(name: &str, status: Option<&str>) -> Pod {
+        let annotations = status
+            .map(|s| json!({network_status::ANNOTATION: s}))
+            .unwrap_or(json!({}));
+        serde_json::from_value(
+            json!({"metadata": {"name": name, "namespace": "ns", "annotations": annotations}}),
+        )
+        .unwrap()
+    }
+
+    fn pair(net: &str) -> NetworkKey {
+        ("ns".to_string(), net.to_string())
+    }
+
+    const ON_A: &str = r#"[{"name":"ns/a","ips":["10.0.0.1"]}]"#;
+    const ON_B: &str = r#"[{"name":"b","ips":["10.0.0.1"]}]"#;
+
+    fn names(index: &PodIndex, net: &str) -> Vec<String> {
+        index
+            .on_network("ns", net)
+            .map(|p| p.name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn a_pod_event_reaches_the_networks_it_is_and_was_on() {
+        let mut index = PodIndex::default();
+        let mut nets = |e| index.on_event(&e).networks;
+        assert_eq!(nets(Event::Apply(pod("p", Some(ON_A)))), vec![pair("ns/a")]);
+        assert_eq!(
+            nets(Event::Apply(pod("p", Some(ON_B)))),
+            vec![pair("ns/a"), pair("ns/b")]
+        );
+        assert_eq!(nets(Event::Apply(pod("p", None))), vec![pair("ns/b")]);
+        assert!(nets(Event::Apply(pod("p", None))).is_empty());
+        nets(Event::Apply(pod("p", Some(ON_A))));
+        assert_eq!(nets(Event::Delete(pod("p", None))), vec![pair("ns/a")]);
+        assert!(index.is_empty());
+        assert!(index.by_network.is_empty());
+    }
+
+    #[test]
+    fn pods_are_found_by_network_sorted_by_name() {
+        let mut index = PodIndex::default();
+        for name in ["c", "a", "b"] {
+            index.on_event(&Event::Apply(pod(name, Some(ON_A))));
+        }
+        index.on_event(&Event::Apply(pod("x", Some(ON_B))));
+        assert_eq!(names(&index, "ns/a"), ["a", "b", "c"]);
+        assert_eq!(names(&index, "ns/b"), ["x"]);
+        index.on_event(&Event::Apply(pod("b", Some(ON_B))));
+        assert_eq!(names(&index, "ns/a"), ["a", "c"]);
+        assert_eq!(names(&index, "ns/b"), ["b", "x"]);
+        let change = index.on_event(&Event::Apply(pod("a", Some(ON_A))));
+        assert_eq!(change.pod.map(|(name, _)| name).as_deref(), Some("a"));
+    }
+
+    /// An unreadable annotation puts the pod on no network: only the Services of the networks
+    /// it was on before must look again. It is reported once, not on every later update.
+    #[test]
+    fn an_unreadable_annotation_is_reported_once_per_change() {
+        let mut index = PodIndex::default();
+        index.on_event(&Event::Apply(pod("p", Some(ON_A))));
+        let change = index.on_event(&Event::Apply(pod("p", Some("{oops"))));
+        assert_eq!(change.networks, vec![pair("ns/a")]);
+        let (key, error) = change.unreadable.expect("reported");
+        assert_eq!(key, ("ns".to_owned(), "p".to_owned()));
+        assert!(matches!(error, StatusError::Unreadable(_)));
+        let again = index.on_event(&Event::Apply(pod("p", Some("{oops"))));
+        assert!(again.unreadable.is_none() && again.networks.is_empty());
+        assert!(
+            index
+                .on_event(&Event::Apply(pod("p", Some("[1"))))
+                .unreadable
+                .is_some(),
+            "a different problem"
+        );
+        index.on_event(&Event::Apply(pod("p", Some(ON_A))));
+        assert!(
+            index
+                .on_event(&Event::Apply(pod("p", Some("{oops"))))
+                .unreadable
+                .is_some(),
+            "broken again after a fix"
+        );
+    }
+
+    #[test]
+    fn pods_gone_during_a_relist_are_removed_and_their_networks_released_at_its_end() {
+        let mut index = PodIndex::default();
+        index.on_event(&Event::Apply(pod("stays", Some(ON_A))));
+        index.on_event(&Event::Apply(pod("gone", Some(ON_B))));
+        assert!(index.on_event(&Event::Init).networks.is_empty());
+        let listed = index.on_event(&Event::InitApply(pod("stays", Some(ON_A))));
+        assert!(
+            listed.networks.is_empty() && listed.pod.is_none(),
+            "held back"
+        );
+        let done = index.on_event(&Event::InitDone);
+        assert_eq!(done.networks, vec![pair("ns/a"), pair("ns/b")]);
+        assert!(done.pod.is_none(), "a relist plans everything");
+        assert_eq!(index.len(), 1);
+        assert!(names(&index, "ns/b").is_empty());
+        assert!(index.is_synced());
+        assert_eq!(
+            index
+                .on_event(&Event::Apply(pod("stays", Some(ON_B))))
+                .networks,
+            vec![pair("ns/a"), pair("ns/b")],
+            "after the relist, events pass at once"
+        );
+    }
+}

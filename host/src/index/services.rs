@@ -1,0 +1,106 @@
+//! Which managed Services are on each `(namespace, network)`: the routing of pod events.
+
+use std::collections::{BTreeSet, HashMap};
+
+use k8s_openapi::api::core::v1::Service;
+use kube::{ResourceExt, runtime::reflector::ObjectRef};
+
+use super::pods::NetworkKey;
+use crate::input::target;
+
+#[derive(Debug, Default)]
+pub struct ServiceNetworks {
+    services: HashMap<NetworkKey, BTreeSet<String>>,
+    networks: HashMap<(String, String), NetworkKey>,
+}
+
+impl ServiceNetworks {
+    /// A Service was added or changed: it is on its network while it is managed and valid.
+    pub fn apply(&mut self, service: &Service) {
+        let key = (service.namespace().unwrap_or_default(), service.name_any());
+        self.remove_key(&key);
+        if let Some(network) = target::managed_network(service) {
+            let network_key = (key.0.clone(), network);
+            self.services
+                .entry(network_key.clone())
+                .or_default()
+                .insert(key.1.clone());
+            self.networks.insert(key, network_key);
+        }
+    }
+
+    pub fn remove(&mut self, service: &ObjectRef<Service>) {
+        let key = (
+            service.namespace.clone().unwrap_or_default(),
+            service.name.clone(),
+        );
+        self.remove_key(&key);
+    }
+
+    fn remove_key(&mut self, key: &(String, String)) {
+        if let Some(network_key) = self.networks.remove(key)
+            && let Some(names) = self.services.get_mut(&network_key)
+        {
+            names.remove(&key.1);
+            if names.is_empty() {
+                self.services.remove(&network_key);
+            }
+        }
+    }
+
+    /// The Services on any of the `(namespace, network)` pairs.
+    pub fn on(&self, networks: &[NetworkKey]) -> Vec<ObjectRef<Service>> {
+        let mut out: Vec<ObjectRef<Service>> = networks
+            .iter()
+            .filter_map(|key| Some((key, self.services.get(key)?)))
+            .flat_map(|((namespace, _), names)| {
+                names
+                    .iter()
+                    .map(move |name| ObjectRef::new(name).within(namespace))
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        out.dedup();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn service(name: &str, network: Option<&str>) -> Service {
+        let annotations = network
+            .map(|n| json!({target::NETWORK_ANNOTATION: n}))
+            .unwrap_or(json!({}));
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
+            "spec": {"clusterIP": "None"},
+        }))
+        .unwrap()
+    }
+
+    fn names(refs: Vec<ObjectRef<Service>>) -> Vec<String> {
+        refs.into_iter().map(|r| r.name).collect()
+    }
+
+    #[test]
+    fn services_follow_their_annotation() {
+        let mut index = ServiceNetworks::default();
+        let a = ("ns".to_owned(), "ns/a".to_owned());
+        let b = ("ns".to_owned(), "ns/b".to_owned());
+        index.apply(&service("web", Some("a")));
+        index.apply(&service("api", Some("a")));
+        index.apply(&service("plain", None));
+        assert_eq!(names(index.on(std::slice::from_ref(&a))), ["api", "web"]);
+        index.apply(&service("web", Some("b")));
+        assert_eq!(names(index.on(std::slice::from_ref(&a))), ["api"]);
+        assert_eq!(names(index.on(&[a.clone(), b.clone()])), ["api", "web"]);
+        index.apply(&service("web", None));
+        assert!(index.on(std::slice::from_ref(&b)).is_empty());
+        index.remove(&ObjectRef::new("api").within("ns"));
+        assert!(index.on(&[a]).is_empty());
+        assert!(index.services.is_empty() && index.networks.is_empty());
+    }
+}

@@ -1,0 +1,133 @@
+//! What a reconcile reads and writes through.
+
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use kube::{
+    Client, Resource, ResourceExt,
+    runtime::{
+        events::{Event, EventType, Recorder},
+        reflector::{ObjectRef, Store},
+    },
+};
+
+use super::{
+    book::SharedBook,
+    observe::{self, Observation},
+    slices,
+};
+use crate::{
+    error::{Error, describe},
+    index::{NodeZones, PodIndex},
+    input::target::ServiceTarget,
+    metrics::Metrics,
+    plugin::SharedPlugins,
+    watch::recovery::Recovery,
+};
+
+/// The name this controller reports Events under.
+pub const CONTROLLER_NAME: &str = "nad-service-controller";
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub max_endpoints_per_slice: usize,
+    /// Watch Services, pods and slices of this namespace only (all namespaces when `None`).
+    pub namespace: Option<String>,
+}
+
+/// Everything a reconcile reads or writes through.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub pods: Arc<RwLock<PodIndex>>,
+    pub zones: Arc<RwLock<NodeZones>>,
+    pub slices: Store<EndpointSlice>,
+    pub plugins: Arc<SharedPlugins>,
+    pub settings: Settings,
+    pub metrics: Arc<Metrics>,
+    pub book: SharedBook,
+    pub recovery: Arc<Recovery>,
+    pub caches_ready: tokio::sync::watch::Receiver<bool>,
+}
+
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Context {
+    /// Waits until every cache has its initial list.
+    ///
+    /// Only one task awaits the stores themselves: `Store::wait_until_ready` keeps the waker
+    /// of its last poller only, so concurrent reconciles waiting on it directly could sleep
+    /// forever. Reconciles wait on this watch channel instead.
+    pub async fn wait_ready(&self) -> Result<(), Error> {
+        let mut ready = self.caches_ready.clone();
+        ready
+            .wait_for(|ready| *ready)
+            .await
+            .map(|_| ())
+            .map_err(|_| Error::CachesNotReady)
+    }
+
+    /// This controller's slices of the Service, from the cache.
+    pub fn slices_of(&self, service: &ObjectRef<Service>) -> Vec<Arc<EndpointSlice>> {
+        let namespace = service.namespace.as_deref().unwrap_or_default();
+        self.slices.state_filter(|s| {
+            s.metadata.namespace.as_deref() == Some(namespace)
+                && slices::is_managed_slice_of(s, &service.name)
+        })
+    }
+
+    /// The Service's candidates, from the pod index.
+    pub fn observe(&self, target: &ServiceTarget) -> Observation {
+        let pods = read(&self.pods);
+        let zones = read(&self.zones);
+        observe::candidates(
+            target,
+            pods.on_network(&target.namespace, &target.network),
+            |node| zones.zone(node).map(|z| z.map(str::to_owned)),
+        )
+    }
+
+    /// Publishes a Warning Event on the Service; a failure to publish is logged, not fatal.
+    pub async fn warn(&self, service: &Service, reason: &str, action: &str, note: String) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.to_owned(),
+            note: Some(truncate(note, 1024)),
+            action: action.to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self
+            .recorder
+            .publish(&event, &service.object_ref(&()))
+            .await
+        {
+            tracing::warn!(service = %service.name_any(), reason, error = %describe(&e), "could not publish Event");
+        }
+    }
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max - 3;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_event_notes_are_cut() {
+        assert_eq!(truncate("abcdef".into(), 5), "ab...");
+        assert_eq!(truncate("abc".into(), 5), "abc");
+    }
+}

@@ -1,0 +1,260 @@
+//! The reconcile of one Service: observe → decide → plan → place → write.
+//!
+//! [`observe`] reads the Service's candidates from the pod index, [`decide`] asks its plugin
+//! about the pods that need it, [`plan`] turns the decisions into endpoints, [`slices`] places
+//! them among the existing slices, and [`crate::apply`] writes the difference. The
+//! bookkeeping between reconciles is [`book`]'s. Nothing else writes.
+
+pub mod book;
+pub mod decide;
+pub mod expectations;
+pub mod observe;
+pub mod plan;
+pub mod scope;
+pub mod slices;
+pub mod state;
+
+mod context;
+mod report;
+mod write;
+
+pub use context::{CONTROLLER_NAME, Context, Settings};
+
+use std::{
+    collections::BTreeSet,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use kube::{
+    Resource, ResourceExt,
+    runtime::{controller::Action, reflector::ObjectRef},
+};
+
+use crate::{
+    error::{Error, retry_delay},
+    input::target::{self, Target},
+};
+use decide::{Decided, Inputs};
+use scope::Scope;
+
+/// How often a Service is reconciled even when nothing seems to change.
+const RESYNC: Duration = Duration::from_secs(600);
+/// How soon a Service whose cache lags behind this controller's writes is looked at again
+/// (the watch events usually trigger it sooner).
+const STALE_RETRY: Duration = Duration::from_millis(500);
+/// How soon a Service with pods on unknown nodes is tried again.
+const NODE_RETRY: Duration = Duration::from_secs(10);
+/// Pod changes of one Service within this window after the first go into one reconcile
+/// (and one plugin call). Changes that arrive while the Service waits for its turn or is
+/// being reconciled join the next one too.
+pub const BATCH_WINDOW: Duration = Duration::from_millis(2);
+
+/// Reconciles one Service: its slices become what the plan says, or stay as they are when the
+/// plan cannot be made.
+#[tracing::instrument(skip_all, fields(service = %service.name_any(), namespace = service.namespace().unwrap_or_default()))]
+pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.wait_ready().await?;
+    let key = ObjectRef::from_obj(&*service);
+    let waiting = ctx.book.lock().waiting_since(&key);
+    if let Some(since) = waiting {
+        tokio::time::sleep(BATCH_WINDOW.saturating_sub(since.elapsed())).await;
+    }
+    let started = Instant::now();
+    let result = reconcile_service(&service, &ctx).await;
+    match &result {
+        Ok(_) => {
+            if let Some(error) = ctx.book.lock().succeeded(&key) {
+                tracing::info!(after = %error, "reconcile succeeded again");
+            }
+            ctx.metrics.reconciled("ok", started.elapsed());
+        }
+        Err(e) => {
+            let new = {
+                let mut book = ctx.book.lock();
+                book.replan(&key);
+                book.state(&key).failed(e.to_string())
+            };
+            if e.is_transient() && e.looks_unreachable() {
+                ctx.recovery.unreachable();
+            }
+            ctx.metrics.reconciled(e.metric_label(), started.elapsed());
+            if new && e.is_plugin_failure() {
+                let note = format!("{e}; the EndpointSlices stay as last applied");
+                ctx.warn(&service, e.event_reason(), "Evaluate", note).await;
+            }
+        }
+    }
+    result
+}
+
+/// Backs off per Service: one failing Service never delays the others. A failure is logged at
+/// warn when it is new for the Service, at debug while it repeats.
+pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = ObjectRef::from_obj(&*service);
+    let (failures, repeated) = ctx
+        .book
+        .lock()
+        .peek(&key)
+        .map_or((1, false), |s| (s.failures, s.is_repeat()));
+    let delay = retry_delay(error, failures);
+    let (name, namespace) = (service.name_any(), service.namespace().unwrap_or_default());
+    if repeated {
+        tracing::debug!(service = %name, namespace, error = %error, failures, retry_in = ?delay, "reconcile failed again");
+    } else {
+        tracing::warn!(
+            service = %name,
+            namespace,
+            error = %error,
+            category = error.metric_label(),
+            retry_in = ?delay,
+            "reconcile failed"
+        );
+    }
+    Action::requeue(delay)
+}
+
+async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, Error> {
+    let key = ObjectRef::from_obj(service);
+    let existing = ctx.slices_of(&key);
+    let Some(begun) = ctx.book.lock().begin(&key, &existing) else {
+        // The watch events of the last writes are on their way and will trigger a reconcile.
+        tracing::debug!("cache behind this controller's own writes; waiting for it");
+        return Ok(Action::requeue(STALE_RETRY));
+    };
+    let target = match target::classify(service) {
+        Target::Managed(target) => target,
+        Target::Unmanaged => {
+            write::remove_all(
+                ctx,
+                service,
+                &key,
+                &existing,
+                "the Service is not annotated",
+            )
+            .await?;
+            ctx.book.lock().forget(&key);
+            return Ok(Action::await_change());
+        }
+        Target::Invalid(problems) => {
+            let note = format!(
+                "{} (annotation {}): {}",
+                key.name,
+                target::NETWORK_ANNOTATION,
+                problems.join("; ")
+            );
+            tracing::warn!(problems = ?problems, "Service cannot be served; its EndpointSlices are removed");
+            ctx.warn(service, "InvalidService", "Validate", note).await;
+            write::remove_all(ctx, service, &key, &existing, "the Service is invalid").await?;
+            ctx.book.lock().forget(&key);
+            return Ok(Action::await_change());
+        }
+    };
+    if service.meta().deletion_timestamp.is_some() {
+        // The garbage collector removes the slices through their owner reference.
+        ctx.book.lock().forget(&key);
+        return Ok(Action::await_change());
+    }
+    if matches!(&begun.taken.scope, Scope::Pods(changed) if changed.is_empty()) {
+        tracing::debug!("only this controller's own writes changed; nothing to plan");
+        return Ok(Action::requeue(next_resync(ctx, &key)));
+    }
+
+    let observation = ctx.observe(&target);
+    tracing::debug!(
+        candidates = observation.candidates.len(),
+        skipped = observation.skipped.len(),
+        "observed"
+    );
+    let reported: BTreeSet<String> = observation
+        .skipped
+        .iter()
+        .map(|s| s.pod.clone())
+        .chain(observation.ignored_ips.iter().map(|i| i.pod.clone()))
+        .collect();
+    let inputs = Inputs {
+        plugins: ctx.plugins.snapshot(),
+        target: (*target).clone(),
+        candidates: observation.candidates.clone(),
+        scope: begun.taken.scope.clone(),
+        remembered: begun.remembered,
+        published: published(&existing),
+        reported,
+    };
+    let decided = run_decide(inputs).await?;
+    report::decided(ctx, service, &decided).await;
+    if let Some(remembered) = &decided.remembered {
+        ctx.book.lock().remember(&key, remembered.clone());
+    }
+    let Some(decisions) = decided.decisions else {
+        tracing::debug!(
+            pods = decided.evaluated(),
+            "changed pods move no endpoint; nothing to plan"
+        );
+        return Ok(Action::requeue(next_resync(ctx, &key)));
+    };
+
+    let plan::Split { included, excluded } = plan::split(&observation.candidates, &decisions);
+    for (candidate, reason) in &excluded {
+        tracing::debug!(pod = %candidate.name(), reason, "excluded by the policy");
+    }
+    let desired = plan::desired(&target, &included);
+    report::problems(ctx, service, &key, &target, &observation, &desired).await;
+    let mut changes = slices::place(
+        &target,
+        &desired,
+        &existing,
+        ctx.settings.max_endpoints_per_slice,
+        begun.taken.changed_at,
+    );
+    let mut held_back = write::hold_back(ctx, service, &key, &mut changes).await;
+    if changes.is_empty() {
+        tracing::debug!(
+            endpoints = included.len(),
+            slices = changes.unchanged,
+            held_back,
+            "up to date"
+        );
+    } else {
+        let written = write::write(ctx, service, &key, changes, &existing).await?;
+        tracing::info!(
+            endpoints = included.len(),
+            excluded = excluded.len(),
+            skipped = observation.skipped.len(),
+            applied = written.applied.len(),
+            deleted = written.deleted.len(),
+            refused = written.refused,
+            "EndpointSlices updated"
+        );
+        held_back += written.refused;
+    }
+    let retry = observation.needs_retry();
+    let mut book = ctx.book.lock();
+    book.state(&key).node_retry = retry;
+    if held_back > 0 {
+        book.replan(&key);
+    }
+    Ok(Action::requeue(if retry { NODE_RETRY } else { RESYNC }))
+}
+
+fn next_resync(ctx: &Context, key: &ObjectRef<Service>) -> Duration {
+    let node_retry = ctx.book.lock().state(key).node_retry;
+    if node_retry { NODE_RETRY } else { RESYNC }
+}
+
+/// Names of the pods the slices publish.
+fn published(existing: &[Arc<EndpointSlice>]) -> BTreeSet<String> {
+    existing
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .filter_map(|e| e.target_ref.as_ref()?.name.clone())
+        .collect()
+}
+
+/// Runs [`decide::decide`] on a blocking thread: a plugin call may run up to its deadline,
+/// and the WASI streams a guest writes to block on the async runtime, which they may not do
+/// from one of its own threads.
+async fn run_decide(inputs: Inputs) -> Result<Decided, Error> {
+    tokio::task::spawn_blocking(move || decide::decide(inputs)).await?
+}

@@ -1,0 +1,101 @@
+//! What a reconcile tells the operator: Events and metrics of the decision, and the
+//! Service's input problems, each once while it lasts.
+
+use k8s_openapi::api::core::v1::Service;
+use kube::runtime::reflector::ObjectRef;
+
+use super::{Context, decide::Decided, observe::Observation, plan::Desired, state::Problem};
+use crate::input::target::ServiceTarget;
+
+/// Publishes what `decide` found: a load failure of the Service's plugin, a fallback to the
+/// built-in plugin, and the calls made (metrics).
+pub async fn decided(ctx: &Context, service: &Service, decided: &Decided) {
+    for call in &decided.calls {
+        ctx.metrics
+            .plugin_called(&call.plugin, call.outcome, call.elapsed);
+    }
+    if let Some(warning) = &decided.load_warning {
+        ctx.warn(service, "PluginLoadFailed", "Load", warning.clone())
+            .await;
+    }
+    if let Some(reason) = &decided.fell_back {
+        let plugin = decided
+            .calls
+            .first()
+            .map_or(crate::plugin::BUILT_IN, |c| c.plugin.as_str());
+        ctx.metrics.plugin_fell_back(plugin);
+        let note = format!(
+            "{reason}; decided by the built-in default plugin instead (failure policy: fallback)"
+        );
+        ctx.warn(service, "PluginFallback", "Evaluate", note).await;
+    }
+}
+
+/// Tells the operator about the Service's input problems, each once while it lasts: a log
+/// line naming the pod, the address or field and the rule; a Warning Event for an address
+/// two pods claim.
+pub async fn problems(
+    ctx: &Context,
+    service: &Service,
+    key: &ObjectRef<Service>,
+    target: &ServiceTarget,
+    observation: &Observation,
+    desired: &Desired,
+) {
+    let problems = observation
+        .skipped
+        .iter()
+        .map(|s| Problem::PodSkipped {
+            pod: s.pod.clone(),
+            reason: s.reason.to_string(),
+        })
+        .chain(observation.ignored_ips.iter().flat_map(|ignored| {
+            ignored.unusable.iter().map(|u| Problem::AddressLeftOut {
+                pod: ignored.pod.clone(),
+                address: u.value.clone(),
+                rule: u.rule(),
+                why: u.to_string(),
+            })
+        }))
+        .chain(desired.conflicts.iter().cloned().map(Problem::from))
+        .chain(desired.dropped.iter().cloned().map(Problem::from));
+    let new = ctx.book.lock().state(key).report(problems);
+    let network = target.network.as_str();
+    for problem in new {
+        match problem {
+            Problem::PodSkipped { pod, reason } => tracing::warn!(
+                %pod, network, %reason,
+                "pod left out; the Service's other endpoints stay published"
+            ),
+            Problem::AddressLeftOut {
+                pod,
+                address,
+                rule,
+                why,
+            } => tracing::warn!(
+                %pod, network, %address, rule, %why,
+                "address left out; the pod's other addresses are published"
+            ),
+            Problem::EndpointLeftOut {
+                pod,
+                address,
+                violations,
+            } => tracing::error!(
+                %pod, %address, %violations,
+                "endpoint left out: the EndpointSlice API would refuse it (a bug: please report it)"
+            ),
+            Problem::DuplicateAddress(conflict) => {
+                tracing::warn!(
+                    address = %conflict.address, kept = %conflict.kept, left_out = %conflict.left_out,
+                    network, "two pods list the same address; only the older one publishes it"
+                );
+                let note = format!(
+                    "address {} on network {network} is listed by pods {} and {}; only {} (the older) \
+                     publishes it. Give each pod its own address (check static IPAM settings)",
+                    conflict.address, conflict.kept, conflict.left_out, conflict.kept
+                );
+                ctx.warn(service, "DuplicateAddress", "Plan", note).await;
+            }
+        }
+    }
+}

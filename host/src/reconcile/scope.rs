@@ -1,0 +1,216 @@
+//! Why a Service is about to be reconciled: only because pods of its namespace changed, or for
+//! anything else (its own change, its slices, a node, a plugin, a timer).
+//!
+//! A pod event concerns every Service on the pod's network, because any of their policies may
+//! include the pod. With many Services per network that makes most reconciles pointless: a pod
+//! that stays excluded moves no endpoint. A reconcile caused by pod changes alone therefore
+//! first asks the policy about just those pods (one small call) and skips the full plan when
+//! none of them is published or becomes included.
+
+use std::{
+    collections::{BTreeSet, HashMap, hash_map::Entry},
+    time::Instant,
+};
+
+use k8s_openapi::{api::core::v1::Service, jiff::Timestamp};
+use kube::runtime::reflector::ObjectRef;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Only these pods (names, in the Service's namespace) changed since the last reconcile.
+    Pods(BTreeSet<String>),
+    /// Anything may have changed: plan everything.
+    Full,
+}
+
+/// What a reconcile takes: its scope, and when the earliest change in it happened (for the
+/// slices' last-change-trigger-time; `None` for a reconcile nobody asked for).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taken {
+    pub scope: Scope,
+    pub changed_at: Option<Timestamp>,
+}
+
+#[derive(Debug)]
+struct Pending {
+    scope: Scope,
+    changed_at: Option<Timestamp>,
+    since: Instant,
+}
+
+impl Pending {
+    fn new(scope: Scope, changed_at: Option<Timestamp>) -> Self {
+        Pending {
+            scope,
+            changed_at,
+            since: Instant::now(),
+        }
+    }
+
+    fn changed(&mut self, at: Option<Timestamp>) {
+        self.changed_at = match (self.changed_at, at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
+/// The pending scope of each Service's next reconcile.
+#[derive(Debug, Default)]
+pub struct Scopes {
+    pending: HashMap<ObjectRef<Service>, Pending>,
+}
+
+impl Scopes {
+    /// A pod of the Service's namespace, on its network, changed at `at`.
+    pub fn pod_changed(&mut self, service: ObjectRef<Service>, pod: &str, at: Timestamp) {
+        match self.pending.entry(service) {
+            Entry::Vacant(entry) => {
+                let pods = BTreeSet::from([pod.to_owned()]);
+                entry.insert(Pending::new(Scope::Pods(pods), Some(at)));
+            }
+            Entry::Occupied(mut entry) => {
+                let pending = entry.get_mut();
+                pending.changed(Some(at));
+                if let Scope::Pods(pods) = &mut pending.scope {
+                    pods.insert(pod.to_owned());
+                }
+            }
+        }
+    }
+
+    /// The Service's slices changed by this controller's own write: no new input, so the
+    /// reconcile it causes has nothing to check unless something else is pending.
+    pub fn own_write(&mut self, service: ObjectRef<Service>) {
+        self.pending
+            .entry(service)
+            .or_insert_with(|| Pending::new(Scope::Pods(BTreeSet::new()), None));
+    }
+
+    /// Something other than its pods changed for the Service.
+    pub fn everything_changed(&mut self, service: ObjectRef<Service>) {
+        let now = Timestamp::now();
+        match self.pending.entry(service) {
+            Entry::Vacant(entry) => {
+                entry.insert(Pending::new(Scope::Full, Some(now)));
+            }
+            Entry::Occupied(mut entry) => {
+                let pending = entry.get_mut();
+                pending.scope = Scope::Full;
+                pending.changed(Some(now));
+            }
+        }
+    }
+
+    /// The Service is gone: nothing of it stays pending.
+    pub fn forget(&mut self, service: &ObjectRef<Service>) {
+        self.pending.remove(service);
+    }
+
+    /// Since when pod changes wait for the Service's next reconcile (none: `None`).
+    pub fn waiting_since(&self, service: &ObjectRef<Service>) -> Option<Instant> {
+        self.pending
+            .get(service)
+            .filter(|p| matches!(p.scope, Scope::Pods(_)))
+            .map(|p| p.since)
+    }
+
+    /// The scope of the reconcile that starts now; a reconcile nobody asked for (a timer, a
+    /// retry) plans everything.
+    pub fn take(&mut self, service: &ObjectRef<Service>) -> Taken {
+        match self.pending.remove(service) {
+            Some(p) => Taken {
+                scope: p.scope,
+                changed_at: p.changed_at,
+            },
+            None => Taken {
+                scope: Scope::Full,
+                changed_at: None,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+    }
+
+    fn svc(name: &str) -> ObjectRef<Service> {
+        ObjectRef::new(name).within("ns")
+    }
+
+    #[test]
+    fn pod_changes_add_up_until_the_reconcile_takes_them() {
+        let mut scopes = Scopes::default();
+        scopes.pod_changed(svc("web"), "a", at(0));
+        scopes.pod_changed(svc("web"), "b", at(0));
+        scopes.pod_changed(svc("web"), "a", at(0));
+        scopes.pod_changed(svc("other"), "c", at(0));
+        assert_eq!(
+            scopes.take(&svc("web")).scope,
+            Scope::Pods(BTreeSet::from(["a".to_owned(), "b".to_owned()]))
+        );
+        assert_eq!(
+            scopes.take(&svc("web")).scope,
+            Scope::Full,
+            "nothing pending: a timer or retry"
+        );
+        assert_eq!(
+            scopes.take(&svc("other")).scope,
+            Scope::Pods(BTreeSet::from(["c".to_owned()]))
+        );
+    }
+
+    #[test]
+    fn any_other_change_makes_the_next_reconcile_full() {
+        let mut scopes = Scopes::default();
+        scopes.pod_changed(svc("web"), "a", at(0));
+        scopes.everything_changed(svc("web"));
+        scopes.pod_changed(svc("web"), "b", at(0));
+        assert_eq!(scopes.take(&svc("web")).scope, Scope::Full);
+    }
+
+    #[test]
+    fn a_forgotten_service_has_nothing_pending() {
+        let mut scopes = Scopes::default();
+        scopes.pod_changed(svc("web"), "a", at(0));
+        scopes.forget(&svc("web"));
+        assert!(scopes.pending.is_empty());
+    }
+
+    #[test]
+    fn an_own_write_adds_nothing_to_check() {
+        let mut scopes = Scopes::default();
+        scopes.own_write(svc("web"));
+        assert_eq!(scopes.take(&svc("web")).scope, Scope::Pods(BTreeSet::new()));
+        scopes.pod_changed(svc("web"), "a", at(0));
+        scopes.own_write(svc("web"));
+        assert_eq!(
+            scopes.take(&svc("web")).scope,
+            Scope::Pods(BTreeSet::from(["a".to_owned()]))
+        );
+        scopes.everything_changed(svc("web"));
+        scopes.own_write(svc("web"));
+        assert_eq!(scopes.take(&svc("web")).scope, Scope::Full);
+    }
+
+    #[test]
+    fn the_earliest_change_is_the_trigger_time() {
+        let mut scopes = Scopes::default();
+        scopes.pod_changed(svc("web"), "a", at(5));
+        scopes.pod_changed(svc("web"), "b", at(3));
+        scopes.pod_changed(svc("web"), "c", at(9));
+        assert!(scopes.waiting_since(&svc("web")).is_some());
+        assert_eq!(scopes.take(&svc("web")).changed_at, Some(at(3)));
+        assert_eq!(scopes.take(&svc("web")).changed_at, None, "a timer");
+        scopes.own_write(svc("web"));
+        assert_eq!(scopes.take(&svc("web")).changed_at, None);
+        scopes.everything_changed(svc("web"));
+        assert!(scopes.waiting_since(&svc("web")).is_none(), "not only pods");
+        assert!(scopes.take(&svc("web")).changed_at.is_some());
+    }
+}

@@ -1,0 +1,619 @@
+//! Where the desired endpoints go among a Service's EndpointSlices, as Kubernetes' own
+//! EndpointSlice reconciler places them, so that a change costs as few writes as it can.
+//!
+//! - An endpoint that is still wanted stays in its slice, updated in place when it changed;
+//!   an unchanged endpoint never moves to another slice.
+//! - New endpoints top up the slices that are written anyway first, then the others, fullest
+//!   first; a slice is created only when no existing one has room.
+//! - A slice left empty, or whose ports are no longer wanted, is deleted; when the same pass
+//!   creates a slice, the create takes over the deleted slice's name instead (one write, not
+//!   two).
+//!
+//! So one added or removed pod costs one slice write, whatever the Service's size. Pure.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
+    sync::Arc,
+};
+
+use k8s_openapi::{
+    api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice},
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
+    jiff::Timestamp,
+};
+use kube::{ResourceExt, api::ObjectMeta};
+
+use super::plan::{Desired, EndpointKey, PortKey, endpoint_key, port_key};
+use crate::input::target::{Family, ServiceTarget};
+
+/// Only slices carrying this label with [`MANAGED_BY`] are ever touched.
+pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "nad-service-controller.isim.dev";
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
+/// When the change that caused a slice's last write happened (RFC 3339), as Kubernetes'
+/// EndpointSlice controller sets it.
+pub const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+
+pub const DEFAULT_MAX_ENDPOINTS_PER_SLICE: usize = 100;
+/// The API server rejects slices with more endpoints than this.
+pub const MAX_ENDPOINTS_PER_SLICE: usize = 1000;
+
+/// The writes that turn a Service's slices into what [`Desired`] asks for.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Changes {
+    /// Slices to server-side apply (created or updated), whole.
+    pub apply: Vec<EndpointSlice>,
+    /// Names of slices that are no longer wanted.
+    pub delete: Vec<String>,
+    /// Slices already as desired: no write.
+    pub unchanged: usize,
+    /// Endpoints that are new in this pass.
+    pub added: usize,
+    /// Endpoints that leave the slices in this pass.
+    pub removed: usize,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        self.apply.is_empty() && self.delete.is_empty()
+    }
+}
+
+/// The labels every slice of `target` carries: the Service's own, then this controller's.
+pub fn slice_labels(target: &ServiceTarget) -> BTreeMap<String, String> {
+    let mut labels = target.labels.clone();
+    labels.insert(SERVICE_NAME_LABEL.to_owned(), target.name.clone());
+    labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned());
+    labels.insert(HEADLESS_LABEL.to_owned(), String::new());
+    labels
+}
+
+/// Whether a slice is managed by this controller for the Service `name`.
+pub fn is_managed_slice_of(slice: &EndpointSlice, name: &str) -> bool {
+    let labels = slice.labels();
+    labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)
+        && labels.get(SERVICE_NAME_LABEL).map(String::as_str) == Some(name)
+}
+
+/// Whether what this controller sets besides endpoints and ports is as it should be. Fields
+/// others add and it does not own (extra labels, annotations) do not count.
+fn metadata_up_to_date(target: &ServiceTarget, existing: &EndpointSlice) -> bool {
+    let labels = slice_labels(target);
+    labels
+        .iter()
+        .all(|(k, v)| existing.labels().get(k) == Some(v))
+        && existing.owner_references().iter().any(|have| {
+            have.uid == target.uid && have.controller == Some(true) && have.kind == "Service"
+        })
+}
+
+/// The desired endpoints of each family and port set, by identity, not placed yet.
+type Wanted = BTreeMap<(Family, PortKey), (Vec<EndpointPort>, HashMap<EndpointKey, Endpoint>)>;
+
+/// A slice of the new layout: an existing one (kept, perhaps changed) or a new one.
+struct Working<'a> {
+    base: Option<&'a EndpointSlice>,
+    family: Family,
+    ports: Vec<EndpointPort>,
+    key: PortKey,
+    endpoints: Vec<Endpoint>,
+    changed: bool,
+}
+
+/// The writes that place `desired` among `existing` (this controller's slices of the
+/// Service), with slices of at most `max_endpoints` (clamped to 1..=1000). `trigger` is when
+/// the change being applied happened; a slice written without one keeps its old time.
+pub fn place(
+    target: &ServiceTarget,
+    desired: &Desired,
+    existing: &[Arc<EndpointSlice>],
+    max_endpoints: usize,
+    trigger: Option<Timestamp>,
+) -> Changes {
+    let max = max_endpoints.clamp(1, MAX_ENDPOINTS_PER_SLICE);
+    let mut changes = Changes::default();
+    let mut existing: Vec<&EndpointSlice> = existing.iter().map(|s| &**s).collect();
+    existing.sort_by_key(|s| s.name_any());
+    // Names stay taken while a slice of that name exists, even one being deleted.
+    let mut taken: BTreeSet<String> = existing.iter().map(|s| s.name_any()).collect();
+    let mut wanted: Wanted = desired
+        .groups
+        .iter()
+        .map(|g| {
+            let endpoints = g.endpoints.iter().map(|e| (endpoint_key(e), e.clone()));
+            (
+                (g.family, port_key(&g.ports)),
+                (g.ports.clone(), endpoints.collect()),
+            )
+        })
+        .collect();
+
+    let mut working: Vec<Working<'_>> = Vec::new();
+    let mut obsolete: Vec<&EndpointSlice> = Vec::new();
+    for slice in existing {
+        let count = slice.endpoints.as_ref().map_or(0, Vec::len);
+        let family = match slice.address_type.as_str() {
+            "IPv4" => Family::V4,
+            "IPv6" => Family::V6,
+            _ => {
+                changes.removed += count;
+                obsolete.push(slice);
+                continue;
+            }
+        };
+        if slice.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let key = port_key(slice.ports.as_deref().unwrap_or_default());
+        let Some((ports, want)) = wanted.get_mut(&(family, key.clone())) else {
+            changes.removed += count;
+            obsolete.push(slice);
+            continue;
+        };
+        let mut endpoints = Vec::with_capacity(count);
+        let mut changed = !metadata_up_to_date(target, slice);
+        for have in slice.endpoints.iter().flatten() {
+            match want.remove(&endpoint_key(have)) {
+                Some(endpoint) => {
+                    changed |= endpoint != *have;
+                    endpoints.push(endpoint);
+                }
+                None => {
+                    changed = true;
+                    changes.removed += 1;
+                }
+            }
+        }
+        if endpoints.is_empty() {
+            obsolete.push(slice);
+            continue;
+        }
+        working.push(Working {
+            base: Some(slice),
+            family,
+            ports: ports.clone(),
+            key,
+            endpoints,
+            changed,
+        });
+    }
+
+    for ((family, key), (ports, rest)) in wanted {
+        let mut rest: Vec<Endpoint> = rest.into_values().collect();
+        rest.sort_by_cached_key(endpoint_key);
+        changes.added += rest.len();
+        let mut rest = VecDeque::from(rest);
+        // Slices written anyway first, then the others; fullest first within each.
+        let mut order: Vec<usize> = (0..working.len())
+            .filter(|&i| working[i].family == family && working[i].key == key)
+            .collect();
+        order.sort_by_key(|&i| (!working[i].changed, usize::MAX - working[i].endpoints.len()));
+        for i in order {
+            while working[i].endpoints.len() < max
+                && let Some(endpoint) = rest.pop_front()
+            {
+                working[i].endpoints.push(endpoint);
+                working[i].changed = true;
+            }
+        }
+        while !rest.is_empty() {
+            let take = rest.len().min(max);
+            working.push(Working {
+                base: None,
+                family,
+                ports: ports.clone(),
+                key: key.clone(),
+                endpoints: rest.drain(..take).collect(),
+                changed: true,
+            });
+        }
+    }
+
+    let mut reusable = obsolete
+        .iter()
+        .map(|s| s.name_any())
+        .collect::<VecDeque<_>>();
+    for slice in &working {
+        if !slice.changed {
+            changes.unchanged += 1;
+            continue;
+        }
+        let (name, previous) = match slice.base {
+            Some(base) => (base.name_any(), Some(base)),
+            None => match reusable.pop_front() {
+                Some(name) => {
+                    let previous = obsolete.iter().find(|s| s.name_any() == name).copied();
+                    (name, previous)
+                }
+                None => (fresh_name(target, slice.family, &mut taken), None),
+            },
+        };
+        let time = trigger.map(|t| t.to_string()).or_else(|| {
+            previous?
+                .annotations()
+                .get(TRIGGER_TIME_ANNOTATION)
+                .cloned()
+        });
+        changes.apply.push(build(target, name, slice, time));
+    }
+    changes.delete = reusable.into_iter().collect();
+    changes
+}
+
+/// `<service>-<ipv4|ipv6>-<n>` with the smallest `n` not taken.
+fn fresh_name(target: &ServiceTarget, family: Family, taken: &mut BTreeSet<String>) -> String {
+    let name = (0..)
+        .map(|n| format!("{}-{}-{n}", target.name, family.slug()))
+        .find(|name| !taken.contains(name))
+        .unwrap_or_default();
+    taken.insert(name.clone());
+    name
+}
+
+fn build(
+    target: &ServiceTarget,
+    name: String,
+    slice: &Working<'_>,
+    trigger_time: Option<String>,
+) -> EndpointSlice {
+    EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(target.namespace.clone()),
+            labels: Some(slice_labels(target)),
+            annotations: trigger_time
+                .map(|t| BTreeMap::from([(TRIGGER_TIME_ANNOTATION.to_owned(), t)])),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".to_owned(),
+                kind: "Service".to_owned(),
+                name: target.name.clone(),
+                uid: target.uid.clone(),
+                controller: Some(true),
+                ..OwnerReference::default()
+            }]),
+            ..ObjectMeta::default()
+        },
+        address_type: slice.family.address_type().to_owned(),
+        endpoints: Some(slice.endpoints.clone()),
+        ports: Some(slice.ports.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reconcile::{observe::tests::target, plan::EndpointGroup};
+    use k8s_openapi::api::{core::v1::ObjectReference, discovery::v1::EndpointConditions};
+
+    fn endpoint(pod: &str, ip: &str, ready: bool) -> Endpoint {
+        Endpoint {
+            addresses: vec![ip.to_owned()],
+            conditions: Some(EndpointConditions {
+                ready: Some(ready),
+                serving: Some(ready),
+                terminating: Some(false),
+            }),
+            target_ref: Some(ObjectReference {
+                kind: Some("Pod".into()),
+                name: Some(pod.into()),
+                namespace: Some("team-a".into()),
+                ..ObjectReference::default()
+            }),
+            ..Endpoint::default()
+        }
+    }
+
+    fn pods(range: std::ops::Range<usize>) -> Vec<Endpoint> {
+        range
+            .map(|i| {
+                endpoint(
+                    &format!("p{i:04}"),
+                    &format!("10.0.{}.{}", i / 200, i % 200 + 1),
+                    true,
+                )
+            })
+            .collect()
+    }
+
+    fn desired(endpoints: Vec<Endpoint>) -> Desired {
+        desired_with(endpoints, vec![http(80)])
+    }
+
+    fn http(port: i32) -> EndpointPort {
+        EndpointPort {
+            name: Some("http".into()),
+            port: Some(port),
+            protocol: Some("TCP".into()),
+            app_protocol: None,
+        }
+    }
+
+    fn desired_with(mut endpoints: Vec<Endpoint>, ports: Vec<EndpointPort>) -> Desired {
+        endpoints.sort_by_cached_key(endpoint_key);
+        Desired {
+            groups: if endpoints.is_empty() {
+                vec![]
+            } else {
+                vec![EndpointGroup {
+                    family: Family::V4,
+                    ports,
+                    endpoints,
+                }]
+            },
+            ..Desired::default()
+        }
+    }
+
+    /// What the API returns for applied slices: the same fields plus server-set metadata and
+    /// others' labels.
+    fn stored(slices: &[EndpointSlice]) -> Vec<Arc<EndpointSlice>> {
+        slices
+            .iter()
+            .map(|slice| {
+                let mut s = slice.clone();
+                s.metadata.resource_version = Some("42".into());
+                s.metadata.uid = Some(format!("uid-{}", s.name_any()));
+                s.labels_mut().insert("added-by-someone".into(), "x".into());
+                Arc::new(s)
+            })
+            .collect()
+    }
+
+    /// Applies `changes` to `existing`, as the API would.
+    fn after(existing: &[Arc<EndpointSlice>], changes: &Changes) -> Vec<Arc<EndpointSlice>> {
+        let mut out: BTreeMap<String, Arc<EndpointSlice>> =
+            existing.iter().map(|s| (s.name_any(), s.clone())).collect();
+        for name in &changes.delete {
+            out.remove(name);
+        }
+        for slice in stored(&changes.apply) {
+            out.insert(slice.name_any(), slice);
+        }
+        out.into_values().collect()
+    }
+
+    fn layout(slices: &[Arc<EndpointSlice>]) -> Vec<(String, usize)> {
+        slices
+            .iter()
+            .map(|s| (s.name_any(), s.endpoints.as_ref().map_or(0, Vec::len)))
+            .collect()
+    }
+
+    fn place_all(want: &Desired, existing: &[Arc<EndpointSlice>]) -> Changes {
+        place(&target("team-a/m"), want, existing, 100, None)
+    }
+
+    #[test]
+    fn a_new_service_gets_full_slices_named_in_turn() {
+        let changes = place_all(&desired(pods(0..250)), &[]);
+        let slices = stored(&changes.apply);
+        assert_eq!(
+            layout(&slices),
+            [
+                ("web-ipv4-0".into(), 100),
+                ("web-ipv4-1".into(), 100),
+                ("web-ipv4-2".into(), 50)
+            ]
+        );
+        assert_eq!((changes.added, changes.removed), (250, 0));
+        let s = &slices[0];
+        assert_eq!(s.labels()[SERVICE_NAME_LABEL], "web");
+        assert_eq!(s.labels()[MANAGED_BY_LABEL], MANAGED_BY);
+        assert_eq!(s.labels()[HEADLESS_LABEL], "");
+        assert_eq!(s.owner_references()[0].uid, "svc-uid");
+        assert!(is_managed_slice_of(s, "web") && !is_managed_slice_of(s, "other"));
+    }
+
+    #[test]
+    fn an_unchanged_input_writes_nothing() {
+        let want = desired(pods(0..250));
+        let existing = stored(&place_all(&want, &[]).apply);
+        let changes = place_all(&want, &existing);
+        assert!(changes.is_empty(), "{changes:?}");
+        assert_eq!(changes.unchanged, 3);
+        assert_eq!((changes.added, changes.removed), (0, 0));
+    }
+
+    /// The upstream reconciler's rule: one added pod costs one write at any size, and no
+    /// unchanged endpoint moves.
+    #[test]
+    fn a_pod_added_in_the_middle_tops_up_one_slice() {
+        let mut endpoints = pods(0..250);
+        let existing = stored(&place_all(&desired(endpoints.clone()), &[]).apply);
+        endpoints.push(endpoint("p0100a", "10.9.0.1", true));
+        let changes = place_all(&desired(endpoints), &existing);
+        assert_eq!(
+            changes.apply.len(),
+            1,
+            "{:?}",
+            layout(&stored(&changes.apply))
+        );
+        assert!(changes.delete.is_empty());
+        assert_eq!(
+            changes.apply[0].name_any(),
+            "web-ipv4-2",
+            "the only one with room"
+        );
+        assert_eq!(changes.apply[0].endpoints.as_ref().unwrap().len(), 51);
+        assert_eq!((changes.added, changes.removed), (1, 0));
+    }
+
+    #[test]
+    fn new_endpoints_fill_the_fullest_slice_with_room_first() {
+        let existing = stored(&place_all(&desired(pods(0..150)), &[]).apply);
+        // Two pods of the first slice go: it has room for two, the second for fifty.
+        let mut endpoints = pods(0..150);
+        endpoints.retain(|e| !["p0003", "p0004"].contains(&endpoint_key(e).0.as_str()));
+        let existing = after(
+            &existing,
+            &place_all(&desired(endpoints.clone()), &existing),
+        );
+        assert_eq!(
+            layout(&existing),
+            [("web-ipv4-0".into(), 98), ("web-ipv4-1".into(), 50)]
+        );
+        endpoints.push(endpoint("q1", "10.9.0.1", true));
+        let changes = place_all(&desired(endpoints.clone()), &existing);
+        assert_eq!(changes.apply.len(), 1);
+        assert_eq!(
+            changes.apply[0].name_any(),
+            "web-ipv4-0",
+            "98 is fuller than 50"
+        );
+        // A change that writes a slice anyway takes new endpoints first.
+        let existing = after(&existing, &changes);
+        endpoints.retain(|e| endpoint_key(e).0 != "p0149");
+        endpoints.push(endpoint("q2", "10.9.0.2", true));
+        let changes = place_all(&desired(endpoints), &existing);
+        assert_eq!(
+            changes.apply.len(),
+            1,
+            "{:?}",
+            layout(&stored(&changes.apply))
+        );
+        assert_eq!(changes.apply[0].name_any(), "web-ipv4-1");
+    }
+
+    #[test]
+    fn a_flip_updates_its_endpoint_in_place() {
+        let mut endpoints = pods(0..250);
+        let existing = stored(&place_all(&desired(endpoints.clone()), &[]).apply);
+        endpoints[120] = endpoint("p0120", "10.0.0.121", false);
+        let changes = place_all(&desired(endpoints), &existing);
+        assert_eq!(changes.apply.len(), 1);
+        let slice = &changes.apply[0];
+        assert_eq!(slice.name_any(), "web-ipv4-1");
+        let before = existing[1].endpoints.as_ref().unwrap();
+        let now = slice.endpoints.as_ref().unwrap();
+        let keys = |e: &[Endpoint]| e.iter().map(endpoint_key).collect::<Vec<_>>();
+        assert_eq!(keys(before), keys(now), "same endpoints, same order");
+        assert_eq!((changes.added, changes.removed), (0, 0));
+    }
+
+    #[test]
+    fn removed_pods_leave_their_slice_and_an_emptied_slice_is_deleted() {
+        let endpoints = pods(0..250);
+        let existing = stored(&place_all(&desired(endpoints.clone()), &[]).apply);
+        let mut fewer = endpoints.clone();
+        fewer.remove(10);
+        let changes = place_all(&desired(fewer), &existing);
+        assert_eq!(changes.apply.len(), 1);
+        assert_eq!(changes.apply[0].name_any(), "web-ipv4-0");
+        assert_eq!((changes.added, changes.removed), (0, 1));
+
+        let changes = place_all(&desired(endpoints[..1].to_vec()), &existing);
+        assert_eq!(changes.delete, ["web-ipv4-1", "web-ipv4-2"]);
+        assert_eq!(changes.apply.len(), 1, "the first slice shrinks");
+        let changes = place_all(&desired(vec![]), &existing);
+        assert_eq!(changes.delete.len(), 3);
+        assert_eq!(changes.removed, 250);
+    }
+
+    #[test]
+    fn a_create_and_a_delete_become_one_update() {
+        let endpoints = pods(0..50);
+        let existing = stored(&place_all(&desired(endpoints.clone()), &[]).apply);
+        // Every pod's port changes: the old slice's ports are no longer wanted.
+        let changes = place(
+            &target("team-a/m"),
+            &desired_with(endpoints, vec![http(8080)]),
+            &existing,
+            100,
+            None,
+        );
+        assert!(changes.delete.is_empty(), "{changes:?}");
+        assert_eq!(changes.apply.len(), 1);
+        assert_eq!(changes.apply[0].name_any(), "web-ipv4-0");
+        assert_eq!(changes.apply[0].ports.as_ref().unwrap()[0].port, Some(8080));
+    }
+
+    #[test]
+    fn edited_or_deleted_slices_are_written_again() {
+        let want = desired(pods(0..3));
+        let written = place_all(&want, &[]).apply;
+        let existing = stored(&written);
+        // Deleted by someone: created again.
+        assert_eq!(place_all(&want, &[]).apply, written);
+        let edit = |f: &dyn Fn(&mut EndpointSlice)| {
+            let mut slice = (*existing[0]).clone();
+            f(&mut slice);
+            place_all(&want, &[Arc::new(slice)])
+        };
+        let c = edit(&|s| s.endpoints.as_mut().unwrap()[0].addresses = vec!["10.9.9.9".into()]);
+        assert_eq!(
+            (c.apply.len(), c.delete.len()),
+            (1, 0),
+            "endpoints edited by hand"
+        );
+        assert_eq!(c.apply[0].endpoints.as_ref().unwrap().len(), 3);
+        let c = edit(&|s| {
+            s.labels_mut().insert(HEADLESS_LABEL.into(), "no".into());
+        });
+        assert_eq!(c.apply.len(), 1, "our label changed");
+        let c = edit(&|s| s.ports = Some(vec![http(1)]));
+        assert_eq!(
+            (c.apply.len(), c.delete.len()),
+            (1, 0),
+            "ports edited: rewritten in place"
+        );
+        let c = edit(&|s| s.metadata.owner_references = None);
+        assert_eq!(c.apply.len(), 1, "owner reference removed");
+        let c = edit(&|s| {
+            s.annotations_mut().insert("someone".into(), "else".into());
+        });
+        assert!(c.is_empty(), "fields others own are theirs");
+    }
+
+    #[test]
+    fn written_slices_carry_the_trigger_time_and_keep_it_otherwise() {
+        let t = target("team-a/m");
+        let at: Timestamp = "2026-12-01T10:00:00.5Z".parse().unwrap();
+        let first = place(&t, &desired(pods(0..150)), &[], 100, Some(at));
+        let times: Vec<_> = first
+            .apply
+            .iter()
+            .map(|s| s.annotations()[TRIGGER_TIME_ANNOTATION].clone())
+            .collect();
+        assert_eq!(times, ["2026-12-01T10:00:00.5Z", "2026-12-01T10:00:00.5Z"]);
+        let existing = stored(&first.apply);
+        let mut endpoints = pods(0..150);
+        endpoints[0] = endpoint("p0000", "10.0.0.1", false);
+        let again = place(&t, &desired(endpoints), &existing, 100, None);
+        assert_eq!(
+            again.apply[0].annotations()[TRIGGER_TIME_ANNOTATION],
+            "2026-12-01T10:00:00.5Z",
+            "no new time: the old one stays"
+        );
+    }
+
+    #[test]
+    fn the_slice_size_is_clamped_to_what_the_api_accepts() {
+        let t = target("team-a/m");
+        let sizes = |max| {
+            place(&t, &desired(pods(0..1001)), &[], max, None)
+                .apply
+                .iter()
+                .map(|s| s.endpoints.as_ref().map_or(0, Vec::len))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(sizes(5000), [1000, 1]);
+        assert_eq!(sizes(0).len(), 1001);
+    }
+
+    #[test]
+    fn foreign_and_terminating_slices_are_left_alone_and_keep_their_names() {
+        let want = desired(pods(0..3));
+        let mut doomed = (*stored(&place_all(&want, &[]).apply)[0]).clone();
+        doomed.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
+        );
+        let changes = place_all(&want, &[Arc::new(doomed)]);
+        assert!(changes.delete.is_empty());
+        assert_eq!(
+            changes.apply[0].name_any(),
+            "web-ipv4-1",
+            "the name is still taken"
+        );
+    }
+}

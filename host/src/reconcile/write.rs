@@ -1,0 +1,177 @@
+//! Writing a reconcile's changes: what must not be sent, the writes, and the bookkeeping of
+//! what was written and what failed.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use kube::{ResourceExt, runtime::reflector::ObjectRef};
+
+use super::{Context, slices::Changes};
+use crate::{
+    apply::{self, validate},
+    error::{Error, describe},
+};
+
+/// Drops from `changes` the slices that must not be sent: exactly what the API refused
+/// before, or what this controller's own check of the API's rules refuses. Returns how many
+/// were held back.
+pub async fn hold_back(
+    ctx: &Context,
+    service: &Service,
+    key: &ObjectRef<Service>,
+    changes: &mut Changes,
+) -> usize {
+    let before = changes.apply.len();
+    let mut refused_now = Vec::new();
+    {
+        let mut book = ctx.book.lock();
+        let state = book.state(key);
+        changes.apply.retain(|slice| {
+            if state.was_refused(slice) {
+                tracing::debug!(slice = %slice.name_any(), "not sent again: the API refused this content before");
+                return false;
+            }
+            let violations = validate::slice(slice);
+            if violations.is_empty() {
+                return true;
+            }
+            state.refused(slice);
+            refused_now.push((slice.name_any(), violations));
+            false
+        });
+        for name in &changes.delete {
+            state.accepted(name);
+        }
+    }
+    for (slice, violations) in refused_now {
+        ctx.metrics.slice_refused("precheck");
+        let text = violations
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        tracing::error!(%slice, violations = %text, "EndpointSlice held back: the API would refuse it (a bug: please report it)");
+        ctx.warn(
+            service,
+            "EndpointSliceInvalid",
+            "Apply",
+            format!("EndpointSlice {slice} was not written: {text}. This is a bug in nad-service-controller; please report it"),
+        )
+        .await;
+    }
+    before - changes.apply.len()
+}
+
+/// What [`write`] did.
+pub struct Written {
+    pub applied: Vec<String>,
+    pub deleted: Vec<String>,
+    /// Slices the API refused (`422`): not sent again until their content changes.
+    pub refused: usize,
+}
+
+/// Writes the changes, counting them and recording what the cache should show afterwards.
+/// Writes that worked are recorded even when others failed. A refused slice (`422`) is a bug
+/// here: it is counted, reported once, and not sent again until its content changes; any
+/// other failure is returned, to be retried.
+pub async fn write(
+    ctx: &Context,
+    service: &Service,
+    key: &ObjectRef<Service>,
+    changes: Changes,
+    existing: &[Arc<EndpointSlice>],
+) -> Result<Written, Error> {
+    let namespace = key.namespace.as_deref().unwrap_or_default();
+    let name = key.name.as_str();
+    let written = apply::write(&ctx.client, namespace, changes).await;
+    ctx.metrics
+        .slices_written(written.applied.len(), written.deleted.len());
+    {
+        let mut book = ctx.book.lock();
+        let expectations = &mut book.expectations;
+        for (slice, generation) in &written.applied {
+            let created = !existing.iter().any(|s| s.name_any() == *slice);
+            expectations.applied(namespace, name, slice, *generation, created);
+        }
+        for slice in &written.deleted {
+            let uid = existing
+                .iter()
+                .find(|s| s.name_any() == *slice)
+                .and_then(|s| s.uid());
+            expectations.deleted(namespace, name, slice, uid);
+        }
+        let state = book.state(key);
+        for (slice, _) in &written.applied {
+            state.accepted(slice);
+        }
+    }
+    let mut refused = 0;
+    let mut first_error = None;
+    for failed in written.failed {
+        match (failed.slice, &failed.error) {
+            (Some(sent), Error::Apply { source, .. }) => {
+                refused += 1;
+                ctx.metrics.slice_refused("api");
+                ctx.book.lock().state(key).refused(&sent);
+                let stored = existing.iter().find(|s| s.name_any() == sent.name_any());
+                let pods = apply::refused_pods(source, &sent, stored.map(|s| &**s));
+                tracing::error!(
+                    slice = %sent.name_any(), pods = ?pods, error = %describe(source),
+                    "the API server refused an EndpointSlice (a bug: please report it); not sent again until it changes"
+                );
+                ctx.warn(
+                    service,
+                    "EndpointSliceRefused",
+                    "Apply",
+                    format!(
+                        "the API server refused EndpointSlice {} ({}); pods concerned: {}. This is a bug in \
+                         nad-service-controller; please report it. The slice is not sent again until its content changes",
+                        sent.name_any(),
+                        describe(source),
+                        if pods.is_empty() { "none".to_owned() } else { pods.join(", ") }
+                    ),
+                )
+                .await;
+            }
+            (_, _) => {
+                tracing::debug!(error = %failed.error, "EndpointSlice write failed");
+                first_error.get_or_insert(failed.error);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(Written {
+            applied: written.applied.into_iter().map(|(n, _)| n).collect(),
+            deleted: written.deleted,
+            refused,
+        }),
+    }
+}
+
+pub async fn remove_all(
+    ctx: &Context,
+    service: &Service,
+    key: &ObjectRef<Service>,
+    existing: &[Arc<EndpointSlice>],
+    why: &str,
+) -> Result<(), Error> {
+    if existing.is_empty() {
+        return Ok(());
+    }
+    let changes = Changes {
+        delete: existing.iter().map(|s| s.name_any()).collect(),
+        removed: existing
+            .iter()
+            .map(|s| s.endpoints.as_ref().map_or(0, Vec::len))
+            .sum(),
+        ..Changes::default()
+    };
+    let written = write(ctx, service, key, changes, existing).await?;
+    tracing::info!(
+        deleted = written.deleted.len(),
+        why,
+        "EndpointSlices removed"
+    );
+    Ok(())
+}

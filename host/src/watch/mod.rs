@@ -1,0 +1,62 @@
+//! The watches: each one keeps a cache or an index current and turns its events into
+//! reconcile requests for the Services they concern, noting why in the bookkeeping.
+//!
+//! - [`services`]: the Service store (the Controller's own), and which Services are on which
+//!   network;
+//! - [`pods`]: the pod index, relisted when the plugins start to read new pod keys;
+//! - [`nodes`]: the node zones;
+//! - [`slices`]: this controller's slices, telling its own writes from anyone else's;
+//! - [`plugin_dir`]: the plugin directory, rescanned for new, changed and removed plugins;
+//! - [`recovery`]: after an outage, the Services that failed meanwhile.
+//!
+//! Every watch retries on its own with a bounded backoff ([`health`]) and never ends; what a
+//! relist triggers waits until the relist is complete ([`relist`]).
+
+pub mod health;
+pub mod nodes;
+pub mod plugin_dir;
+pub mod pods;
+pub mod recovery;
+pub mod relist;
+pub mod services;
+pub mod slices;
+pub mod strip;
+
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+pub use health::{Health, backoff};
+
+use crate::{
+    index::{NodeZones, PodIndex, ServiceNetworks},
+    reconcile::book::SharedBook,
+};
+use recovery::Recovery;
+
+/// The state the watches feed, shared with the reconciles.
+#[derive(Clone, Default)]
+pub struct Shared {
+    pub book: SharedBook,
+    pub pods: Arc<RwLock<PodIndex>>,
+    pub zones: Arc<RwLock<NodeZones>>,
+    pub networks: Arc<RwLock<ServiceNetworks>>,
+    pub recovery: Arc<Recovery>,
+}
+
+/// A poisoned lock is still used: the indexes are updated before anything can panic.
+pub fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+pub fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A stream of the values an unbounded channel receives.
+fn receiver_stream<T: Send + 'static>(
+    rx: tokio::sync::mpsc::UnboundedReceiver<T>,
+) -> impl futures::Stream<Item = T> + Send + 'static {
+    futures::stream::unfold(rx, |mut rx| async move {
+        let item = rx.recv().await?;
+        Some((item, rx))
+    })
+}

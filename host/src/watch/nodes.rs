@@ -1,0 +1,45 @@
+//! The node watch: keeps the node zones, and asks the Services with pods on a node that
+//! appeared, went away or changed zone to plan again.
+
+use std::collections::BTreeSet;
+
+use futures::{Stream, StreamExt, future, stream};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::{
+    Api,
+    runtime::{reflector::ObjectRef, watcher},
+};
+
+use super::{Health, Shared, backoff, read, write};
+use crate::index::NetworkKey;
+use kube::runtime::WatchStreamExt;
+
+pub fn watch(api: Api<Node>, shared: Shared) -> impl Stream<Item = ObjectRef<Service>> + Send {
+    let mut health = Health::new("nodes", shared.recovery.clone());
+    watcher(api, watcher::Config::default())
+        .backoff(backoff())
+        .filter_map(move |item| {
+            let changed = health
+                .observe(item)
+                .map_or_else(Vec::new, |event| write(&shared.zones).on_event(&event));
+            let services = if changed.is_empty() {
+                Vec::new()
+            } else {
+                let changed: BTreeSet<&str> = changed.iter().map(String::as_str).collect();
+                let networks: BTreeSet<NetworkKey> = read(&shared.pods)
+                    .iter()
+                    .filter(|p| p.node_name.as_deref().is_some_and(|n| changed.contains(n)))
+                    .flat_map(|p| p.networks().map(|n| (p.namespace.clone(), n.to_owned())))
+                    .collect();
+                let networks: Vec<NetworkKey> = networks.into_iter().collect();
+                let services = read(&shared.networks).on(&networks);
+                let mut book = shared.book.lock();
+                for service in &services {
+                    book.scopes.everything_changed(service.clone());
+                }
+                services
+            };
+            future::ready(Some(stream::iter(services)))
+        })
+        .flatten()
+}

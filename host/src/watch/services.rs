@@ -1,0 +1,80 @@
+//! The Service watch: the Controller's own store, which Services are on which network, and
+//! the bookkeeping of Services that are gone.
+
+use futures::{Stream, StreamExt, future, stream};
+use k8s_openapi::api::core::v1::Service;
+use kube::{
+    Api,
+    runtime::{
+        WatchStreamExt,
+        reflector::{ObjectRef, Store, store::Writer},
+        watcher,
+    },
+};
+
+use super::{Health, Shared, backoff, relist::RelistGate, strip::strip_meta, write};
+use crate::index::ServiceNetworks;
+
+/// Services to reconcile, as the Controller's main stream: every Service added or changed.
+pub fn watch(
+    api: Api<Service>,
+    store: Store<Service>,
+    writer: Writer<Service>,
+    shared: Shared,
+) -> impl Stream<Item = Result<Service, watcher::Error>> + Send {
+    let mut health = Health::new("services", shared.recovery.clone());
+    let mut gate = RelistGate::default();
+    watcher(api, watcher::Config::default())
+        .backoff(backoff())
+        .modify(|s: &mut Service| strip_meta(&mut s.metadata))
+        .reflect(writer)
+        .filter_map(move |item| {
+            let changed = match health.observe(item) {
+                None => Vec::new(),
+                Some(event) => {
+                    let now = on_event(&shared, &store, &event);
+                    gate.pass(&event, now)
+                }
+            };
+            let mut book = shared.book.lock();
+            for service in &changed {
+                book.scopes.everything_changed(ObjectRef::from_obj(service));
+            }
+            future::ready(Some(stream::iter(changed.into_iter().map(Ok))))
+        })
+        .flatten()
+}
+
+fn on_event(
+    shared: &Shared,
+    store: &Store<Service>,
+    event: &watcher::Event<Service>,
+) -> Vec<Service> {
+    match event {
+        watcher::Event::Apply(service) | watcher::Event::InitApply(service) => {
+            write(&shared.networks).apply(service);
+            vec![service.clone()]
+        }
+        watcher::Event::Delete(service) => {
+            let key = ObjectRef::from_obj(service);
+            write(&shared.networks).remove(&key);
+            shared.book.lock().forget(&key);
+            Vec::new()
+        }
+        watcher::Event::Init => Vec::new(),
+        watcher::Event::InitDone => {
+            // Services deleted while the watch was down got no Delete: the store is current
+            // now, so rebuild the network routing from it and forget the others.
+            let mut networks = ServiceNetworks::default();
+            for service in store.state() {
+                networks.apply(&service);
+            }
+            *write(&shared.networks) = networks;
+            let mut book = shared.book.lock();
+            for key in book.known(|key| store.get(key).is_none()) {
+                book.forget(&key);
+            }
+            Vec::new()
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! The watch of this controller's slices: their store, and the Services a slice event
+//! concerns. An event that shows exactly what this controller wrote adds nothing to check;
+//! anything else (a hand edit, a deletion by someone else) makes the owner plan in full.
+
+use futures::{Stream, StreamExt, future, stream};
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use kube::{
+    Api, ResourceExt,
+    runtime::{
+        WatchStreamExt,
+        reflector::{ObjectRef, store::Writer},
+        watcher,
+    },
+};
+
+use super::{Health, Shared, backoff, relist::RelistGate, strip::strip_meta};
+use crate::reconcile::{
+    book::SharedBook,
+    slices::{MANAGED_BY, MANAGED_BY_LABEL},
+};
+
+pub fn watch(
+    api: Api<EndpointSlice>,
+    writer: Writer<EndpointSlice>,
+    shared: Shared,
+) -> impl Stream<Item = ObjectRef<Service>> + Send {
+    let mut health = Health::new("endpointslices", shared.recovery.clone());
+    let mut gate = RelistGate::default();
+    let ours = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    watcher(api, ours)
+        .backoff(backoff())
+        .modify(|s: &mut EndpointSlice| strip_meta(&mut s.metadata))
+        .reflect(writer)
+        .filter_map(move |item| {
+            let owners = health.observe(item).map_or_else(Vec::new, |event| {
+                let owners = owners(&shared.book, &event);
+                gate.pass(&event, owners)
+            });
+            future::ready(Some(stream::iter(owners)))
+        })
+        .flatten()
+}
+
+/// The Services a slice event concerns (its owners), noting whether the event is only the echo
+/// of this controller's own write.
+fn owners(book: &SharedBook, event: &watcher::Event<EndpointSlice>) -> Vec<ObjectRef<Service>> {
+    let (slice, deleted) = match event {
+        watcher::Event::Apply(slice) | watcher::Event::InitApply(slice) => (slice, false),
+        watcher::Event::Delete(slice) => (slice, true),
+        watcher::Event::Init | watcher::Event::InitDone => return Vec::new(),
+    };
+    let namespace = slice.namespace().unwrap_or_default();
+    let mut book = book.lock();
+    slice
+        .owner_references()
+        .iter()
+        .filter(|o| o.kind == "Service")
+        .map(|owner| {
+            let own = !matches!(event, watcher::Event::InitApply(_))
+                && book
+                    .expectations
+                    .is_own_write(&namespace, &owner.name, slice, deleted);
+            let service = ObjectRef::new(&owner.name).within(&namespace);
+            if own {
+                book.scopes.own_write(service.clone());
+            } else {
+                book.scopes.everything_changed(service.clone());
+            }
+            service
+        })
+        .collect()
+}
