@@ -13,7 +13,7 @@ use std::{
     process::Command,
 };
 
-const PLUGINS: [(&str, &str, &str); 4] = [
+const PLUGINS: [(&str, &str, &str); 5] = [
     (
         "nad-default-plugin",
         "nad_default_plugin",
@@ -34,7 +34,39 @@ const PLUGINS: [(&str, &str, &str); 4] = [
         "nad_plugin_preferred_zones",
         "NSC_EXAMPLE_PREFERRED_ZONES_WASM",
     ),
+    (
+        "nad-test-contract-1-0",
+        "nad_test_contract_1_0",
+        "NSC_TEST_CONTRACT_1_0_WASM",
+    ),
 ];
+
+/// The version of the WIT package in `wit/`, which this host speaks: `package
+/// isim:nad-endpoints@X.Y.Z;` becomes the constant `HOST_WIT_VERSION`.
+fn wit_version(workspace: &Path, out_dir: &Path) {
+    let wit = workspace.join("wit").join("nad-endpoints.wit");
+    let text = std::fs::read_to_string(&wit).expect("read wit/nad-endpoints.wit");
+    let version = text
+        .lines()
+        .find_map(|line| {
+            line.trim()
+                .strip_prefix("package isim:nad-endpoints@")?
+                .strip_suffix(';')
+        })
+        .expect("wit/nad-endpoints.wit declares package isim:nad-endpoints@<version>");
+    let parts: Vec<u64> = version
+        .split('.')
+        .map(|p| p.parse().expect("a numeric version"))
+        .collect();
+    let [major, minor, patch] = parts[..] else {
+        panic!("package version {version} is not major.minor.patch");
+    };
+    std::fs::write(
+        out_dir.join("wit_version.rs"),
+        format!("pub const HOST_WIT_VERSION: (u64, u64, u64) = ({major}, {minor}, {patch});\n"),
+    )
+    .expect("write wit_version.rs");
+}
 
 fn main() {
     let manifest_dir =
@@ -47,6 +79,7 @@ fn main() {
     // checks the clone being built, not the one that ran this script last.
     println!("cargo:rerun-if-changed=../wit");
     println!("cargo:rerun-if-changed=../plugins");
+    wit_version(workspace, &out_dir);
 
     // <target>/<profile>/build/<pkg>/out: the target root is the ancestor cargo tags.
     let target_root = out_dir

@@ -37,7 +37,7 @@ pub async fn run(
     reporter: Reporter,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let shared = Shared::default();
+    let shared = Shared::new(metrics.clone());
     let (services, service_writer) = reflector::store::<Service>();
     let (slices, slice_writer) = reflector::store::<EndpointSlice>();
     let (service_api, pod_api, slice_api): (Api<Service>, Api<Pod>, Api<EndpointSlice>) =

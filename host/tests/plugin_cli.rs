@@ -239,8 +239,9 @@ fn inspect_describes_a_plugin_and_whether_it_runs_here() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     for line in [
-        "targets:         isim:nad-endpoints@1.0.0",
+        "targets:         isim:nad-endpoints@1.1.0",
         "name:            opt-out",
+        "decisions:       per-pod",
         "label keys:      *",
         "annotation keys: (none)",
         "runs here:       yes",

@@ -5,13 +5,19 @@
 
 use std::{os::unix::fs::symlink, path::Path, time::Duration};
 
-use nad_service_controller::plugin::{
-    Limits, MAX_PLUGIN_BYTES, PluginDir, Plugins, Runtime, Step, prepare,
+use nad_service_controller::{
+    plugin::{
+        DecisionScope, HOST_WIT_VERSION, Limits, MAX_PLUGIN_BYTES, PluginDir, Plugins, Runtime,
+        Step, inspect, prepare, wit,
+    },
+    reconcile::plan::{Conditions, Decision},
 };
 
 const DEFAULT: &[u8] = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));
 const OPT_OUT: &[u8] = include_bytes!(env!("NSC_EXAMPLE_OPT_OUT_WASM"));
 const MISBEHAVING: &[u8] = include_bytes!(env!("NSC_TEST_MISBEHAVING_WASM"));
+const CONTRACT_1_0: &[u8] = include_bytes!(env!("NSC_TEST_CONTRACT_1_0_WASM"));
+const PREFERRED_ZONES: &[u8] = include_bytes!(env!("NSC_EXAMPLE_PREFERRED_ZONES_WASM"));
 
 fn runtime() -> Runtime {
     Runtime::new(Limits {
@@ -32,6 +38,94 @@ fn a_good_plugin_passes_every_step() {
     assert_eq!(configured.plugin.info().name, "opt-out");
     assert_eq!(configured.config, r#"{"label": "drain"}"#);
     assert_eq!(configured.hash.len(), 64);
+}
+
+/// The package's compatibility rule: a host speaking a newer 1.x runs a plugin built for 1.0
+/// unchanged, and, since 1.0 had no way to declare it, treats its decisions as depending on
+/// the whole set of candidates. 1.1 plugins declare per-pod decisions or do not.
+#[test]
+fn a_1_0_plugin_runs_unchanged_and_counts_as_deciding_on_the_whole_set() {
+    let runtime = runtime();
+    let inspection = inspect(&runtime, "contract-1-0", CONTRACT_1_0, "");
+    assert_eq!(inspection.wit_version, Some((1, 0, 0)));
+    let (info, scope) = inspection.result.unwrap();
+    assert_eq!(info.name, "contract-1-0");
+    assert_eq!(scope, DecisionScope::WholeSet);
+    assert!(
+        HOST_WIT_VERSION >= (1, 1, 0),
+        "this host speaks a newer 1.x"
+    );
+
+    let configured = prepare(&runtime, "contract-1-0", CONTRACT_1_0, "").unwrap();
+    assert!(!configured.plugin.per_pod());
+    let pod = |name: &str, app: &str, ready: bool| wit::Pod {
+        name: name.into(),
+        namespace: "ns".into(),
+        uid: format!("uid-{name}"),
+        labels: vec![wit::KeyValue {
+            key: "app".into(),
+            value: app.into(),
+        }],
+        annotations: vec![],
+        phase: wit::PodPhase::Running,
+        ready,
+        terminating: false,
+        node_name: "n".into(),
+        zone: String::new(),
+        ips: vec!["192.0.2.1".into()],
+    };
+    let service = wit::Service {
+        name: "web".into(),
+        namespace: "ns".into(),
+        labels: vec![wit::KeyValue {
+            key: "app".into(),
+            value: "web".into(),
+        }],
+        annotations: vec![],
+        ports: vec![],
+        publish_not_ready_addresses: false,
+        network: "ns/net".into(),
+    };
+    let decisions = configured
+        .plugin
+        .evaluate(
+            &service,
+            &[
+                pod("a", "web", true),
+                pod("b", "db", true),
+                pod("c", "web", false),
+            ],
+            "",
+        )
+        .unwrap();
+    let ready = Conditions {
+        ready: true,
+        serving: true,
+        terminating: false,
+    };
+    let not_ready = Conditions {
+        ready: false,
+        serving: false,
+        terminating: false,
+    };
+    assert_eq!(
+        decisions,
+        [
+            Decision::Include(ready),
+            Decision::Exclude("another app".into()),
+            Decision::Include(not_ready)
+        ]
+    );
+
+    for (name, bytes, scope) in [
+        ("default", DEFAULT, DecisionScope::PerPod),
+        ("opt-out", OPT_OUT, DecisionScope::PerPod),
+        ("preferred-zones", PREFERRED_ZONES, DecisionScope::WholeSet),
+    ] {
+        let inspection = inspect(&runtime, name, bytes, "");
+        assert_eq!(inspection.wit_version, Some(HOST_WIT_VERSION), "{name}");
+        assert_eq!(inspection.result.unwrap().1, scope, "{name}");
+    }
 }
 
 #[test]

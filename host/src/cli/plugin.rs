@@ -185,8 +185,8 @@ pub fn eval(
         remembered: None,
         published: Default::default(),
         reported: Default::default(),
-    })?;
-    let decisions = decided.decisions.unwrap_or_default();
+    });
+    let decisions = decided.outcome?.unwrap_or_default();
     let split = plan::split(&observation.candidates, &decisions);
     for (candidate, reason) in &split.excluded {
         writeln!(err, "excluded pod {}: {reason}", candidate.name())?;
@@ -249,7 +249,7 @@ pub fn inspect(runtime: &Runtime, args: &InspectArgs, out: &mut impl Write) -> a
         HOST_WIT_VERSION.0, HOST_WIT_VERSION.0, HOST_WIT_VERSION.1
     )?;
     match &report.result {
-        Ok(info) => {
+        Ok((info, scope)) => {
             let keys = |k: &[String]| {
                 if k.is_empty() {
                     "(none)".to_owned()
@@ -261,6 +261,7 @@ pub fn inspect(runtime: &Runtime, args: &InspectArgs, out: &mut impl Write) -> a
             writeln!(out, "version:         {}", info.version)?;
             writeln!(out, "label keys:      {}", keys(&info.label_keys))?;
             writeln!(out, "annotation keys: {}", keys(&info.annotation_keys))?;
+            writeln!(out, "decisions:       {}", scope.as_str())?;
             writeln!(out, "runs here:       yes")?;
             Ok(())
         }

@@ -184,6 +184,52 @@ fn link_minimal_wasi(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
     Ok(())
 }
 
+/// The exports of one instance: the typed `policy`, and the raw instance for the optional
+/// interfaces of newer minor versions.
+struct Exports<'a> {
+    policy: &'a bindings::exports::isim::nad_endpoints::policy::Guest,
+    raw: &'a wasmtime::component::Instance,
+}
+
+/// The interface a 1.1 plugin may export to declare its decision scope.
+const DECISIONS_INTERFACE: &str = "isim:nad-endpoints/decisions@";
+
+/// What a plugin's decisions depend on: `decision-scope` of the `decisions` interface (since
+/// 1.1); `whole-set` for a plugin that does not declare it.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, wasmtime::component::ComponentType, wasmtime::component::Lift,
+)]
+#[component(enum)]
+#[repr(u8)]
+pub enum DecisionScope {
+    #[component(name = "per-pod")]
+    PerPod,
+    #[component(name = "whole-set")]
+    WholeSet,
+}
+
+impl DecisionScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionScope::PerPod => "per-pod",
+            DecisionScope::WholeSet => "whole-set",
+        }
+    }
+}
+
+/// The `decisions.scope` function, when the component exports the interface (of any 1.x).
+fn decisions_scope(component: &Component) -> Option<wasmtime::component::ComponentExportIndex> {
+    let engine = component.engine();
+    let name = component
+        .component_type()
+        .exports(engine)
+        .map(|(name, _)| name.to_owned())
+        .find(|name| name.starts_with(DECISIONS_INTERFACE))?;
+    let (_, interface) = component.get_export(None, &name)?;
+    let (_, function) = component.get_export(Some(&interface), "scope")?;
+    Some(function)
+}
+
 /// How much of a guest's stdout/stderr (e.g. a panic message) is kept for error messages.
 const MAX_GUEST_OUTPUT: usize = 1024;
 
@@ -340,9 +386,20 @@ impl Runtime {
                 label_keys: Vec::new(),
                 annotation_keys: Vec::new(),
             },
-            per_pod: false,
+            scope: DecisionScope::WholeSet,
         };
-        plugin.info = plugin.call("info", None, |policy, store| policy.call_info(store))?;
+        plugin.info = plugin.call("info", None, |exports, store| {
+            exports.policy.call_info(store)
+        })?;
+        if let Some(scope) = decisions_scope(component) {
+            let answer = plugin.call("decisions.scope", None, |exports, store| {
+                let scope = exports
+                    .raw
+                    .get_typed_func::<(), (DecisionScope,)>(&mut *store, &scope)?;
+                Ok(scope.call(&mut *store, ())?.0)
+            })?;
+            plugin.scope = answer;
+        }
         Ok(plugin)
     }
 
@@ -371,9 +428,8 @@ pub struct Plugin {
     engine: Engine,
     limits: Limits,
     info: wit::PluginInfo,
-    /// The plugin declares that each pod's decision depends on the Service, that pod and the
-    /// configuration alone.
-    per_pod: bool,
+    /// What each pod's decision depends on, as the plugin declares it.
+    scope: DecisionScope,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -398,7 +454,12 @@ impl Plugin {
     /// Whether each pod's decision depends on the Service, that pod and the configuration
     /// alone, so that after a pod change only that pod needs asking.
     pub fn per_pod(&self) -> bool {
-        self.per_pod
+        self.scope == DecisionScope::PerPod
+    }
+
+    /// What the plugin declares its decisions depend on.
+    pub fn decision_scope(&self) -> DecisionScope {
+        self.scope
     }
 
     /// Whether the plugin reads the pod label `key`.
@@ -415,8 +476,8 @@ impl Plugin {
     }
 
     pub fn validate_config(&self, config: &str) -> Result<(), PluginError> {
-        self.call("validate-config", None, |policy, store| {
-            policy.call_validate_config(store, config)
+        self.call("validate-config", None, |exports, store| {
+            exports.policy.call_validate_config(store, config)
         })?
         .map_err(|message| PluginError::InvalidConfig {
             plugin: self.name.to_string(),
@@ -432,8 +493,8 @@ impl Plugin {
         config: &str,
     ) -> Result<Vec<Decision>, PluginError> {
         let answer = self
-            .call("evaluate", Some(service), |policy, store| {
-                policy.call_evaluate(store, service, pods, config)
+            .call("evaluate", Some(service), |exports, store| {
+                exports.policy.call_evaluate(store, service, pods, config)
             })?
             .map_err(|message| PluginError::Rejected {
                 plugin: self.name.to_string(),
@@ -454,10 +515,7 @@ impl Plugin {
         &self,
         function: &'static str,
         service: Option<&wit::Service>,
-        f: impl FnOnce(
-            &bindings::exports::isim::nad_endpoints::policy::Guest,
-            &mut Store<CallState>,
-        ) -> wasmtime::Result<R>,
+        f: impl FnOnce(Exports<'_>, &mut Store<CallState>) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
         let output = wasmtime_wasi::p2::pipe::MemoryOutputPipe::new(MAX_GUEST_OUTPUT);
         let mut store = Store::new(
@@ -489,10 +547,16 @@ impl Plugin {
         let started = Instant::now();
         let result = self
             .pre
+            .instance_pre()
             .instantiate(&mut store)
+            .and_then(|raw| Ok((bindings::EndpointPolicy::new(&mut store, &raw)?, raw)))
             .map_err(|e| (true, e))
-            .and_then(|instance| {
-                f(instance.isim_nad_endpoints_policy(), &mut store).map_err(|e| (false, e))
+            .and_then(|(typed, raw)| {
+                let exports = Exports {
+                    policy: typed.isim_nad_endpoints_policy(),
+                    raw: &raw,
+                };
+                f(exports, &mut store).map_err(|e| (false, e))
             });
         let dropped = store
             .data()

@@ -6,13 +6,14 @@
 
 use sha2::{Digest, Sha256};
 
-use super::{Configured, PluginError, Runtime, wit};
+use super::{Configured, DecisionScope, PluginError, Runtime, wit};
 
 /// The WIT package plugins implement.
 pub const WIT_PACKAGE: &str = "isim:nad-endpoints";
-/// The version of the WIT package this host was built with. A plugin built for `1.y` runs
-/// here when its major version is the same and its minor version is not newer.
-pub const HOST_WIT_VERSION: (u64, u64, u64) = (1, 0, 0);
+// The version of the WIT package this host was built with, read from `wit/` by the build
+// script. A plugin built for `1.y` runs here when its major version is the same and its minor
+// version is not newer.
+include!(concat!(env!("OUT_DIR"), "/wit_version.rs"));
 const POLICY_INTERFACE: &str = "isim:nad-endpoints/policy";
 
 /// The step of the pipeline a plugin failed at.
@@ -229,8 +230,8 @@ pub struct Inspection {
     pub hash: String,
     /// The WIT package version the component's policy export targets, if any.
     pub wit_version: Option<(u64, u64, u64)>,
-    /// `Ok` with name, version and keys when the whole pipeline passes.
-    pub result: Result<wit::PluginInfo, PipelineError>,
+    /// `Ok` with name, version, keys and decision scope when the whole pipeline passes.
+    pub result: Result<(wit::PluginInfo, DecisionScope), PipelineError>,
 }
 
 pub fn inspect(runtime: &Runtime, name: &str, bytes: &[u8], config: &str) -> Inspection {
@@ -242,7 +243,8 @@ pub fn inspect(runtime: &Runtime, name: &str, bytes: &[u8], config: &str) -> Ins
         size: bytes.len(),
         hash: sha256_hex(bytes),
         wit_version,
-        result: prepare(runtime, name, bytes, config).map(|c| c.plugin.info().clone()),
+        result: prepare(runtime, name, bytes, config)
+            .map(|c| (c.plugin.info().clone(), c.plugin.decision_scope())),
     }
 }
 

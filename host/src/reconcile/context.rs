@@ -90,6 +90,13 @@ impl Context {
         )
     }
 
+    /// Forgets a Service that is gone or no longer managed: its bookkeeping and its figures.
+    pub fn forget(&self, service: &ObjectRef<Service>) {
+        self.book.lock().forget(service);
+        let namespace = service.namespace.as_deref().unwrap_or_default();
+        self.metrics.sync.service(namespace, &service.name, None);
+    }
+
     /// Publishes a Warning Event on the Service; a failure to publish is logged, not fatal.
     pub async fn warn(&self, service: &Service, reason: &str, action: &str, note: String) {
         let event = Event {

@@ -64,8 +64,9 @@ pub struct Call {
 #[derive(Debug)]
 pub struct Decided {
     /// One decision per candidate, in order; `None` when the changed pods move no endpoint,
-    /// so there is nothing to plan.
-    pub decisions: Option<Vec<Decision>>,
+    /// so there is nothing to plan; an error when the Service's plugin gave no answer and its
+    /// failure policy keeps the slices.
+    pub outcome: Result<Option<Vec<Decision>>, Error>,
     /// The Service's plugin failed or is missing, and the built-in one decided instead: why.
     pub fell_back: Option<String>,
     /// The latest version of the Service's plugin failed to load: why, and what serves.
@@ -103,23 +104,21 @@ struct Chosen {
     policy: FailurePolicy,
 }
 
-pub fn decide(inputs: Inputs) -> Result<Decided, Error> {
-    let Inputs {
-        plugins,
-        target,
-        candidates,
-        scope,
-        remembered,
-        published,
-        reported,
-    } = inputs;
-    let annotation = target
-        .annotations
-        .get(POLICY_ANNOTATION)
-        .map(String::as_str);
-    let name = plugins.name_for(annotation).to_owned();
+/// Decides the Service's pods. Whatever the outcome, the returned value says what to report.
+pub fn decide(inputs: Inputs) -> Decided {
+    let name = inputs
+        .plugins
+        .name_for(
+            inputs
+                .target
+                .annotations
+                .get(POLICY_ANNOTATION)
+                .map(String::as_str),
+        )
+        .to_owned();
+    let plugins = inputs.plugins.clone();
     let mut decided = Decided {
-        decisions: None,
+        outcome: Ok(None),
         fell_back: None,
         load_warning: plugins.failure(&name).map(|failure| {
             let serving = if plugins.get(&name).is_ok() {
@@ -143,70 +142,85 @@ pub fn decide(inputs: Inputs) -> Result<Decided, Error> {
             decided.fell_back = Some(unknown.to_string());
             fallback(&plugins)
         }
-        Err(unknown) => return Err(unknown.into()),
+        Err(unknown) => {
+            decided.outcome = Err(unknown.into());
+            return decided;
+        }
     };
     let mut ask = Asker {
         plugins: &plugins,
-        target: &target,
+        target: &inputs.target,
         chosen,
         decided: &mut decided,
     };
-
-    let changed = match &scope {
-        Scope::Pods(changed) => Some(changed),
-        Scope::Full => None,
+    let outcome = match &inputs.scope {
+        Scope::Pods(changed) => match changed_pods(&mut ask, &inputs, changed) {
+            Ok(Some(answer)) => Ok(answer),
+            Ok(None) => decide_all(&mut ask, &inputs.candidates).map(Some),
+            Err(e) => Err(e),
+        },
+        Scope::Full => decide_all(&mut ask, &inputs.candidates).map(Some),
     };
-    if let Some(changed) = changed {
-        let only: Vec<&Candidate> = candidates
-            .iter()
-            .filter(|c| changed.contains(c.name()))
-            .collect();
-        let unusual = changed.iter().any(|p| reported.contains(p));
-        let touches_published = changed.iter().any(|p| published.contains(p));
-        let memory = remembered.filter(|r| {
-            ask.chosen.configured.plugin.per_pod() && r.by.as_ref() == Some(&ask.chosen.id)
-        });
-        if let Some(mut memory) = memory {
-            let answers = ask.evaluate(&only)?;
-            if memory.by.as_ref() != Some(&ask.chosen.id) {
-                // It fell back: the built-in plugin decides every candidate.
-                return decide_all(ask, &candidates).map(|()| decided);
-            }
-            let mut included = false;
-            for (candidate, decision) in only.iter().zip(answers) {
-                included |= matches!(decision, Decision::Include(_));
-                memory.per_pod.insert(candidate.name().to_owned(), decision);
-            }
-            let current: BTreeSet<&str> = candidates.iter().map(Candidate::name).collect();
-            memory
-                .per_pod
-                .retain(|pod, _| current.contains(pod.as_str()));
-            if !included && !touches_published && !unusual {
-                decided.remembered = Some(memory);
-                return Ok(decided);
-            }
-            let decisions = candidates
-                .iter()
-                .map(|c| memory.per_pod.get(c.name()).cloned())
-                .collect::<Option<Vec<_>>>();
-            if let Some(decisions) = decisions {
-                decided.decisions = Some(decisions);
-                decided.remembered = Some(memory);
-                return Ok(decided);
-            }
-            // A candidate without a remembered decision: decide all of them below.
-        } else if !touches_published && !unusual {
-            let answers = ask.evaluate(&only)?;
-            if answers.iter().all(|d| matches!(d, Decision::Exclude(_))) {
-                return Ok(decided);
-            }
-        }
-    }
-    decide_all(ask, &candidates)?;
-    Ok(decided)
+    decided.outcome = outcome;
+    decided
 }
 
-fn decide_all(mut ask: Asker<'_>, candidates: &[Candidate]) -> Result<(), Error> {
+/// After a change of some pods only: `Some(None)` when they move no endpoint, `Some(all)`
+/// with every candidate's decision when the per-pod memory gives them, `None` when every
+/// candidate must be asked about.
+fn changed_pods(
+    ask: &mut Asker<'_>,
+    inputs: &Inputs,
+    changed: &BTreeSet<String>,
+) -> Result<Option<Option<Vec<Decision>>>, Error> {
+    let candidates = &inputs.candidates;
+    let only: Vec<&Candidate> = candidates
+        .iter()
+        .filter(|c| changed.contains(c.name()))
+        .collect();
+    let unusual = changed.iter().any(|p| inputs.reported.contains(p));
+    let touches_published = changed.iter().any(|p| inputs.published.contains(p));
+    let memory = inputs.remembered.as_ref().filter(|r| {
+        ask.chosen.configured.plugin.per_pod() && r.by.as_ref() == Some(&ask.chosen.id)
+    });
+    let Some(memory) = memory else {
+        if touches_published || unusual {
+            return Ok(None);
+        }
+        let answers = ask.evaluate(&only)?;
+        let none_included = answers.iter().all(|d| matches!(d, Decision::Exclude(_)));
+        return Ok(none_included.then_some(None));
+    };
+    let mut memory = memory.clone();
+    let answers = ask.evaluate(&only)?;
+    if memory.by.as_ref() != Some(&ask.chosen.id) {
+        // It fell back: the built-in plugin decides every candidate.
+        return Ok(None);
+    }
+    let mut included = false;
+    for (candidate, decision) in only.iter().zip(answers) {
+        included |= matches!(decision, Decision::Include(_));
+        memory.per_pod.insert(candidate.name().to_owned(), decision);
+    }
+    let current: BTreeSet<&str> = candidates.iter().map(Candidate::name).collect();
+    memory
+        .per_pod
+        .retain(|pod, _| current.contains(pod.as_str()));
+    let moves = included || touches_published || unusual;
+    let decisions = candidates
+        .iter()
+        .map(|c| memory.per_pod.get(c.name()).cloned())
+        .collect::<Option<Vec<_>>>();
+    ask.decided.remembered = Some(memory);
+    match decisions {
+        _ if !moves => Ok(Some(None)),
+        Some(decisions) => Ok(Some(Some(decisions))),
+        // A candidate without a remembered decision: ask about all of them.
+        None => Ok(None),
+    }
+}
+
+fn decide_all(ask: &mut Asker<'_>, candidates: &[Candidate]) -> Result<Vec<Decision>, Error> {
     let all: Vec<&Candidate> = candidates.iter().collect();
     let decisions = ask.evaluate(&all)?;
     ask.decided.remembered = Some(Remembered {
@@ -217,8 +231,7 @@ fn decide_all(mut ask: Asker<'_>, candidates: &[Candidate]) -> Result<(), Error>
             .map(|(c, d)| (c.name().to_owned(), d.clone()))
             .collect(),
     });
-    ask.decided.decisions = Some(decisions);
-    Ok(())
+    Ok(decisions)
 }
 
 fn fallback(plugins: &Plugins) -> Chosen {

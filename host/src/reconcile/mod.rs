@@ -20,6 +20,9 @@ mod write;
 
 pub use context::{CONTROLLER_NAME, Context, Settings};
 
+#[cfg(test)]
+mod tests;
+
 use std::{
     collections::BTreeSet,
     sync::Arc,
@@ -35,6 +38,7 @@ use kube::{
 use crate::{
     error::{Error, retry_delay},
     input::target::{self, Target},
+    metrics::sync::Figures,
 };
 use decide::{Decided, Inputs};
 use scope::Scope;
@@ -64,11 +68,12 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     let started = Instant::now();
     let result = reconcile_service(&service, &ctx).await;
     match &result {
-        Ok(_) => {
+        Ok((_, sync)) => {
             if let Some(error) = ctx.book.lock().succeeded(&key) {
                 tracing::info!(after = %error, "reconcile succeeded again");
             }
             ctx.metrics.reconciled("ok", started.elapsed());
+            ctx.metrics.sync.synced(sync.as_str());
         }
         Err(e) => {
             let new = {
@@ -80,13 +85,30 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
                 ctx.recovery.unreachable();
             }
             ctx.metrics.reconciled(e.metric_label(), started.elapsed());
+            ctx.metrics.sync.synced("error");
             if new && e.is_plugin_failure() {
                 let note = format!("{e}; the EndpointSlices stay as last applied");
                 ctx.warn(&service, e.event_reason(), "Evaluate", note).await;
             }
         }
     }
-    result
+    result.map(|(action, _)| action)
+}
+
+/// How a reconcile that did not fail ended, for the `syncs` metric.
+enum Sync {
+    Success,
+    /// The cache was behind this controller's own writes: nothing was planned.
+    Stale,
+}
+
+impl Sync {
+    fn as_str(&self) -> &'static str {
+        match self {
+            Sync::Success => "success",
+            Sync::Stale => "stale",
+        }
+    }
 }
 
 /// Backs off per Service: one failing Service never delays the others. A failure is logged at
@@ -115,26 +137,32 @@ pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> 
     Action::requeue(delay)
 }
 
-async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, Error> {
+async fn reconcile_service(service: &Service, ctx: &Context) -> Result<(Action, Sync), Error> {
     let key = ObjectRef::from_obj(service);
     let existing = ctx.slices_of(&key);
     let Some(begun) = ctx.book.lock().begin(&key, &existing) else {
         // The watch events of the last writes are on their way and will trigger a reconcile.
         tracing::debug!("cache behind this controller's own writes; waiting for it");
-        return Ok(Action::requeue(STALE_RETRY));
+        return Ok((Action::requeue(STALE_RETRY), Sync::Stale));
     };
+    plan_and_write(service, ctx, &key, &existing, begun)
+        .await
+        .map(|action| (action, Sync::Success))
+}
+
+async fn plan_and_write(
+    service: &Service,
+    ctx: &Context,
+    key: &ObjectRef<Service>,
+    existing: &[Arc<EndpointSlice>],
+    begun: book::Begun,
+) -> Result<Action, Error> {
+    let key = key.clone();
     let target = match target::classify(service) {
         Target::Managed(target) => target,
         Target::Unmanaged => {
-            write::remove_all(
-                ctx,
-                service,
-                &key,
-                &existing,
-                "the Service is not annotated",
-            )
-            .await?;
-            ctx.book.lock().forget(&key);
+            write::remove_all(ctx, service, &key, existing, "the Service is not annotated").await?;
+            ctx.forget(&key);
             return Ok(Action::await_change());
         }
         Target::Invalid(problems) => {
@@ -146,14 +174,14 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
             );
             tracing::warn!(problems = ?problems, "Service cannot be served; its EndpointSlices are removed");
             ctx.warn(service, "InvalidService", "Validate", note).await;
-            write::remove_all(ctx, service, &key, &existing, "the Service is invalid").await?;
-            ctx.book.lock().forget(&key);
+            write::remove_all(ctx, service, &key, existing, "the Service is invalid").await?;
+            ctx.forget(&key);
             return Ok(Action::await_change());
         }
     };
     if service.meta().deletion_timestamp.is_some() {
         // The garbage collector removes the slices through their owner reference.
-        ctx.book.lock().forget(&key);
+        ctx.forget(&key);
         return Ok(Action::await_change());
     }
     if matches!(&begun.taken.scope, Scope::Pods(changed) if changed.is_empty()) {
@@ -179,7 +207,7 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
         candidates: observation.candidates.clone(),
         scope: begun.taken.scope.clone(),
         remembered: begun.remembered,
-        published: published(&existing),
+        published: published(existing),
         reported,
     };
     let decided = run_decide(inputs).await?;
@@ -187,9 +215,10 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
     if let Some(remembered) = &decided.remembered {
         ctx.book.lock().remember(&key, remembered.clone());
     }
-    let Some(decisions) = decided.decisions else {
+    let evaluated = decided.evaluated();
+    let Some(decisions) = decided.outcome? else {
         tracing::debug!(
-            pods = decided.evaluated(),
+            pods = evaluated,
             "changed pods move no endpoint; nothing to plan"
         );
         return Ok(Action::requeue(next_resync(ctx, &key)));
@@ -201,13 +230,14 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
     }
     let desired = plan::desired(&target, &included);
     report::problems(ctx, service, &key, &target, &observation, &desired).await;
-    let mut changes = slices::place(
-        &target,
-        &desired,
-        &existing,
-        ctx.settings.max_endpoints_per_slice,
-        begun.taken.changed_at,
-    );
+    let max = ctx.settings.max_endpoints_per_slice;
+    let mut changes = slices::place(&target, &desired, existing, max, begun.taken.changed_at);
+    ctx.metrics.sync.planned(changes.added, changes.removed);
+    let figures = Figures {
+        endpoints: count(desired.endpoint_count()),
+        desired_slices: count(desired.ideal_slices(max)),
+        slices: count(changes.unchanged + changes.apply.len()),
+    };
     let mut held_back = write::hold_back(ctx, service, &key, &mut changes).await;
     if changes.is_empty() {
         tracing::debug!(
@@ -217,7 +247,7 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
             "up to date"
         );
     } else {
-        let written = write::write(ctx, service, &key, changes, &existing).await?;
+        let written = write::write(ctx, service, &key, changes, existing).await?;
         tracing::info!(
             endpoints = included.len(),
             excluded = excluded.len(),
@@ -229,6 +259,9 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
         );
         held_back += written.refused;
     }
+    ctx.metrics
+        .sync
+        .service(&target.namespace, &target.name, Some(figures));
     let retry = observation.needs_retry();
     let mut book = ctx.book.lock();
     book.state(&key).node_retry = retry;
@@ -236,6 +269,10 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Action, E
         book.replan(&key);
     }
     Ok(Action::requeue(if retry { NODE_RETRY } else { RESYNC }))
+}
+
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 fn next_resync(ctx: &Context, key: &ObjectRef<Service>) -> Duration {
@@ -256,5 +293,5 @@ fn published(existing: &[Arc<EndpointSlice>]) -> BTreeSet<String> {
 /// and the WASI streams a guest writes to block on the async runtime, which they may not do
 /// from one of its own threads.
 async fn run_decide(inputs: Inputs) -> Result<Decided, Error> {
-    tokio::task::spawn_blocking(move || decide::decide(inputs)).await?
+    Ok(tokio::task::spawn_blocking(move || decide::decide(inputs)).await?)
 }

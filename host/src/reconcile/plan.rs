@@ -165,6 +165,15 @@ impl Desired {
     pub fn endpoint_count(&self) -> usize {
         self.groups.iter().map(|g| g.endpoints.len()).sum()
     }
+
+    /// How many slices of at most `max_endpoints` the endpoints need when packed perfectly.
+    pub fn ideal_slices(&self, max_endpoints: usize) -> usize {
+        let max = max_endpoints.max(1);
+        self.groups
+            .iter()
+            .map(|g| g.endpoints.len().div_ceil(max))
+            .sum()
+    }
 }
 
 /// For each address of a wanted family, the index (into `included`) of the pod that publishes

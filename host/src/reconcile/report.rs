@@ -13,6 +13,7 @@ pub async fn decided(ctx: &Context, service: &Service, decided: &Decided) {
     for call in &decided.calls {
         ctx.metrics
             .plugin_called(&call.plugin, call.outcome, call.elapsed);
+        ctx.metrics.plugin_evaluated(&call.plugin, call.pods);
     }
     if let Some(warning) = &decided.load_warning {
         ctx.warn(service, "PluginLoadFailed", "Load", warning.clone())

@@ -256,7 +256,10 @@ mod tests {
             TRIGGER_TIME_ANNOTATION.to_owned(),
             "2026-12-01T10:00:00Z".to_owned(),
         )]));
-        assert!(s.was_refused(&later), "the same content caused by a later change");
+        assert!(
+            s.was_refused(&later),
+            "the same content caused by a later change"
+        );
         s.accepted("web-ipv4-0");
         assert!(!s.was_refused(&slice("10.0.0.1")));
     }

@@ -10,6 +10,7 @@ use super::{Context, slices::Changes};
 use crate::{
     apply::{self, validate},
     error::{Error, describe},
+    metrics::sync::Changed,
 };
 
 /// Drops from `changes` the slices that must not be sent: exactly what the API refused
@@ -86,6 +87,16 @@ pub async fn write(
     let written = apply::write(&ctx.client, namespace, changes).await;
     ctx.metrics
         .slices_written(written.applied.len(), written.deleted.len());
+    let created = written
+        .applied
+        .iter()
+        .filter(|(name, _)| !existing.iter().any(|s| s.name_any() == *name))
+        .count();
+    ctx.metrics.sync.changed(Changed {
+        created,
+        updated: written.applied.len() - created,
+        deleted: written.deleted.len(),
+    });
     {
         let mut book = ctx.book.lock();
         let expectations = &mut book.expectations;

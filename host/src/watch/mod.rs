@@ -26,8 +26,12 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub use health::{Health, backoff};
 
+use k8s_openapi::api::core::v1::Service;
+use kube::runtime::reflector::ObjectRef;
+
 use crate::{
     index::{NodeZones, PodIndex, ServiceNetworks},
+    metrics::Metrics,
     reconcile::book::SharedBook,
 };
 use recovery::Recovery;
@@ -40,6 +44,23 @@ pub struct Shared {
     pub zones: Arc<RwLock<NodeZones>>,
     pub networks: Arc<RwLock<ServiceNetworks>>,
     pub recovery: Arc<Recovery>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Shared {
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Shared {
+            metrics,
+            ..Shared::default()
+        }
+    }
+
+    /// Forgets a Service that is gone: its bookkeeping and its figures.
+    pub fn forget(&self, service: &ObjectRef<Service>) {
+        self.book.lock().forget(service);
+        let namespace = service.namespace.as_deref().unwrap_or_default();
+        self.metrics.sync.service(namespace, &service.name, None);
+    }
 }
 
 /// A poisoned lock is still used: the indexes are updated before anything can panic.

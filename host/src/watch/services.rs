@@ -58,7 +58,7 @@ fn on_event(
         watcher::Event::Delete(service) => {
             let key = ObjectRef::from_obj(service);
             write(&shared.networks).remove(&key);
-            shared.book.lock().forget(&key);
+            shared.forget(&key);
             Vec::new()
         }
         watcher::Event::Init => Vec::new(),
@@ -70,9 +70,9 @@ fn on_event(
                 networks.apply(&service);
             }
             *write(&shared.networks) = networks;
-            let mut book = shared.book.lock();
-            for key in book.known(|key| store.get(key).is_none()) {
-                book.forget(&key);
+            let gone = shared.book.lock().known(|key| store.get(key).is_none());
+            for key in &gone {
+                shared.forget(key);
             }
             Vec::new()
         }

@@ -1,5 +1,5 @@
 //! The default endpoint policy of nad-service-controller, built as a WebAssembly component
-//! (`wasm32-wasip2`) against the WIT world `isim:nad-endpoints/endpoint-policy`.
+//! (`wasm32-wasip2`) against the WIT world `isim:nad-endpoints/scoped-endpoint-policy`.
 //!
 //! This file is only the glue between the WIT bindings and the policy: all decisions are made
 //! by the plain-Rust [`policy`] module, which is unit-tested natively. Logging happens here,
@@ -24,7 +24,7 @@ static ALLOCATOR: lol_alloc::LockedAllocator<lol_alloc::LeakingAllocator> =
 mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",
-        world: "endpoint-policy",
+        world: "scoped-endpoint-policy",
         // Lets the policy's tests compare decisions; unused impls cost nothing in the component.
         additional_derives: [PartialEq, Eq],
     });
@@ -33,12 +33,23 @@ mod bindings {
     export!(DefaultPolicy);
 }
 
-use bindings::exports::isim::nad_endpoints::policy::Guest;
+use bindings::exports::isim::nad_endpoints::{
+    decisions::{self, DecisionScope},
+    policy::Guest,
+};
 use bindings::isim::nad_endpoints::log::{Level, log};
 use bindings::isim::nad_endpoints::types::{Decision, PluginInfo, Pod, Service};
 
 /// The exported component.
 struct DefaultPolicy;
+
+/// Each pod is decided from the Service and its own labels, phase and readiness alone, so the
+/// host asks about changed pods only.
+impl decisions::Guest for DefaultPolicy {
+    fn scope() -> DecisionScope {
+        DecisionScope::PerPod
+    }
+}
 
 impl Guest for DefaultPolicy {
     fn info() -> PluginInfo {

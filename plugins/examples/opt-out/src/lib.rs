@@ -13,7 +13,7 @@ mod policy;
 mod bindings {
     wit_bindgen::generate!({
         path: "../../../wit",
-        world: "endpoint-policy",
+        world: "scoped-endpoint-policy",
         additional_derives: [PartialEq, Eq],
     });
 
@@ -21,10 +21,20 @@ mod bindings {
     export!(OptOut);
 }
 
-use bindings::exports::isim::nad_endpoints::policy::Guest;
+use bindings::exports::isim::nad_endpoints::{
+    decisions::{self, DecisionScope},
+    policy::Guest,
+};
 use bindings::isim::nad_endpoints::types::{Decision, PluginInfo, Pod, Service};
 
 struct OptOut;
+
+/// Each pod is decided from the Service, its own labels and the configuration alone.
+impl decisions::Guest for OptOut {
+    fn scope() -> DecisionScope {
+        DecisionScope::PerPod
+    }
+}
 
 impl Guest for OptOut {
     fn info() -> PluginInfo {

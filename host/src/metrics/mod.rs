@@ -1,4 +1,7 @@
-//! Prometheus metrics, served on `/metrics`.
+//! Prometheus metrics, served on `/metrics`: reconciles, slice writes and plugins, and the
+//! EndpointSlice sync metrics of Kubernetes' own controller ([`sync`]).
+
+pub mod sync;
 
 use std::time::Duration;
 
@@ -44,7 +47,10 @@ pub struct Metrics {
     plugin_calls: HistogramFamily<PluginLabels>,
     plugin_loads: Family<PluginLabels, Counter>,
     plugin_fallbacks: Family<PluginNameLabels, Counter>,
+    plugin_pods: Family<PluginNameLabels, Counter>,
     slices_refused: Family<RefusedLabels, Counter>,
+    /// Upstream's `endpoint_slice_controller_*`.
+    pub sync: sync::SyncMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -101,6 +107,13 @@ impl Default for Metrics {
             "Reconciles decided by the built-in plugin because the Service's plugin was missing or failed",
             plugin_fallbacks.clone(),
         );
+        let plugin_pods = Family::<PluginNameLabels, Counter>::default();
+        registry.register(
+            "plugin_evaluated_pods",
+            "Pods a plugin was asked about, by plugin: after a pod change a per-pod plugin is \
+             asked about the changed pods only",
+            plugin_pods.clone(),
+        );
         let slices_refused = Family::<RefusedLabels, Counter>::default();
         registry.register(
             "endpointslice_refused",
@@ -108,7 +121,10 @@ impl Default for Metrics {
              each is a bug in this controller, and the same content is not sent again",
             slices_refused.clone(),
         );
+        let sync = sync::SyncMetrics::register(&mut registry);
         Self {
+            sync,
+            plugin_pods,
             registry,
             slices_refused,
             plugin_loads,
@@ -151,6 +167,15 @@ impl Metrics {
                 result: result.to_owned(),
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// A plugin was asked about `pods` pods.
+    pub fn plugin_evaluated(&self, plugin: &str, pods: usize) {
+        self.plugin_pods
+            .get_or_create(&PluginNameLabels {
+                plugin: plugin.to_owned(),
+            })
+            .inc_by(pods as u64);
     }
 
     pub fn plugin_loaded(&self, plugin: &str, result: &str) {

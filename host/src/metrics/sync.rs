@@ -1,0 +1,163 @@
+//! The EndpointSlice sync metrics of Kubernetes' own EndpointSlice controller
+//! (`endpoint_slice_controller_*`), with the same suffixes, types, buckets and label values
+//! under this controller's prefix, so that dashboards built for upstream carry over.
+
+use std::{collections::HashMap, sync::Mutex};
+
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    /// `create`, `update` or `delete`.
+    pub operation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SyncLabels {
+    /// `success`, `stale` (the cache was behind this controller's writes) or `error`.
+    pub result: String,
+}
+
+/// What one Service contributes to the gauges.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Figures {
+    pub endpoints: i64,
+    pub desired_slices: i64,
+    pub slices: i64,
+}
+
+/// The slices one sync changed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Changed {
+    pub created: usize,
+    pub updated: usize,
+    pub deleted: usize,
+}
+
+pub struct SyncMetrics {
+    endpoints_added_per_sync: Histogram,
+    endpoints_removed_per_sync: Histogram,
+    endpoints_desired: Gauge,
+    num_endpoint_slices: Gauge,
+    desired_endpoint_slices: Gauge,
+    changes: Family<OperationLabels, Counter>,
+    syncs: Family<SyncLabels, Counter>,
+    per_service: Mutex<HashMap<(String, String), Figures>>,
+}
+
+/// Upstream's buckets for the per-sync histograms: 2, 4, ... 32768.
+fn per_sync() -> Histogram {
+    Histogram::new(exponential_buckets(2.0, 2.0, 15))
+}
+
+impl SyncMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = SyncMetrics {
+            endpoints_added_per_sync: per_sync(),
+            endpoints_removed_per_sync: per_sync(),
+            endpoints_desired: Gauge::default(),
+            num_endpoint_slices: Gauge::default(),
+            desired_endpoint_slices: Gauge::default(),
+            changes: Family::default(),
+            syncs: Family::default(),
+            per_service: Mutex::default(),
+        };
+        registry.register(
+            "endpoints_added_per_sync",
+            "Number of endpoints added on each Service sync",
+            metrics.endpoints_added_per_sync.clone(),
+        );
+        registry.register(
+            "endpoints_removed_per_sync",
+            "Number of endpoints removed on each Service sync",
+            metrics.endpoints_removed_per_sync.clone(),
+        );
+        registry.register(
+            "endpoints_desired",
+            "Number of endpoints desired",
+            metrics.endpoints_desired.clone(),
+        );
+        registry.register(
+            "num_endpoint_slices",
+            "Number of EndpointSlices",
+            metrics.num_endpoint_slices.clone(),
+        );
+        registry.register(
+            "desired_endpoint_slices",
+            "Number of EndpointSlices that would exist with perfect endpoint allocation",
+            metrics.desired_endpoint_slices.clone(),
+        );
+        registry.register(
+            "changes",
+            "Number of EndpointSlice changes, by operation (create, update or delete)",
+            metrics.changes.clone(),
+        );
+        registry.register(
+            "syncs",
+            "Number of EndpointSlice syncs, by result (success, stale or error)",
+            metrics.syncs.clone(),
+        );
+        metrics
+    }
+
+    /// A sync of one Service ended with `result`.
+    pub fn synced(&self, result: &str) {
+        self.syncs
+            .get_or_create(&SyncLabels {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// The endpoints a sync's plan adds and removes.
+    pub fn planned(&self, added: usize, removed: usize) {
+        self.endpoints_added_per_sync.observe(added as f64);
+        self.endpoints_removed_per_sync.observe(removed as f64);
+    }
+
+    /// The slice writes of a sync that succeeded.
+    pub fn changed(&self, changed: Changed) {
+        for (operation, n) in [
+            ("create", changed.created),
+            ("update", changed.updated),
+            ("delete", changed.deleted),
+        ] {
+            if n > 0 {
+                self.changes
+                    .get_or_create(&OperationLabels {
+                        operation: operation.to_owned(),
+                    })
+                    .inc_by(n as u64);
+            }
+        }
+    }
+
+    /// The Service's figures after a sync (`None`: it is gone or no longer managed).
+    pub fn service(&self, namespace: &str, name: &str, figures: Option<Figures>) {
+        let mut per_service = self
+            .per_service
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = (namespace.to_owned(), name.to_owned());
+        let before = match figures {
+            Some(figures) => per_service.insert(key, figures),
+            None => per_service.remove(&key),
+        }
+        .unwrap_or_default();
+        let now = figures.unwrap_or_default();
+        self.endpoints_desired
+            .inc_by(now.endpoints - before.endpoints);
+        self.desired_endpoint_slices
+            .inc_by(now.desired_slices - before.desired_slices);
+        self.num_endpoint_slices.inc_by(now.slices - before.slices);
+    }
+}

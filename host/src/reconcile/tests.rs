@@ -1,0 +1,546 @@
+//! Table tests of the reconcile against a mocked API that checks each call it gets, in order
+//! (method, path, and what was sent), and that no other call comes. Every branch: unmanaged,
+//! invalid, deleting, stale cache, pod-scoped change, missing node, plugin failure under each
+//! policy. What only a real API server shows is in `host/tests/cluster.rs`.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, OnceLock, RwLock},
+    time::Duration,
+};
+
+use http::{Method, Request, Response};
+use k8s_openapi::api::{
+    core::v1::{Node, Pod, Service},
+    discovery::v1::EndpointSlice,
+};
+use kube::{
+    Client, ResourceExt,
+    client::Body,
+    runtime::{
+        controller::Action,
+        events::{Recorder, Reporter},
+        reflector::{self, ObjectRef, store::Writer},
+        watcher::Event,
+    },
+};
+use serde_json::{Value, json};
+use tower_test::mock::Handle;
+
+use super::{Context, NODE_RETRY, RESYNC, STALE_RETRY, Settings, reconcile};
+use crate::{
+    error::Error,
+    index::{NodeZones, PodIndex},
+    metrics::Metrics,
+    plugin::{FailurePolicy, Limits, Plugins, Runtime, SharedPlugins, prepare},
+    reconcile::book::SharedBook,
+    watch::recovery::Recovery,
+};
+
+const MISBEHAVING: &[u8] = include_bytes!(env!("NSC_TEST_MISBEHAVING_WASM"));
+
+fn runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| Runtime::new(Limits::default()).unwrap())
+}
+
+fn built_in() -> Plugins {
+    static PLUGINS: OnceLock<Plugins> = OnceLock::new();
+    PLUGINS
+        .get_or_init(|| Plugins::built_in(runtime()).unwrap())
+        .clone()
+}
+
+/// A call the mocked API expects, and how it answers.
+#[derive(Debug)]
+enum Call {
+    /// A server-side apply of this slice; answered with what was sent, at generation 1.
+    Apply(&'static str),
+    /// A delete of this slice.
+    Delete(&'static str),
+    /// A Warning Event with this reason.
+    Event(&'static str),
+}
+
+/// Serves `calls` in order, then checks that nothing else comes; returns the bodies sent.
+async fn verify(mut handle: Handle<Request<Body>, Response<Body>>, calls: Vec<Call>) -> Vec<Value> {
+    let mut sent = Vec::new();
+    for call in calls {
+        let (request, reply) = tokio::time::timeout(Duration::from_secs(5), handle.next_request())
+            .await
+            .unwrap_or_else(|_| panic!("expected {call:?}, got no call"))
+            .unwrap_or_else(|| panic!("expected {call:?}, the client is gone"));
+        let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+        let body = request.into_body().collect_bytes().await.unwrap();
+        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let slices = "/apis/discovery.k8s.io/v1/namespaces/ns/endpointslices";
+        let answer = match &call {
+            Call::Apply(name) => {
+                assert_eq!(
+                    (&method, path.as_str()),
+                    (&Method::PATCH, &*format!("{slices}/{name}"))
+                );
+                let mut stored = body.clone();
+                stored["metadata"]["generation"] = json!(1);
+                stored["metadata"]["uid"] = json!(format!("uid-{name}"));
+                stored
+            }
+            Call::Delete(name) => {
+                assert_eq!(
+                    (&method, path.as_str()),
+                    (&Method::DELETE, &*format!("{slices}/{name}"))
+                );
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})
+            }
+            Call::Event(reason) => {
+                assert_eq!(method, Method::POST, "{path}");
+                assert!(path.ends_with("/namespaces/ns/events"), "{path}");
+                assert_eq!(body["reason"], *reason, "{body}");
+                body.clone()
+            }
+        };
+        sent.push(body);
+        reply.send_response(Response::new(Body::from(
+            serde_json::to_vec(&answer).unwrap(),
+        )));
+    }
+    if let Some((request, _)) = handle.next_request().await {
+        panic!("unexpected call: {} {}", request.method(), request.uri());
+    }
+    sent
+}
+
+/// A Context over in-memory caches and a mocked API.
+struct Harness {
+    ctx: Arc<Context>,
+    slices: Writer<EndpointSlice>,
+    handle: Option<Handle<Request<Body>, Response<Body>>>,
+    _ready: tokio::sync::watch::Sender<bool>,
+}
+
+impl Harness {
+    fn new(plugins: Plugins) -> Self {
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "default");
+        let (slices, writer) = reflector::store::<EndpointSlice>();
+        let (ready, caches_ready) = tokio::sync::watch::channel(true);
+        let mut zones = NodeZones::default();
+        zones.on_event(&Event::Apply(node("n1", "zone-a")));
+        let ctx = Context {
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: "test".into(),
+                    instance: None,
+                },
+            ),
+            client,
+            pods: Arc::new(RwLock::new(PodIndex::new(plugins.keys()))),
+            zones: Arc::new(RwLock::new(zones)),
+            slices,
+            plugins: Arc::new(SharedPlugins::new(plugins)),
+            settings: Settings {
+                max_endpoints_per_slice: 100,
+                namespace: None,
+            },
+            metrics: Arc::default(),
+            book: SharedBook::default(),
+            recovery: Arc::new(Recovery::default()),
+            caches_ready,
+        };
+        Harness {
+            ctx: Arc::new(ctx),
+            slices: writer,
+            handle: Some(handle),
+            _ready: ready,
+        }
+    }
+
+    fn pod(&self, name: &str, app: &str, ready: bool, node: &str) {
+        // An address of its own, the same each time the pod changes.
+        let host = name.bytes().map(u32::from).sum::<u32>() % 250 + 1;
+        let status = json!([{"name": "ns/macvlan", "ips": [format!("192.168.2.{host}")]}]);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+                "creationTimestamp": "2026-12-01T00:00:00Z", "labels": {"app": app},
+                "annotations": {"k8s.v1.cni.cncf.io/network-status": status.to_string()}},
+            "spec": {"nodeName": node, "containers": []},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+        }))
+        .unwrap();
+        let change = self.ctx.pods.write().unwrap().on_event(&Event::Apply(pod));
+        if let Some((pod, at)) = change.pod {
+            self.ctx.book.lock().scopes.pod_changed(key(), &pod, at);
+        }
+    }
+
+    fn everything_changed(&self) {
+        self.ctx.book.lock().scopes.everything_changed(key());
+    }
+
+    /// The slices as the watch would show them after `sent` applies.
+    fn stored(&mut self, sent: &[Value]) {
+        for body in sent {
+            let mut slice: EndpointSlice = serde_json::from_value(body.clone()).unwrap();
+            slice.metadata.generation = Some(1);
+            slice.metadata.uid = Some(format!("uid-{}", slice.name_any()));
+            self.slices.apply_watcher_event(&Event::Apply(slice));
+        }
+    }
+
+    /// Runs one reconcile of `service` against the expected `calls`.
+    async fn reconcile(
+        &mut self,
+        service: &Service,
+        calls: Vec<Call>,
+    ) -> (Result<Action, Error>, Vec<Value>) {
+        let (service_handle, ctx) = (self.handle.take().unwrap(), self.ctx.clone());
+        // The verifier ends when every client is gone: the harness is rebuilt around a new
+        // mock for the next reconcile.
+        let (service_mock, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let verifier = tokio::spawn(verify(service_handle, calls));
+        let result = reconcile(Arc::new(service.clone()), ctx).await;
+        let ctx = Arc::get_mut(&mut self.ctx).expect("the reconcile holds no context");
+        let client = Client::new(service_mock, "default");
+        ctx.recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "test".into(),
+                instance: None,
+            },
+        );
+        ctx.client = client;
+        self.handle = Some(handle);
+        let sent = verifier.await.unwrap();
+        (result, sent)
+    }
+
+    fn metric(&self, name: &str) -> u64 {
+        metric(&self.ctx.metrics, name)
+    }
+}
+
+fn metric(metrics: &Metrics, name: &str) -> u64 {
+    metrics
+        .encode()
+        .lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn key() -> ObjectRef<Service> {
+    ObjectRef::new("web").within("ns")
+}
+
+fn node(name: &str, zone: &str) -> Node {
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}}}),
+    )
+    .unwrap()
+}
+
+fn service(annotations: Value, spec: Value) -> Service {
+    serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "ns", "uid": "svc-uid", "labels": {"app": "web"},
+                     "annotations": annotations},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn headless(annotations: Value) -> Service {
+    let mut all = json!({"isim.dev/network": "macvlan"});
+    for (k, v) in annotations.as_object().unwrap() {
+        all[k] = v.clone();
+    }
+    service(
+        all,
+        json!({"clusterIP": "None", "ports": [{"name": "http", "port": 80}]}),
+    )
+}
+
+fn addresses(sent: &Value) -> BTreeMap<String, bool> {
+    sent["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["targetRef"]["name"].as_str().unwrap().to_owned(),
+                e["conditions"]["ready"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn a_slice(name: &str) -> EndpointSlice {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "generation": 1,
+            "labels": {"endpointslice.kubernetes.io/managed-by": "nad-service-controller.isim.dev",
+                       "kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4", "endpoints": [{"addresses": ["192.168.2.1"]}]}))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn an_unannotated_service_has_its_slices_removed() {
+    let mut h = Harness::new(built_in());
+    h.slices
+        .apply_watcher_event(&Event::Apply(a_slice("web-ipv4-0")));
+    let (result, _) = h
+        .reconcile(
+            &service(json!({}), json!({"clusterIP": "None"})),
+            vec![Call::Delete("web-ipv4-0")],
+        )
+        .await;
+    assert_eq!(result.unwrap(), Action::await_change());
+    assert!(h.ctx.book.lock().known(|_| true).is_empty(), "forgotten");
+}
+
+#[tokio::test]
+async fn an_invalid_service_is_warned_about_and_its_slices_removed() {
+    let mut h = Harness::new(built_in());
+    h.slices
+        .apply_watcher_event(&Event::Apply(a_slice("web-ipv4-0")));
+    let with_selector = service(
+        json!({"isim.dev/network": "macvlan"}),
+        json!({"clusterIP": "None", "selector": {"app": "web"}}),
+    );
+    let (result, sent) = h
+        .reconcile(
+            &with_selector,
+            vec![Call::Event("InvalidService"), Call::Delete("web-ipv4-0")],
+        )
+        .await;
+    assert_eq!(result.unwrap(), Action::await_change());
+    assert!(
+        sent[0]["note"].as_str().unwrap().contains("selector"),
+        "{}",
+        sent[0]
+    );
+}
+
+#[tokio::test]
+async fn a_deleting_service_is_left_to_the_garbage_collector() {
+    let mut h = Harness::new(built_in());
+    h.slices
+        .apply_watcher_event(&Event::Apply(a_slice("web-ipv4-0")));
+    let mut deleting = headless(json!({}));
+    deleting.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+    let (result, _) = h.reconcile(&deleting, vec![]).await;
+    assert_eq!(result.unwrap(), Action::await_change());
+}
+
+#[tokio::test]
+async fn a_cache_behind_this_controllers_writes_is_waited_for() {
+    let mut h = Harness::new(built_in());
+    h.slices
+        .apply_watcher_event(&Event::Apply(a_slice("web-ipv4-0")));
+    h.ctx
+        .book
+        .lock()
+        .expectations
+        .applied("ns", "web", "web-ipv4-0", Some(2), false);
+    h.pod("web-a", "web", true, "n1");
+    let (result, _) = h.reconcile(&headless(json!({})), vec![]).await;
+    assert_eq!(result.unwrap(), Action::requeue(STALE_RETRY));
+    assert_eq!(
+        h.metric("nad_service_controller_syncs_total{result=\"stale\"}"),
+        1
+    );
+    assert!(
+        h.ctx.book.lock().waiting_since(&key()).is_some(),
+        "the pod change stays pending for the reconcile that sees the cache current"
+    );
+}
+
+/// The incremental path: after a pod change, a per-pod plugin is asked about that pod alone,
+/// and the slice is updated in place with one write.
+#[tokio::test]
+async fn a_pod_change_asks_about_that_pod_alone_and_writes_one_slice() {
+    let mut h = Harness::new(built_in());
+    let web = headless(json!({}));
+    for name in ["web-a", "web-b", "web-c"] {
+        h.pod(name, "web", true, "n1");
+    }
+    h.everything_changed();
+    let (result, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    assert_eq!(result.unwrap(), Action::requeue(RESYNC));
+    assert_eq!(
+        h.metric("nad_service_controller_plugin_evaluated_pods_total"),
+        3
+    );
+    h.stored(&sent);
+
+    h.pod("web-b", "web", false, "n1");
+    let (result, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    result.unwrap();
+    assert_eq!(
+        h.metric("nad_service_controller_plugin_evaluated_pods_total"),
+        4,
+        "only the changed pod was evaluated"
+    );
+    assert_eq!(
+        addresses(&sent[0]),
+        BTreeMap::from([
+            ("web-a".into(), true),
+            ("web-b".into(), false),
+            ("web-c".into(), true)
+        ])
+    );
+    assert!(
+        sent[0]["metadata"]["annotations"]["endpoints.kubernetes.io/last-change-trigger-time"]
+            .is_string(),
+        "{}",
+        sent[0]
+    );
+    h.stored(&sent);
+
+    // A pod of another app changes: asked about, excluded, nothing to plan or write.
+    h.pod("db-a", "db", true, "n1");
+    let (result, _) = h.reconcile(&web, vec![]).await;
+    assert_eq!(result.unwrap(), Action::requeue(RESYNC));
+    assert_eq!(
+        h.metric("nad_service_controller_plugin_evaluated_pods_total"),
+        5
+    );
+    assert_eq!(
+        h.metric("nad_service_controller_changes_total{operation=\"create\"}"),
+        1
+    );
+    assert_eq!(
+        h.metric("nad_service_controller_changes_total{operation=\"update\"}"),
+        1
+    );
+    assert_eq!(h.metric("nad_service_controller_endpoints_desired"), 3);
+}
+
+/// A plugin that does not declare per-pod decisions gets every candidate once a changed pod
+/// is published.
+#[tokio::test]
+async fn a_whole_set_plugin_is_asked_about_every_candidate() {
+    let mut plugins = built_in();
+    let bytes = include_bytes!(env!("NSC_TEST_CONTRACT_1_0_WASM"));
+    plugins.insert("v1", prepare(runtime(), "v1", bytes, "").unwrap());
+    let mut h = Harness::new(plugins);
+    let web = headless(json!({"isim.dev/endpoint-policy": "v1"}));
+    for name in ["web-a", "web-b", "web-c"] {
+        h.pod(name, "web", true, "n1");
+    }
+    h.everything_changed();
+    let (_, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    h.stored(&sent);
+    h.pod("web-b", "web", false, "n1");
+    let (result, _) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    result.unwrap();
+    assert_eq!(
+        h.metric("nad_service_controller_plugin_evaluated_pods_total"),
+        3 + 3,
+        "the published pod changed: every candidate again"
+    );
+}
+
+#[tokio::test]
+async fn a_pod_on_an_unknown_node_is_left_out_and_retried_soon() {
+    let mut h = Harness::new(built_in());
+    h.pod("web-a", "web", true, "n1");
+    h.pod("web-b", "web", true, "ghost");
+    h.everything_changed();
+    let (result, sent) = h
+        .reconcile(&headless(json!({})), vec![Call::Apply("web-ipv4-0")])
+        .await;
+    assert_eq!(result.unwrap(), Action::requeue(NODE_RETRY));
+    assert_eq!(
+        addresses(&sent[0]),
+        BTreeMap::from([("web-a".into(), true)])
+    );
+    assert_eq!(sent[0]["endpoints"][0]["zone"], "zone-a");
+}
+
+#[tokio::test]
+async fn an_unknown_plugin_keeps_the_slices_and_says_why() {
+    let mut h = Harness::new(built_in());
+    h.pod("web-a", "web", true, "n1");
+    let (result, sent) = h
+        .reconcile(
+            &headless(json!({"isim.dev/endpoint-policy": "nope"})),
+            vec![Call::Event("UnknownPlugin")],
+        )
+        .await;
+    assert!(matches!(result, Err(Error::UnknownPlugin(_))), "{result:?}");
+    assert!(
+        sent[0]["note"]
+            .as_str()
+            .unwrap()
+            .contains("stay as last applied"),
+        "{}",
+        sent[0]
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_plugin_under_fallback_is_replaced_by_the_built_in_one() {
+    let mut plugins = built_in();
+    plugins.set_failure_policies(FailurePolicy::Fallback, BTreeMap::new());
+    let mut h = Harness::new(plugins);
+    h.pod("web-a", "web", true, "n1");
+    let (result, sent) = h
+        .reconcile(
+            &headless(json!({"isim.dev/endpoint-policy": "nope"})),
+            vec![Call::Event("PluginFallback"), Call::Apply("web-ipv4-0")],
+        )
+        .await;
+    result.unwrap();
+    assert_eq!(
+        addresses(&sent[1]),
+        BTreeMap::from([("web-a".into(), true)])
+    );
+    assert_eq!(
+        h.metric("nad_service_controller_plugin_fallbacks_total"),
+        1,
+        "counted once"
+    );
+}
+
+#[tokio::test]
+async fn a_trapping_plugin_under_each_policy() {
+    for (policy, calls, writes) in [
+        (
+            FailurePolicy::Keep,
+            vec![Call::Event("PluginFailed")],
+            false,
+        ),
+        (
+            FailurePolicy::Fallback,
+            vec![Call::Event("PluginFallback"), Call::Apply("web-ipv4-0")],
+            true,
+        ),
+    ] {
+        let mut plugins = built_in();
+        plugins.insert(
+            "trap",
+            prepare(runtime(), "trap", MISBEHAVING, "echo").unwrap(),
+        );
+        let mut configured = plugins.get("trap").unwrap().clone();
+        configured.config = "trap".into();
+        plugins.insert("trap", configured);
+        plugins.set_failure_policies(policy, BTreeMap::new());
+        let mut h = Harness::new(plugins);
+        h.pod("web-a", "web", true, "n1");
+        let (result, _) = h
+            .reconcile(
+                &headless(json!({"isim.dev/endpoint-policy": "trap"})),
+                calls,
+            )
+            .await;
+        assert_eq!(result.is_ok(), writes, "{policy:?}: {result:?}");
+        assert_eq!(
+            h.metric("nad_service_controller_plugin_fallbacks_total"),
+            u64::from(writes)
+        );
+    }
+}
