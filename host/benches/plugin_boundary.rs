@@ -306,7 +306,8 @@ fn view_all(candidate: &Candidate) -> wit::Pod {
 fn check_native_matches(plugin: &Plugin, service: &wit::Service, pods: &[wit::Pod]) {
     let wasm = plugin
         .evaluate(service, pods, "")
-        .expect("the plugin evaluates");
+        .expect("the plugin evaluates")
+        .expect("the plugin decides");
     let native: Vec<Decision> = native::evaluate(service, pods, "")
         .expect("the reference evaluates")
         .into_iter()

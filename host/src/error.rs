@@ -5,13 +5,18 @@ use std::time::Duration;
 
 use kube::runtime::watcher;
 
-use crate::plugin::{PluginError, UnknownPlugin};
+use crate::plugin::{CallError, Rejected, UnknownPlugin};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The policy plugin gave no usable answer; the Service's slices stay as last applied.
     #[error(transparent)]
-    Plugin(#[from] PluginError),
+    PluginCall(#[from] CallError),
+
+    /// The policy plugin refused to decide for the Service (its own `err`); the Service's
+    /// slices stay as last applied.
+    #[error(transparent)]
+    PluginRejected(#[from] Rejected),
 
     /// The Service names a plugin that is not loaded; its slices stay as last applied.
     #[error(transparent)]
@@ -40,42 +45,73 @@ pub enum Error {
     CachesNotReady,
 }
 
-impl Error {
-    /// A stable name for metric labels and Event reasons.
-    pub fn metric_label(&self) -> &'static str {
+/// What kind of failure an [`Error`] is: the one source of its metric label and Event reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Category {
+    PluginFailed,
+    PluginRejected,
+    UnknownPlugin,
+    PluginTask,
+    Apply,
+    Delete,
+    CachesNotReady,
+}
+
+impl Category {
+    /// A stable name for metric labels.
+    pub fn metric_label(self) -> &'static str {
         match self {
-            Error::Plugin(e) => match e {
-                PluginError::Rejected { .. } => "plugin_rejected",
-                _ => "plugin_failed",
-            },
-            Error::UnknownPlugin(_) => "unknown_plugin",
-            Error::PluginTask(_) => "plugin_task",
-            Error::Apply { .. } => "apply",
-            Error::Delete { .. } => "delete",
-            Error::CachesNotReady => "caches_not_ready",
+            Category::PluginFailed => "plugin_failed",
+            Category::PluginRejected => "plugin_rejected",
+            Category::UnknownPlugin => "unknown_plugin",
+            Category::PluginTask => "plugin_task",
+            Category::Apply => "apply",
+            Category::Delete => "delete",
+            Category::CachesNotReady => "caches_not_ready",
         }
     }
 
     /// The Event reason shown by `kubectl describe service`.
-    pub fn event_reason(&self) -> &'static str {
+    pub fn event_reason(self) -> &'static str {
         match self {
-            Error::Plugin(_) | Error::PluginTask(_) => "PluginFailed",
-            Error::UnknownPlugin(_) => "UnknownPlugin",
-            Error::Apply { .. } | Error::Delete { .. } => "EndpointSliceWriteFailed",
-            Error::CachesNotReady => "NotReady",
+            Category::PluginFailed | Category::PluginRejected | Category::PluginTask => {
+                "PluginFailed"
+            }
+            Category::UnknownPlugin => "UnknownPlugin",
+            Category::Apply | Category::Delete => "EndpointSliceWriteFailed",
+            Category::CachesNotReady => "NotReady",
         }
+    }
+}
+
+impl Error {
+    pub fn category(&self) -> Category {
+        match self {
+            Error::PluginCall(_) => Category::PluginFailed,
+            Error::PluginRejected(_) => Category::PluginRejected,
+            Error::UnknownPlugin(_) => Category::UnknownPlugin,
+            Error::PluginTask(_) => Category::PluginTask,
+            Error::Apply { .. } => Category::Apply,
+            Error::Delete { .. } => Category::Delete,
+            Error::CachesNotReady => Category::CachesNotReady,
+        }
+    }
+
+    pub fn metric_label(&self) -> &'static str {
+        self.category().metric_label()
+    }
+
+    pub fn event_reason(&self) -> &'static str {
+        self.category().event_reason()
     }
 
     /// Transient errors are retried with backoff; the others wait for a change (with a slow
     /// retry, since a change elsewhere, such as a fixed plugin, may cure them).
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Plugin(e) => matches!(
-                e,
-                PluginError::Timeout { .. } | PluginError::Instantiate { .. }
-            ),
+            Error::PluginCall(e) => e.is_transient(),
             Error::Apply { source, .. } | Error::Delete { source, .. } => !is_invalid(source),
-            Error::UnknownPlugin(_) => false,
+            Error::PluginRejected(_) | Error::UnknownPlugin(_) => false,
             Error::PluginTask(_) | Error::CachesNotReady => true,
         }
     }
@@ -86,7 +122,10 @@ impl Error {
     pub fn is_plugin_failure(&self) -> bool {
         matches!(
             self,
-            Error::Plugin(_) | Error::PluginTask(_) | Error::UnknownPlugin(_)
+            Error::PluginCall(_)
+                | Error::PluginRejected(_)
+                | Error::PluginTask(_)
+                | Error::UnknownPlugin(_)
         )
     }
 
@@ -190,7 +229,7 @@ mod tests {
     use super::*;
 
     fn timeout() -> Error {
-        Error::Plugin(PluginError::Timeout {
+        Error::PluginCall(CallError::Timeout {
             plugin: "p".into(),
             function: "evaluate",
             deadline: Duration::from_millis(100),
@@ -270,7 +309,7 @@ mod tests {
 
     #[test]
     fn permanent_errors_wait_long() {
-        let e = Error::Plugin(PluginError::WrongAnswer {
+        let e = Error::PluginCall(CallError::WrongAnswer {
             plugin: "p".into(),
             expected: 2,
             got: 1,
@@ -280,5 +319,11 @@ mod tests {
         assert_eq!(e.metric_label(), "plugin_failed");
         assert_eq!(e.event_reason(), "PluginFailed");
         assert!(e.to_string().contains("plugin p"), "{e}");
+        let refused = Error::from(Rejected {
+            plugin: "p".into(),
+            message: "no zones".into(),
+        });
+        assert!(!refused.is_transient(), "a verdict, not a hiccup");
+        assert_eq!(refused.metric_label(), "plugin_rejected");
     }
 }

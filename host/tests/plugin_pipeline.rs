@@ -97,6 +97,7 @@ fn a_1_0_plugin_runs_unchanged_and_counts_as_deciding_on_the_whole_set() {
             ],
             "",
         )
+        .unwrap()
         .unwrap();
     let ready = Conditions {
         ready: true,

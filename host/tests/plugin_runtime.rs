@@ -10,7 +10,8 @@ use nad_service_controller::{
     index::{Keys, PodRecord},
     input::target::ServiceTarget,
     plugin::{
-        DEFAULT_PLUGIN_WASM, Limits, Plugin, PluginError, Runtime, pod_view, service_view, wit,
+        CallError, DEFAULT_PLUGIN_WASM, Limits, LoadError, Plugin, Rejected, Runtime, pod_view,
+        service_view, wit,
     },
     reconcile::{
         observe::Candidate,
@@ -86,9 +87,20 @@ fn evaluate(
     target: &ServiceTarget,
     pods: &[Candidate],
     config: &str,
-) -> Result<Vec<Decision>, PluginError> {
+) -> Result<Vec<Decision>, CallError> {
     let views: Vec<wit::Pod> = pods.iter().map(|c| pod_view(c, plugin)).collect();
-    plugin.evaluate(&service_view(target), &views, config)
+    plugin
+        .evaluate(&service_view(target), &views, config)
+        .map(|answer| answer.expect("the plugin decides"))
+}
+
+/// The plugin's own refusal to decide.
+fn rejected(plugin: &Plugin, target: &ServiceTarget, pods: &[Candidate], config: &str) -> Rejected {
+    let views: Vec<wit::Pod> = pods.iter().map(|c| pod_view(c, plugin)).collect();
+    plugin
+        .evaluate(&service_view(target), &views, config)
+        .expect("the call completes")
+        .expect_err("the plugin refuses")
 }
 
 fn include(ready: bool, serving: bool, terminating: bool) -> Decision {
@@ -107,10 +119,13 @@ fn the_default_plugin_describes_itself() {
     assert_eq!(plugin.info().version, env!("CARGO_PKG_VERSION"));
     assert!(plugin.reads_label("app.kubernetes.io/name") && plugin.reads_label("app"));
     assert!(!plugin.reads_label("team"));
-    plugin.validate_config("").unwrap();
-    plugin.validate_config(" {} ").unwrap();
-    let err = plugin.validate_config(r#"{"zones": ["a"]}"#).unwrap_err();
-    assert!(matches!(err, PluginError::InvalidConfig { .. }), "{err}");
+    plugin.validate_config("").unwrap().unwrap();
+    plugin.validate_config(" {} ").unwrap().unwrap();
+    let err = plugin
+        .validate_config(r#"{"zones": ["a"]}"#)
+        .unwrap()
+        .unwrap_err();
+    assert!(err.to_string().contains("invalid configuration"), "{err}");
     assert!(err.to_string().contains("plugin default"), "{err}");
 }
 
@@ -254,7 +269,7 @@ fn an_endless_loop_hits_the_deadline() {
     let guest = rt.load("misbehaving", MISBEHAVING).unwrap();
     let err = evaluate(&guest, &target(&[], false), &[pod("a", "web")], "loop").unwrap_err();
     assert!(
-        matches!(err, PluginError::Timeout { deadline, .. } if deadline == Duration::from_millis(50)),
+        matches!(err, CallError::Timeout { deadline, .. } if deadline == Duration::from_millis(50)),
         "{err}"
     );
     assert_eq!(err.cause(), "timeout");
@@ -273,7 +288,7 @@ fn a_memory_bomb_hits_the_memory_limit() {
     )
     .unwrap_err();
     assert!(
-        matches!(err, PluginError::MemoryLimit { limit, .. } if limit == 16 << 20),
+        matches!(err, CallError::MemoryLimit { limit, .. } if limit == 16 << 20),
         "{err}"
     );
     assert_eq!(err.cause(), "memory_limit");
@@ -287,7 +302,7 @@ fn a_trap_is_reported_and_the_next_call_runs_in_a_fresh_instance() {
     assert!(
         matches!(
             err,
-            PluginError::Trap {
+            CallError::Trap {
                 function: "evaluate",
                 ..
             }
@@ -313,7 +328,7 @@ fn a_wrong_number_of_decisions_is_refused() {
     assert!(
         matches!(
             err,
-            PluginError::WrongAnswer {
+            CallError::WrongAnswer {
                 expected: 2,
                 got: 1,
                 ..
@@ -331,30 +346,32 @@ fn a_wrong_number_of_decisions_is_refused() {
 fn a_policy_error_is_an_answer_not_a_crash() {
     let rt = runtime();
     let guest = rt.load("misbehaving", MISBEHAVING).unwrap();
-    let err = evaluate(
+    let verdict = rejected(
         &guest,
         &target(&[], false),
         &[pod("a", "web")],
         "policy-error",
-    )
-    .unwrap_err();
-    assert!(
-        matches!(&err, PluginError::Rejected { message, .. } if message == "deliberate policy error"),
-        "{err}"
     );
-    let err = guest.validate_config("bad-config").unwrap_err();
-    assert!(matches!(err, PluginError::InvalidConfig { .. }), "{err}");
+    assert_eq!(verdict.message, "deliberate policy error");
+    assert!(
+        verdict
+            .to_string()
+            .contains("plugin misbehaving: rejected the Service"),
+        "{verdict}"
+    );
+    let refused = guest.validate_config("bad-config").unwrap().unwrap_err();
+    assert_eq!(refused.plugin, "misbehaving");
 }
 
 #[test]
 fn files_that_are_not_components_are_refused_at_load() {
     let rt = runtime();
     let err = rt.load("garbage", b"not wasm at all").unwrap_err();
-    assert!(matches!(err, PluginError::Compile { .. }), "{err}");
+    assert!(matches!(err, LoadError::Compile { .. }), "{err}");
     assert!(err.to_string().contains("plugin garbage"), "{err}");
     // A core module (not a component).
     let err = rt.load("core", b"\0asm\x01\0\0\0").unwrap_err();
-    assert!(matches!(err, PluginError::Compile { .. }), "{err}");
+    assert!(matches!(err, LoadError::Compile { .. }), "{err}");
 }
 
 #[test]

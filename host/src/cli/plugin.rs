@@ -20,7 +20,8 @@ use crate::{
     plugin::{self, HOST_WIT_VERSION, POLICY_ANNOTATION, Plugins, Runtime, WIT_PACKAGE},
     reconcile::{
         decide::{self, Inputs},
-        observe, plan,
+        observe::{self, Observation},
+        plan,
         scope::Scope,
         slices,
     },
@@ -173,6 +174,11 @@ pub fn eval(
         writeln!(err, "skipped pod {}: {}", skipped.pod, skipped.reason)?;
     }
 
+    let all = observation.candidates.clone();
+    let observed = Observation {
+        candidates: all,
+        ..Observation::default()
+    };
     let decided = decide::decide(Inputs {
         // The file decides, whatever plugin the Service names.
         plugins: Arc::new(Plugins::only(
@@ -180,18 +186,18 @@ pub fn eval(
             configured,
         )),
         target: (*target).clone(),
-        candidates: observation.candidates.clone(),
         scope: Scope::Full,
         remembered: None,
-        published: Default::default(),
-        reported: Default::default(),
+        changed: Observation::default(),
+        touches_published: false,
+        observe_all: Box::new(move || observed),
     });
-    let decisions = decided.outcome?.unwrap_or_default();
-    let split = plan::split(&observation.candidates, &decisions);
-    for (candidate, reason) in &split.excluded {
-        writeln!(err, "excluded pod {}: {reason}", candidate.name())?;
+    let verdicts = decided.outcome?.unwrap_or_default();
+    for (index, reason) in &verdicts.excluded {
+        let pod = verdicts.observation.candidates[*index].name();
+        writeln!(err, "excluded pod {pod}: {reason}")?;
     }
-    let desired = plan::desired(&target, &split.included);
+    let desired = plan::desired(&target, &verdicts.included());
     for conflict in &desired.conflicts {
         writeln!(
             err,

@@ -6,7 +6,7 @@
 
 use sha2::{Digest, Sha256};
 
-use super::{Configured, DecisionScope, PluginError, Runtime, wit};
+use super::{CallError, Configured, DecisionScope, Runtime, wit};
 
 /// The WIT package plugins implement.
 pub const WIT_PACKAGE: &str = "isim:nad-endpoints";
@@ -155,7 +155,7 @@ pub fn prepare(
     }
     let component = runtime
         .compile(name, bytes)
-        .map_err(|e| fail(Step::Compile, error_text(&e)))?;
+        .map_err(|e| fail(Step::Compile, error_text(&e, name)))?;
     let exports = runtime.exports(&component);
     match policy_version(&exports) {
         Some(version) if supported(version) => {}
@@ -185,17 +185,20 @@ pub fn prepare(
     }
     let plugin = runtime
         .link(name, &component)
-        .map_err(|e| fail(Step::Link, error_text(&e)))?;
-    plugin
-        .validate_config(config)
-        .map_err(|e| fail(Step::Config, error_text(&e)))?;
+        .map_err(|e| fail(Step::Link, error_text(&e, name)))?;
+    match plugin.validate_config(config) {
+        Ok(Ok(())) => {}
+        Ok(Err(refused)) => return Err(fail(Step::Config, error_text(&refused, name))),
+        Err(e) => return Err(fail(Step::Config, error_text(&e, name))),
+    }
     let (service, pods) = self_test_input();
     match plugin.evaluate(&service, &pods, config) {
-        Ok(_) | Err(PluginError::Rejected { .. }) => {}
+        // A refusal of the made-up Service is still an answer.
+        Ok(_) => {}
         Err(e) => {
             return Err(PipelineError {
-                timed_out: matches!(e, PluginError::Timeout { .. }),
-                ..fail(Step::SelfTest, error_text(&e))
+                timed_out: matches!(e, CallError::Timeout { .. }),
+                ..fail(Step::SelfTest, error_text(&e, name))
             });
         }
     }
@@ -207,19 +210,9 @@ pub fn prepare(
 }
 
 /// The cause alone: the plugin's name is already in [`PipelineError`].
-fn error_text(e: &PluginError) -> String {
+fn error_text(e: &impl std::fmt::Display, plugin: &str) -> String {
     let text = e.to_string();
-    let prefix = match e {
-        PluginError::Compile { plugin, .. }
-        | PluginError::Link { plugin, .. }
-        | PluginError::Instantiate { plugin, .. }
-        | PluginError::Timeout { plugin, .. }
-        | PluginError::MemoryLimit { plugin, .. }
-        | PluginError::Trap { plugin, .. }
-        | PluginError::WrongAnswer { plugin, .. }
-        | PluginError::Rejected { plugin, .. }
-        | PluginError::InvalidConfig { plugin, .. } => format!("plugin {plugin}: "),
-    };
+    let prefix = format!("plugin {plugin}: ");
     text.strip_prefix(&prefix).unwrap_or(&text).to_owned()
 }
 

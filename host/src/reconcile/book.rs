@@ -66,6 +66,13 @@ impl Book {
         self.remembered.insert(service.clone(), remembered);
     }
 
+    /// Whether the Service's last decisions included `pod`.
+    pub fn included(&self, service: &ObjectRef<Service>, pod: &str) -> bool {
+        self.remembered
+            .get(service)
+            .is_some_and(|r| r.included.contains_key(pod))
+    }
+
     /// The Service's slices may differ from its last plan (a write failed or was held back):
     /// its next reconcile plans everything, whatever triggers it.
     pub fn replan(&mut self, service: &ObjectRef<Service>) {

@@ -1,6 +1,9 @@
 //! What a reconcile reads and writes through.
 
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::{
+    collections::BTreeSet,
+    sync::{Arc, RwLock, RwLockReadGuard},
+};
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{
@@ -13,6 +16,7 @@ use kube::{
 
 use super::{
     book::SharedBook,
+    decide::ObserveAll,
     observe::{self, Observation},
     slices,
 };
@@ -50,6 +54,20 @@ pub struct Context {
     pub caches_ready: tokio::sync::watch::Receiver<bool>,
 }
 
+fn observe_all(
+    pods: &RwLock<PodIndex>,
+    zones: &RwLock<NodeZones>,
+    target: &ServiceTarget,
+) -> Observation {
+    let pods = read(pods);
+    let zones = read(zones);
+    observe::candidates(
+        target,
+        pods.on_network(&target.namespace, &target.network),
+        |node| zones.zone(node).map(|z| z.map(str::to_owned)),
+    )
+}
+
 fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     lock.read()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -81,13 +99,26 @@ impl Context {
 
     /// The Service's candidates, from the pod index.
     pub fn observe(&self, target: &ServiceTarget) -> Observation {
+        observe_all(&self.pods, &self.zones, target)
+    }
+
+    /// What observes the Service's candidates later, on any thread.
+    pub fn observer(&self, target: &ServiceTarget) -> ObserveAll {
+        let (pods, zones, target) = (self.pods.clone(), self.zones.clone(), target.clone());
+        Box::new(move || observe_all(&pods, &zones, &target))
+    }
+
+    /// The named pods among the Service's candidates (a pod-scoped reconcile's).
+    pub fn observe_pods(&self, target: &ServiceTarget, names: &BTreeSet<String>) -> Observation {
         let pods = read(&self.pods);
         let zones = read(&self.zones);
-        observe::candidates(
-            target,
-            pods.on_network(&target.namespace, &target.network),
-            |node| zones.zone(node).map(|z| z.map(str::to_owned)),
-        )
+        let named = names
+            .iter()
+            .filter_map(|name| pods.get(&target.namespace, name))
+            .filter(|pod| pod.attachment(&target.network).is_some());
+        observe::candidates(target, named, |node| {
+            zones.zone(node).map(|z| z.map(str::to_owned))
+        })
     }
 
     /// Forgets a Service that is gone or no longer managed: its bookkeeping and its figures.

@@ -4,20 +4,25 @@
 //! `decide` returns a value; the caller publishes Events and metrics from it, once per
 //! reconcile. It calls the plugin synchronously (the caller picks the thread).
 //!
-//! Only the pods that need it are asked about. A plugin that declares its decisions per-pod
-//! (each depends on the Service, that pod and the configuration alone) is asked, after a
-//! change of some pods, about those pods only; the others keep their last decision. A plugin
-//! whose decisions depend on the whole set is asked about the changed pods first, and about
-//! every candidate only when one of the changed pods is published or becomes included.
+//! Only the pods that need it are asked about, and only the candidates needed are observed.
+//! After a change of some pods, the plugin is asked about those pods first. When none of them
+//! is published or becomes included, nothing moves: the Service's other candidates are never
+//! even looked at. Otherwise a plugin that declares its decisions per-pod (each depends on the
+//! Service, that pod and the configuration alone) keeps its other pods' last decisions; a
+//! plugin whose decisions depend on the whole set is asked about every candidate.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::HashMap,
     hash::{DefaultHasher, Hash, Hasher},
     sync::Arc,
     time::{Duration, Instant},
 };
 
-use super::{observe::Candidate, plan::Decision, scope::Scope};
+use super::{
+    observe::{Candidate, Observation},
+    plan::{Conditions, Decision},
+    scope::Scope,
+};
 use crate::{
     error::Error,
     input::target::ServiceTarget,
@@ -44,11 +49,13 @@ impl PolicyId {
     }
 }
 
-/// A Service's last decisions, by pod name.
+/// A Service's last decisions: the included pods, by name, with their conditions. Every other
+/// candidate was excluded. Kept across reconciles only while every change of the Service's
+/// pods reaches it (anything else plans in full and starts it again).
 #[derive(Debug, Default, Clone)]
 pub struct Remembered {
     pub by: Option<PolicyId>,
-    pub per_pod: HashMap<String, Decision>,
+    pub included: HashMap<String, Conditions>,
 }
 
 /// One plugin call, for the metrics.
@@ -60,19 +67,38 @@ pub struct Call {
     pub pods: usize,
 }
 
+/// Every candidate of the Service and what the policy says of them.
+#[derive(Debug, Default)]
+pub struct Verdicts {
+    pub observation: Observation,
+    /// Indexes into `observation.candidates`, in order.
+    pub included: Vec<(usize, Conditions)>,
+    /// The excluded candidates this reconcile asked about, with the policy's reason.
+    pub excluded: Vec<(usize, String)>,
+}
+
+impl Verdicts {
+    pub fn included(&self) -> Vec<(&Candidate, Conditions)> {
+        self.included
+            .iter()
+            .map(|(i, c)| (&self.observation.candidates[*i], *c))
+            .collect()
+    }
+}
+
 /// What the policy decided, and what the caller reports.
 #[derive(Debug)]
 pub struct Decided {
-    /// One decision per candidate, in order; `None` when the changed pods move no endpoint,
-    /// so there is nothing to plan; an error when the Service's plugin gave no answer and its
-    /// failure policy keeps the slices.
-    pub outcome: Result<Option<Vec<Decision>>, Error>,
+    /// The Service's candidates and their verdicts; `None` when the changed pods move no
+    /// endpoint, so there is nothing to plan; an error when the Service's plugin gave no
+    /// answer and its failure policy keeps the slices.
+    pub outcome: Result<Option<Verdicts>, Error>,
     /// The Service's plugin failed or is missing, and the built-in one decided instead: why.
     pub fell_back: Option<String>,
     /// The latest version of the Service's plugin failed to load: why, and what serves.
     pub load_warning: Option<String>,
     pub calls: Vec<Call>,
-    /// To keep for the next reconcile (empty when nothing was decided in full).
+    /// To keep for the next reconcile.
     pub remembered: Option<Remembered>,
 }
 
@@ -83,18 +109,21 @@ impl Decided {
     }
 }
 
+/// Observes every candidate of the Service, when `decide` needs them.
+pub type ObserveAll = Box<dyn FnOnce() -> Observation + Send>;
+
 /// What `decide` needs, owned, so that it can run on any thread.
 pub struct Inputs {
     pub plugins: Arc<Plugins>,
     pub target: ServiceTarget,
-    pub candidates: Vec<Candidate>,
     pub scope: Scope,
     pub remembered: Option<Remembered>,
-    /// Names of the pods the Service's slices publish now.
-    pub published: BTreeSet<String>,
-    /// Changed pods the Service must report on (skipped, addresses left out): they need
-    /// the full path.
-    pub reported: BTreeSet<String>,
+    /// For a pod-scoped reconcile: the changed pods among the candidates, and those to report
+    /// on (skipped, addresses left out).
+    pub changed: Observation,
+    /// One of the changed pods is published now.
+    pub touches_published: bool,
+    pub observe_all: ObserveAll,
 }
 
 /// The plugin a Service uses, or the built-in one under the `fallback` failure policy.
@@ -106,17 +135,9 @@ struct Chosen {
 
 /// Decides the Service's pods. Whatever the outcome, the returned value says what to report.
 pub fn decide(inputs: Inputs) -> Decided {
-    let name = inputs
-        .plugins
-        .name_for(
-            inputs
-                .target
-                .annotations
-                .get(POLICY_ANNOTATION)
-                .map(String::as_str),
-        )
-        .to_owned();
     let plugins = inputs.plugins.clone();
+    let annotation = inputs.target.annotations.get(POLICY_ANNOTATION);
+    let name = plugins.name_for(annotation.map(String::as_str)).to_owned();
     let mut decided = Decided {
         outcome: Ok(None),
         fell_back: None,
@@ -147,91 +168,116 @@ pub fn decide(inputs: Inputs) -> Decided {
             return decided;
         }
     };
+    let target = inputs.target.clone();
     let mut ask = Asker {
         plugins: &plugins,
-        target: &inputs.target,
+        target: &target,
         chosen,
         decided: &mut decided,
     };
-    let outcome = match &inputs.scope {
-        Scope::Pods(changed) => match changed_pods(&mut ask, &inputs, changed) {
-            Ok(Some(answer)) => Ok(answer),
-            Ok(None) => decide_all(&mut ask, &inputs.candidates).map(Some),
-            Err(e) => Err(e),
-        },
-        Scope::Full => decide_all(&mut ask, &inputs.candidates).map(Some),
-    };
+    let outcome = decide_with(&mut ask, inputs);
     decided.outcome = outcome;
     decided
 }
 
-/// After a change of some pods only: `Some(None)` when they move no endpoint, `Some(all)`
-/// with every candidate's decision when the per-pod memory gives them, `None` when every
-/// candidate must be asked about.
-fn changed_pods(
-    ask: &mut Asker<'_>,
-    inputs: &Inputs,
-    changed: &BTreeSet<String>,
-) -> Result<Option<Option<Vec<Decision>>>, Error> {
-    let candidates = &inputs.candidates;
-    let only: Vec<&Candidate> = candidates
-        .iter()
-        .filter(|c| changed.contains(c.name()))
-        .collect();
-    let unusual = changed.iter().any(|p| inputs.reported.contains(p));
-    let touches_published = changed.iter().any(|p| inputs.published.contains(p));
-    let memory = inputs.remembered.as_ref().filter(|r| {
+fn decide_with(ask: &mut Asker<'_>, inputs: Inputs) -> Result<Option<Verdicts>, Error> {
+    let Inputs {
+        scope,
+        remembered,
+        changed,
+        touches_published,
+        observe_all,
+        ..
+    } = inputs;
+    let unusual = !changed.skipped.is_empty() || !changed.ignored_ips.is_empty();
+    let per_pod_memory = |ask: &Asker<'_>, r: &Remembered| {
         ask.chosen.configured.plugin.per_pod() && r.by.as_ref() == Some(&ask.chosen.id)
-    });
-    let Some(memory) = memory else {
-        if touches_published || unusual {
-            return Ok(None);
-        }
-        let answers = ask.evaluate(&only)?;
-        let none_included = answers.iter().all(|d| matches!(d, Decision::Exclude(_)));
-        return Ok(none_included.then_some(None));
     };
-    let mut memory = memory.clone();
-    let answers = ask.evaluate(&only)?;
-    if memory.by.as_ref() != Some(&ask.chosen.id) {
-        // It fell back: the built-in plugin decides every candidate.
-        return Ok(None);
+    let usable = remembered.as_ref().is_some_and(|r| per_pod_memory(ask, r));
+    // A whole-set plugin asked about changed pods that move an endpoint anyway would only be
+    // asked again about every candidate.
+    if matches!(scope, Scope::Pods(_)) && (usable || !(touches_published || unusual)) {
+        let only: Vec<&Candidate> = changed.candidates.iter().collect();
+        let answers = ask.evaluate(&only)?;
+        let included = answers.iter().any(|d| matches!(d, Decision::Include(_)));
+        let memory = remembered.filter(|r| per_pod_memory(ask, r));
+        let moves = included || touches_published || unusual;
+        match memory {
+            Some(mut memory) => {
+                for (candidate, decision) in only.iter().zip(answers) {
+                    match decision {
+                        Decision::Include(c) => {
+                            memory.included.insert(candidate.name().to_owned(), c)
+                        }
+                        Decision::Exclude(_) => memory.included.remove(candidate.name()),
+                    };
+                }
+                if !moves {
+                    ask.decided.remembered = Some(memory);
+                    return Ok(None);
+                }
+                let observation = observe_all();
+                let verdicts = from_memory(observation, &mut memory);
+                ask.decided.remembered = Some(memory);
+                return Ok(Some(verdicts));
+            }
+            None if !moves => {
+                ask.decided.remembered = remembered_of(ask, &changed.candidates, None);
+                return Ok(None);
+            }
+            None => {}
+        }
     }
-    let mut included = false;
-    for (candidate, decision) in only.iter().zip(answers) {
-        included |= matches!(decision, Decision::Include(_));
-        memory.per_pod.insert(candidate.name().to_owned(), decision);
+    let observation = observe_all();
+    let all: Vec<&Candidate> = observation.candidates.iter().collect();
+    let decisions = ask.evaluate(&all)?;
+    let mut verdicts = Verdicts::default();
+    for (index, decision) in decisions.into_iter().enumerate() {
+        match decision {
+            Decision::Include(c) => verdicts.included.push((index, c)),
+            Decision::Exclude(reason) => verdicts.excluded.push((index, reason)),
+        }
     }
-    let current: BTreeSet<&str> = candidates.iter().map(Candidate::name).collect();
-    memory
-        .per_pod
-        .retain(|pod, _| current.contains(pod.as_str()));
-    let moves = included || touches_published || unusual;
-    let decisions = candidates
-        .iter()
-        .map(|c| memory.per_pod.get(c.name()).cloned())
-        .collect::<Option<Vec<_>>>();
-    ask.decided.remembered = Some(memory);
-    match decisions {
-        _ if !moves => Ok(Some(None)),
-        Some(decisions) => Ok(Some(Some(decisions))),
-        // A candidate without a remembered decision: ask about all of them.
-        None => Ok(None),
-    }
+    verdicts.observation = observation;
+    ask.decided.remembered = remembered_of(ask, &verdicts.observation.candidates, Some(&verdicts));
+    Ok(Some(verdicts))
 }
 
-fn decide_all(ask: &mut Asker<'_>, candidates: &[Candidate]) -> Result<Vec<Decision>, Error> {
-    let all: Vec<&Candidate> = candidates.iter().collect();
-    let decisions = ask.evaluate(&all)?;
-    ask.decided.remembered = Some(Remembered {
+/// The memory a reconcile leaves: what it decided in full, or nothing (a whole-set plugin
+/// that was asked about changed pods only).
+fn remembered_of(
+    ask: &Asker<'_>,
+    candidates: &[Candidate],
+    verdicts: Option<&Verdicts>,
+) -> Option<Remembered> {
+    let verdicts = verdicts?;
+    Some(Remembered {
         by: Some(ask.chosen.id.clone()),
-        per_pod: candidates
+        included: verdicts
+            .included
             .iter()
-            .zip(&decisions)
-            .map(|(c, d)| (c.name().to_owned(), d.clone()))
+            .map(|(i, c)| (candidates[*i].name().to_owned(), *c))
             .collect(),
-    });
-    Ok(decisions)
+    })
+}
+
+/// The verdicts of every candidate from the per-pod memory; pods that are no longer
+/// candidates leave it. (Candidates are sorted by name.)
+fn from_memory(observation: Observation, memory: &mut Remembered) -> Verdicts {
+    let candidates = &observation.candidates;
+    let index_of = |pod: &str| candidates.binary_search_by(|c| c.name().cmp(pod)).ok();
+    memory.included.retain(|pod, _| index_of(pod).is_some());
+    let mut included: Vec<(usize, Conditions)> = memory
+        .included
+        .iter()
+        .filter_map(|(pod, c)| Some((index_of(pod)?, *c)))
+        .collect();
+    included.sort_by_key(|(i, _)| *i);
+    Verdicts {
+        observation,
+        included,
+        excluded: Vec::new(),
+    }
 }
 
 fn fallback(plugins: &Plugins) -> Chosen {
@@ -255,7 +301,9 @@ struct Asker<'a> {
 impl Asker<'_> {
     fn evaluate(&mut self, pods: &[&Candidate]) -> Result<Vec<Decision>, Error> {
         match self.call(pods) {
-            Err(Error::Plugin(e)) if self.chosen.policy == FailurePolicy::Fallback => {
+            Err(e @ (Error::PluginCall(_) | Error::PluginRejected(_)))
+                if self.chosen.policy == FailurePolicy::Fallback =>
+            {
                 self.decided.fell_back = Some(e.to_string());
                 self.chosen = fallback(self.plugins);
                 self.call(pods)
@@ -275,10 +323,14 @@ impl Asker<'_> {
         let result = plugin.evaluate(&service, &views, &self.chosen.configured.config);
         self.decided.calls.push(Call {
             plugin: plugin.name().to_owned(),
-            outcome: result.as_ref().map_or_else(|e| e.cause(), |_| "ok"),
+            outcome: match &result {
+                Ok(Ok(_)) => "ok",
+                Ok(Err(_)) => "rejected",
+                Err(e) => e.cause(),
+            },
             elapsed: started.elapsed(),
             pods: pods.len(),
         });
-        Ok(result?)
+        Ok(result??)
     }
 }

@@ -41,6 +41,7 @@ use crate::{
     metrics::sync::Figures,
 };
 use decide::{Decided, Inputs};
+use observe::Observation;
 use scope::Scope;
 
 /// How often a Service is reconciled even when nothing seems to change.
@@ -50,10 +51,6 @@ const RESYNC: Duration = Duration::from_secs(600);
 const STALE_RETRY: Duration = Duration::from_millis(500);
 /// How soon a Service with pods on unknown nodes is tried again.
 const NODE_RETRY: Duration = Duration::from_secs(10);
-/// Pod changes of one Service within this window after the first go into one reconcile
-/// (and one plugin call). Changes that arrive while the Service waits for its turn or is
-/// being reconciled join the next one too.
-pub const BATCH_WINDOW: Duration = Duration::from_millis(2);
 
 /// Reconciles one Service: its slices become what the plan says, or stay as they are when the
 /// plan cannot be made.
@@ -61,10 +58,6 @@ pub const BATCH_WINDOW: Duration = Duration::from_millis(2);
 pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.wait_ready().await?;
     let key = ObjectRef::from_obj(&*service);
-    let waiting = ctx.book.lock().waiting_since(&key);
-    if let Some(since) = waiting {
-        tokio::time::sleep(BATCH_WINDOW.saturating_sub(since.elapsed())).await;
-    }
     let started = Instant::now();
     let result = reconcile_service(&service, &ctx).await;
     match &result {
@@ -189,26 +182,22 @@ async fn plan_and_write(
         return Ok(Action::requeue(next_resync(ctx, &key)));
     }
 
-    let observation = ctx.observe(&target);
-    tracing::debug!(
-        candidates = observation.candidates.len(),
-        skipped = observation.skipped.len(),
-        "observed"
-    );
-    let reported: BTreeSet<String> = observation
-        .skipped
-        .iter()
-        .map(|s| s.pod.clone())
-        .chain(observation.ignored_ips.iter().map(|i| i.pod.clone()))
-        .collect();
+    let changed = match &begun.taken.scope {
+        Scope::Pods(changed) => ctx.observe_pods(&target, changed),
+        Scope::Full => Observation::default(),
+    };
+    let touches_published = match &begun.taken.scope {
+        Scope::Pods(changed) => publishes_any(existing, changed),
+        Scope::Full => false,
+    };
     let inputs = Inputs {
         plugins: ctx.plugins.snapshot(),
         target: (*target).clone(),
-        candidates: observation.candidates.clone(),
-        scope: begun.taken.scope.clone(),
+        scope: begun.taken.scope,
         remembered: begun.remembered,
-        published: published(existing),
-        reported,
+        changed,
+        touches_published,
+        observe_all: ctx.observer(&target),
     };
     let decided = run_decide(inputs).await?;
     report::decided(ctx, service, &decided).await;
@@ -216,20 +205,27 @@ async fn plan_and_write(
         ctx.book.lock().remember(&key, remembered.clone());
     }
     let evaluated = decided.evaluated();
-    let Some(decisions) = decided.outcome? else {
+    let Some(verdicts) = decided.outcome? else {
         tracing::debug!(
             pods = evaluated,
             "changed pods move no endpoint; nothing to plan"
         );
         return Ok(Action::requeue(next_resync(ctx, &key)));
     };
-
-    let plan::Split { included, excluded } = plan::split(&observation.candidates, &decisions);
-    for (candidate, reason) in &excluded {
-        tracing::debug!(pod = %candidate.name(), reason, "excluded by the policy");
+    let observation = &verdicts.observation;
+    tracing::debug!(
+        candidates = observation.candidates.len(),
+        skipped = observation.skipped.len(),
+        evaluated,
+        "decided"
+    );
+    for (index, reason) in &verdicts.excluded {
+        let pod = observation.candidates[*index].name();
+        tracing::debug!(%pod, reason, "excluded by the policy");
     }
+    let included = verdicts.included();
     let desired = plan::desired(&target, &included);
-    report::problems(ctx, service, &key, &target, &observation, &desired).await;
+    report::problems(ctx, service, &key, &target, observation, &desired).await;
     let max = ctx.settings.max_endpoints_per_slice;
     let mut changes = slices::place(&target, &desired, existing, max, begun.taken.changed_at);
     ctx.metrics.sync.planned(changes.added, changes.removed);
@@ -250,7 +246,7 @@ async fn plan_and_write(
         let written = write::write(ctx, service, &key, changes, existing).await?;
         tracing::info!(
             endpoints = included.len(),
-            excluded = excluded.len(),
+            excluded = observation.candidates.len() - included.len(),
             skipped = observation.skipped.len(),
             applied = written.applied.len(),
             deleted = written.deleted.len(),
@@ -280,13 +276,13 @@ fn next_resync(ctx: &Context, key: &ObjectRef<Service>) -> Duration {
     if node_retry { NODE_RETRY } else { RESYNC }
 }
 
-/// Names of the pods the slices publish.
-fn published(existing: &[Arc<EndpointSlice>]) -> BTreeSet<String> {
+/// Whether the slices publish any of the `pods`.
+fn publishes_any(existing: &[Arc<EndpointSlice>], pods: &BTreeSet<String>) -> bool {
     existing
         .iter()
         .flat_map(|s| s.endpoints.iter().flatten())
-        .filter_map(|e| e.target_ref.as_ref()?.name.clone())
-        .collect()
+        .filter_map(|e| e.target_ref.as_ref()?.name.as_deref())
+        .any(|pod| pods.contains(pod))
 }
 
 /// Runs [`decide::decide`] on a blocking thread: a plugin call may run up to its deadline,

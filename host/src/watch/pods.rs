@@ -63,7 +63,9 @@ pub fn watch(
     receiver_stream(rx)
 }
 
-/// The Services a pod change concerns, with the change noted in their pending scopes.
+/// The Services a pod change concerns, with the change noted in their pending scopes. The
+/// Services that publish the pod come first: theirs are the reconciles that move endpoints,
+/// the others mostly learn that the pod stays out.
 fn route(shared: &Shared, change: &PodChange) -> Vec<ObjectRef<Service>> {
     if let Some(((namespace, pod), error)) = &change.unreadable {
         tracing::warn!(
@@ -74,13 +76,16 @@ fn route(shared: &Shared, change: &PodChange) -> Vec<ObjectRef<Service>> {
     if change.networks.is_empty() {
         return Vec::new();
     }
-    let services = read(&shared.networks).on(&change.networks);
+    let mut services = read(&shared.networks).on(&change.networks);
     let mut book = shared.book.lock();
     for service in &services {
         match &change.pod {
             Some((pod, at)) => book.scopes.pod_changed(service.clone(), pod, *at),
             None => book.scopes.everything_changed(service.clone()),
         }
+    }
+    if let Some((pod, _)) = &change.pod {
+        services.sort_by_key(|service| !book.included(service, pod));
     }
     services
 }

@@ -1,9 +1,9 @@
 //! The default endpoint policy of nad-service-controller, built as a WebAssembly component
 //! (`wasm32-wasip2`) against the WIT world `isim:nad-endpoints/scoped-endpoint-policy`.
 //!
-//! This file is only the glue between the WIT bindings and the policy: all decisions are made
-//! by the plain-Rust [`policy`] module, which is unit-tested natively. Logging happens here,
-//! because the imported `log` function only exists inside the host.
+//! This file is only the glue between the WIT bindings (from `nad-plugin-sdk`) and the policy:
+//! all decisions are made by the plain-Rust [`policy`] module, which is unit-tested natively.
+//! Logging happens here, because the imported `log` function only exists inside the host.
 //!
 //! To write a new plugin, copy this crate, rename it, and replace `policy.rs`.
 
@@ -18,40 +18,22 @@ mod policy;
 static ALLOCATOR: lol_alloc::LockedAllocator<lol_alloc::LeakingAllocator> =
     lol_alloc::LockedAllocator::new(lol_alloc::LeakingAllocator::new());
 
-/// The WIT bindings and the component's exports. The canonical-ABI glue that wit-bindgen
-/// generates is `unsafe` by nature; everything else in this crate is safe code.
-#[allow(unsafe_code)]
-mod bindings {
-    wit_bindgen::generate!({
-        path: "../../wit",
-        world: "scoped-endpoint-policy",
-        // Lets the policy's tests compare decisions; unused impls cost nothing in the component.
-        additional_derives: [PartialEq, Eq],
-    });
-
-    use super::DefaultPolicy;
-    export!(DefaultPolicy);
-}
-
-use bindings::exports::isim::nad_endpoints::{
-    decisions::{self, DecisionScope},
-    policy::Guest,
+use nad_plugin_sdk::{
+    Decision, DecisionScope, Decisions, Level, Plugin, PluginInfo, Pod, Service, log,
 };
-use bindings::isim::nad_endpoints::log::{Level, log};
-use bindings::isim::nad_endpoints::types::{Decision, PluginInfo, Pod, Service};
 
 /// The exported component.
 struct DefaultPolicy;
 
 /// Each pod is decided from the Service and its own labels, phase and readiness alone, so the
 /// host asks about changed pods only.
-impl decisions::Guest for DefaultPolicy {
+impl Decisions for DefaultPolicy {
     fn scope() -> DecisionScope {
         DecisionScope::PerPod
     }
 }
 
-impl Guest for DefaultPolicy {
+impl Plugin for DefaultPolicy {
     fn info() -> PluginInfo {
         policy::info()
     }
@@ -66,3 +48,5 @@ impl Guest for DefaultPolicy {
         Ok(decisions)
     }
 }
+
+nad_plugin_sdk::export_plugin!(DefaultPolicy);

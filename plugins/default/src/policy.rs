@@ -10,9 +10,7 @@
 //! - serving = pod Ready; terminating = pod has a deletionTimestamp;
 //! - ready = publishNotReadyAddresses || (serving && !terminating).
 
-use crate::bindings::isim::nad_endpoints::types::{
-    Conditions, Decision, KeyValue, PluginInfo, Pod, PodPhase, Service,
-};
+use nad_plugin_sdk::{Decision, PluginInfo, Pod, Service, k8s};
 
 /// The recommended Kubernetes name label; takes precedence over [`APP_LABEL`].
 pub const NAME_LABEL: &str = "app.kubernetes.io/name";
@@ -97,7 +95,9 @@ impl<'a> Selector<'a> {
     fn for_service(service: &'a Service) -> Self {
         [NAME_LABEL, APP_LABEL]
             .into_iter()
-            .find_map(|key| label(&service.labels, key).map(|value| Selector::Label { key, value }))
+            .find_map(|key| {
+                k8s::value(&service.labels, key).map(|value| Selector::Label { key, value })
+            })
             .unwrap_or(Selector::All)
     }
 
@@ -106,7 +106,7 @@ impl<'a> Selector<'a> {
         let Selector::Label { key, value } = *self else {
             return None;
         };
-        match label(&pod.labels, key) {
+        match k8s::value(&pod.labels, key) {
             Some(found) if found == value => None,
             Some(found) => Some(format!(
                 "pod label {key}={found:?} does not match the Service's {value:?}"
@@ -118,81 +118,44 @@ impl<'a> Selector<'a> {
     }
 }
 
-/// The value of label `key`. The host sorts lists by key, but a linear scan does not rely on
-/// it and the lists are short.
-fn label<'a>(labels: &'a [KeyValue], key: &str) -> Option<&'a str> {
-    labels
-        .iter()
-        .find(|kv| kv.key == key)
-        .map(|kv| kv.value.as_str())
-}
-
 fn decide(service: &Service, selector: &Selector<'_>, pod: &Pod) -> Decision {
     if let Some(reason) = selector.rejects(pod) {
         return Decision::Exclude(reason);
     }
-    match pod.phase {
-        PodPhase::Succeeded => Decision::Exclude("pod phase is Succeeded".to_string()),
-        PodPhase::Failed => Decision::Exclude("pod phase is Failed".to_string()),
-        PodPhase::Pending | PodPhase::Running | PodPhase::Unknown => Decision::Include(conditions(
-            pod.ready,
-            pod.terminating,
-            service.publish_not_ready_addresses,
-        )),
-    }
-}
-
-/// EndpointSlice conditions exactly as Kubernetes computes them.
-fn conditions(ready: bool, terminating: bool, publish_not_ready_addresses: bool) -> Conditions {
-    let serving = ready;
-    Conditions {
-        ready: publish_not_ready_addresses || (serving && !terminating),
-        serving,
-        terminating,
-    }
+    k8s::include(service, pod)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nad_plugin_sdk::{
+        Conditions, KeyValue, PodPhase,
+        testing::{self, PodExt, ServiceExt},
+    };
 
+    /// Unsorted on purpose where a test says so: the policy must not rely on the order.
     fn kv(key: &str, value: &str) -> KeyValue {
         KeyValue {
-            key: key.to_string(),
-            value: value.to_string(),
+            key: key.to_owned(),
+            value: value.to_owned(),
         }
     }
 
     fn service(labels: &[(&str, &str)], publish_not_ready_addresses: bool) -> Service {
-        let mut labels: Vec<KeyValue> = labels.iter().map(|(k, v)| kv(k, v)).collect();
-        labels.sort_by(|a, b| a.key.cmp(&b.key));
-        Service {
-            name: "web".to_string(),
-            namespace: "ns".to_string(),
-            labels,
-            annotations: vec![kv("isim.dev/network", "net1")],
-            ports: Vec::new(),
-            publish_not_ready_addresses,
-            network: "ns/net1".to_string(),
+        let mut service = testing::service("web");
+        for (key, value) in labels {
+            service = service.label(key, value);
         }
+        if publish_not_ready_addresses {
+            service = service.publishing_not_ready();
+        }
+        service
     }
 
     fn pod(name: &str, labels: &[(&str, &str)]) -> Pod {
-        let mut labels: Vec<KeyValue> = labels.iter().map(|(k, v)| kv(k, v)).collect();
-        labels.sort_by(|a, b| a.key.cmp(&b.key));
-        Pod {
-            name: name.to_string(),
-            namespace: "ns".to_string(),
-            uid: format!("uid-{name}"),
-            labels,
-            annotations: Vec::new(),
-            phase: PodPhase::Running,
-            ready: true,
-            terminating: false,
-            node_name: "node-a".to_string(),
-            zone: "zone-a".to_string(),
-            ips: vec!["10.1.0.1".to_string()],
-        }
+        labels.iter().fold(testing::pod(name), |pod, (key, value)| {
+            pod.label(key, value)
+        })
     }
 
     fn cond(ready: bool, serving: bool, terminating: bool) -> Conditions {

@@ -8,35 +8,18 @@
 
 mod policy;
 
-/// The WIT bindings and the component's exports (the generated ABI glue is `unsafe`).
-#[allow(unsafe_code)]
-mod bindings {
-    wit_bindgen::generate!({
-        path: "../../../wit",
-        world: "scoped-endpoint-policy",
-        additional_derives: [PartialEq, Eq],
-    });
-
-    use super::OptOut;
-    export!(OptOut);
-}
-
-use bindings::exports::isim::nad_endpoints::{
-    decisions::{self, DecisionScope},
-    policy::Guest,
-};
-use bindings::isim::nad_endpoints::types::{Decision, PluginInfo, Pod, Service};
+use nad_plugin_sdk::{Decision, DecisionScope, Decisions, Plugin, PluginInfo, Pod, Service};
 
 struct OptOut;
 
 /// Each pod is decided from the Service, its own labels and the configuration alone.
-impl decisions::Guest for OptOut {
+impl Decisions for OptOut {
     fn scope() -> DecisionScope {
         DecisionScope::PerPod
     }
 }
 
-impl Guest for OptOut {
+impl Plugin for OptOut {
     fn info() -> PluginInfo {
         PluginInfo {
             name: "opt-out".to_owned(),
@@ -59,3 +42,5 @@ impl Guest for OptOut {
             .collect())
     }
 }
+
+nad_plugin_sdk::export_plugin!(OptOut);

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use crate::bindings::isim::nad_endpoints::types::{Conditions, Decision, Pod, PodPhase, Service};
+use nad_plugin_sdk::{Decision, Pod, Service, k8s};
 
 pub const DEFAULT_LABEL: &str = "endpoints.isim.dev/opt-out";
 
@@ -46,56 +46,33 @@ pub fn decide(service: &Service, pod: &Pod, config: &Config) -> Decision {
             config.label, opt_out.value
         ));
     }
-    match pod.phase {
-        PodPhase::Succeeded => return Decision::Exclude("pod phase is Succeeded".to_owned()),
-        PodPhase::Failed => return Decision::Exclude("pod phase is Failed".to_owned()),
-        _ => {}
-    }
-    let serving = pod.ready;
-    Decision::Include(Conditions {
-        ready: service.publish_not_ready_addresses || (serving && !pod.terminating),
-        serving,
-        terminating: pod.terminating,
-    })
+    k8s::include(service, pod)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bindings::isim::nad_endpoints::types::KeyValue;
+    use nad_plugin_sdk::{
+        Conditions, PodPhase,
+        testing::{self, PodExt},
+    };
 
     fn service() -> Service {
-        Service {
-            name: "web".into(),
-            namespace: "ns".into(),
-            labels: vec![],
-            annotations: vec![],
-            ports: vec![],
-            publish_not_ready_addresses: false,
-            network: "ns/macvlan".into(),
-        }
+        testing::service("web")
     }
 
     fn pod(labels: &[(&str, &str)], phase: PodPhase, ready: bool, terminating: bool) -> Pod {
-        Pod {
-            name: "p".into(),
-            namespace: "ns".into(),
-            uid: "u".into(),
-            labels: labels
-                .iter()
-                .map(|(k, v)| KeyValue {
-                    key: k.to_string(),
-                    value: v.to_string(),
-                })
-                .collect(),
-            annotations: vec![],
-            phase,
-            ready,
-            terminating,
-            node_name: String::new(),
-            zone: String::new(),
-            ips: vec!["192.168.2.4".into()],
+        let mut pod = labels
+            .iter()
+            .fold(testing::pod("p"), |pod, (key, value)| pod.label(key, value))
+            .phase(phase);
+        if !ready {
+            pod = pod.not_ready();
         }
+        if terminating {
+            pod = pod.terminating();
+        }
+        pod
     }
 
     fn cond(ready: bool, serving: bool, terminating: bool) -> Decision {

@@ -12,28 +12,22 @@
 
 mod policy;
 
-/// The WIT bindings and the component's exports (the generated ABI glue is `unsafe`).
-#[allow(unsafe_code)]
-mod bindings {
-    wit_bindgen::generate!({
-        path: "../../../wit",
-        world: "endpoint-policy",
-        // Lets the policy's tests compare decisions; unused impls cost nothing in the component.
-        additional_derives: [PartialEq, Eq],
-    });
-
-    use super::PreferredZones;
-    export!(PreferredZones);
-}
-
-use bindings::exports::isim::nad_endpoints::policy::Guest;
-use bindings::isim::nad_endpoints::log::{Level, log};
-use bindings::isim::nad_endpoints::types::{Decision, PluginInfo, Pod, Service};
+use nad_plugin_sdk::{
+    Decision, DecisionScope, Decisions, Level, Plugin, PluginInfo, Pod, Service, log,
+};
 
 /// The exported component.
 struct PreferredZones;
 
-impl Guest for PreferredZones {
+/// Whether a pod is published depends on the others: with no eligible pod in a preferred zone,
+/// every zone's pods are (the fallback).
+impl Decisions for PreferredZones {
+    fn scope() -> DecisionScope {
+        DecisionScope::WholeSet
+    }
+}
+
+impl Plugin for PreferredZones {
     fn info() -> PluginInfo {
         policy::info()
     }
@@ -62,3 +56,5 @@ impl Guest for PreferredZones {
         Ok(outcome.decisions)
     }
 }
+
+nad_plugin_sdk::export_plugin!(PreferredZones);

@@ -18,9 +18,7 @@
 
 use serde::Deserialize;
 
-use crate::bindings::isim::nad_endpoints::types::{
-    Conditions, Decision, KeyValue, PluginInfo, Pod, PodPhase, Service,
-};
+use nad_plugin_sdk::{Conditions, Decision, KeyValue, PluginInfo, Pod, Service, k8s};
 
 /// The name Services select this plugin by (`isim.dev/endpoint-policy: preferred-zones`).
 pub const PLUGIN_NAME: &str = "preferred-zones";
@@ -228,24 +226,9 @@ fn to_decision(eligibility: Result<Conditions, String>) -> Decision {
 
 /// The pod's endpoint conditions, or why it is never published (its phase).
 fn eligibility(service: &Service, pod: &Pod) -> Result<Conditions, String> {
-    match pod.phase {
-        PodPhase::Succeeded => Err("pod phase is Succeeded".to_owned()),
-        PodPhase::Failed => Err("pod phase is Failed".to_owned()),
-        PodPhase::Pending | PodPhase::Running | PodPhase::Unknown => Ok(conditions(
-            pod.ready,
-            pod.terminating,
-            service.publish_not_ready_addresses,
-        )),
-    }
-}
-
-/// EndpointSlice conditions exactly as Kubernetes computes them.
-fn conditions(ready: bool, terminating: bool, publish_not_ready_addresses: bool) -> Conditions {
-    let serving = ready;
-    Conditions {
-        ready: publish_not_ready_addresses || (serving && !terminating),
-        serving,
-        terminating,
+    match k8s::include(service, pod) {
+        Decision::Include(conditions) => Ok(conditions),
+        Decision::Exclude(reason) => Err(reason),
     }
 }
 
@@ -272,28 +255,18 @@ fn zone_reason(pod: &Pod, zones: &[&str], none_in_zone: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn kv(key: &str, value: &str) -> KeyValue {
-        KeyValue {
-            key: key.to_owned(),
-            value: value.to_owned(),
-        }
-    }
+    use nad_plugin_sdk::{
+        PodPhase,
+        testing::{self, PodExt, ServiceExt},
+    };
 
     /// A Service with the given annotations (besides the network one).
     fn service(annotations: &[(&str, &str)]) -> Service {
-        let mut annotations: Vec<KeyValue> = annotations.iter().map(|(k, v)| kv(k, v)).collect();
-        annotations.push(kv("isim.dev/network", "macvlan"));
-        annotations.sort_by(|a, b| a.key.cmp(&b.key));
-        Service {
-            name: "web".into(),
-            namespace: "ns".into(),
-            labels: vec![],
-            annotations,
-            ports: vec![],
-            publish_not_ready_addresses: false,
-            network: "ns/macvlan".into(),
-        }
+        annotations
+            .iter()
+            .fold(testing::service("web"), |service, (key, value)| {
+                service.annotation(key, value)
+            })
     }
 
     /// A Service preferring `zones` through the default annotation.
@@ -303,19 +276,7 @@ mod tests {
 
     /// A running, ready pod in `zone`.
     fn pod(name: &str, zone: &str) -> Pod {
-        Pod {
-            name: name.into(),
-            namespace: "ns".into(),
-            uid: format!("uid-{name}"),
-            labels: vec![],
-            annotations: vec![],
-            phase: PodPhase::Running,
-            ready: true,
-            terminating: false,
-            node_name: format!("node-{name}"),
-            zone: zone.into(),
-            ips: vec!["192.168.2.4".into()],
-        }
+        testing::pod(name).zone(zone).node(&format!("node-{name}"))
     }
 
     fn with_phase(mut p: Pod, phase: PodPhase) -> Pod {

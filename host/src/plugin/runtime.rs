@@ -1,0 +1,297 @@
+//! The process-wide Wasm engine, and loaded plugins: compiled once, pre-instantiated, called
+//! in a fresh [`Sandbox`] each time.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Instant,
+};
+
+use wasmtime::{
+    Config, Engine, Store,
+    component::{Component, HasSelf, Linker},
+};
+
+use super::{
+    CallError, InvalidConfig, Limits, LoadError, Rejected,
+    bindings::{self, EndpointPolicyPre},
+    convert,
+    sandbox::{CallState, EPOCH_TICK, Sandbox, link_minimal_wasi},
+    wit,
+};
+use crate::reconcile::plan::Decision;
+
+/// The process-wide Wasm engine and the host functions plugins may import.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<CallState>,
+    limits: Limits,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Runtime {
+    pub fn new(limits: Limits) -> anyhow::Result<Self> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config)?;
+        let mut linker = Linker::new(&engine);
+        link_minimal_wasi(&mut linker)?;
+        bindings::EndpointPolicy::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        let (ticker_engine, stop) = (engine.clone(), ticker_stop.clone());
+        std::thread::Builder::new()
+            .name("wasm-epoch".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    ticker_engine.increment_epoch();
+                }
+            })?;
+        Ok(Self {
+            engine,
+            linker,
+            limits,
+            ticker_stop,
+        })
+    }
+
+    /// Compiles and links a component and asks it for its `info`.
+    pub fn load(&self, name: &str, bytes: &[u8]) -> Result<Plugin, LoadError> {
+        let component = self.compile(name, bytes)?;
+        self.link(name, &component)
+    }
+
+    /// Compiles a component (no code of it runs).
+    pub fn compile(&self, name: &str, bytes: &[u8]) -> Result<Component, LoadError> {
+        Component::new(&self.engine, bytes).map_err(|source| LoadError::Compile {
+            plugin: name.to_owned(),
+            source,
+        })
+    }
+
+    /// Links a compiled component against the host's imports and asks it for its `info`.
+    pub fn link(&self, name: &str, component: &Component) -> Result<Plugin, LoadError> {
+        let pre = self
+            .linker
+            .instantiate_pre(component)
+            .and_then(EndpointPolicyPre::new)
+            .map_err(|source| LoadError::Link {
+                plugin: name.to_owned(),
+                source,
+            })?;
+        let mut plugin = Plugin {
+            name: Arc::from(name),
+            pre,
+            engine: self.engine.clone(),
+            limits: self.limits,
+            info: wit::PluginInfo {
+                name: String::new(),
+                version: String::new(),
+                label_keys: Vec::new(),
+                annotation_keys: Vec::new(),
+            },
+            scope: DecisionScope::WholeSet,
+        };
+        plugin.info = plugin.call("info", None, |exports, store| {
+            exports.policy.call_info(store)
+        })?;
+        if let Some(scope) = decisions_scope(component) {
+            let answer = plugin.call("decisions.scope", None, |exports, store| {
+                let scope = exports
+                    .raw
+                    .get_typed_func::<(), (DecisionScope,)>(&mut *store, &scope)?;
+                Ok(scope.call(&mut *store, ())?.0)
+            })?;
+            plugin.scope = answer;
+        }
+        Ok(plugin)
+    }
+
+    /// Names (with versions) of the component's exports, e.g.
+    /// `isim:nad-endpoints/policy@1.0.0`.
+    pub fn exports(&self, component: &Component) -> Vec<String> {
+        component
+            .component_type()
+            .exports(&self.engine)
+            .map(|(name, _)| name.to_owned())
+            .collect()
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A loaded plugin, ready to be called from any thread.
+#[derive(Clone)]
+pub struct Plugin {
+    name: Arc<str>,
+    pre: EndpointPolicyPre<CallState>,
+    engine: Engine,
+    limits: Limits,
+    info: wit::PluginInfo,
+    /// What each pod's decision depends on, as the plugin declares it.
+    scope: DecisionScope,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("name", &self.name)
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The exports of one instance: the typed `policy`, and the raw instance for the optional
+/// interfaces of newer minor versions.
+struct Exports<'a> {
+    policy: &'a bindings::exports::isim::nad_endpoints::policy::Guest,
+    raw: &'a wasmtime::component::Instance,
+}
+
+/// The interface a 1.1 plugin may export to declare its decision scope.
+const DECISIONS_INTERFACE: &str = "isim:nad-endpoints/decisions@";
+
+/// What a plugin's decisions depend on: `decision-scope` of the `decisions` interface (since
+/// 1.1); `whole-set` for a plugin that does not declare it.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, wasmtime::component::ComponentType, wasmtime::component::Lift,
+)]
+#[component(enum)]
+#[repr(u8)]
+pub enum DecisionScope {
+    #[component(name = "per-pod")]
+    PerPod,
+    #[component(name = "whole-set")]
+    WholeSet,
+}
+
+impl DecisionScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionScope::PerPod => "per-pod",
+            DecisionScope::WholeSet => "whole-set",
+        }
+    }
+}
+
+/// The `decisions.scope` function, when the component exports the interface (of any 1.x).
+fn decisions_scope(component: &Component) -> Option<wasmtime::component::ComponentExportIndex> {
+    let engine = component.engine();
+    let name = component
+        .component_type()
+        .exports(engine)
+        .map(|(name, _)| name.to_owned())
+        .find(|name| name.starts_with(DECISIONS_INTERFACE))?;
+    let (_, interface) = component.get_export(None, &name)?;
+    let (_, function) = component.get_export(Some(&interface), "scope")?;
+    Some(function)
+}
+
+impl Plugin {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What the plugin said about itself when it was loaded.
+    pub fn info(&self) -> &wit::PluginInfo {
+        &self.info
+    }
+
+    /// Whether each pod's decision depends on the Service, that pod and the configuration
+    /// alone, so that after a pod change only that pod needs asking.
+    pub fn per_pod(&self) -> bool {
+        self.scope == DecisionScope::PerPod
+    }
+
+    /// What the plugin declares its decisions depend on.
+    pub fn decision_scope(&self) -> DecisionScope {
+        self.scope
+    }
+
+    /// Whether the plugin reads the pod label `key`.
+    pub fn reads_label(&self, key: &str) -> bool {
+        self.info.label_keys.iter().any(|k| k == "*" || k == key)
+    }
+
+    /// Whether the plugin reads the pod annotation `key`.
+    pub fn reads_annotation(&self, key: &str) -> bool {
+        self.info
+            .annotation_keys
+            .iter()
+            .any(|k| k == "*" || k == key)
+    }
+
+    /// Whether the plugin accepts `config`; its refusal is its own verdict.
+    pub fn validate_config(&self, config: &str) -> Result<Result<(), InvalidConfig>, CallError> {
+        let answer = self.call("validate-config", None, |exports, store| {
+            exports.policy.call_validate_config(store, config)
+        })?;
+        Ok(answer.map_err(|message| InvalidConfig {
+            plugin: self.name.to_string(),
+            message,
+        }))
+    }
+
+    /// One decision per pod, in order, or the plugin's own refusal to decide.
+    pub fn evaluate(
+        &self,
+        service: &wit::Service,
+        pods: &[wit::Pod],
+        config: &str,
+    ) -> Result<Result<Vec<Decision>, Rejected>, CallError> {
+        let answer = self.call("evaluate", Some(service), |exports, store| {
+            exports.policy.call_evaluate(store, service, pods, config)
+        })?;
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(message) => {
+                return Ok(Err(Rejected {
+                    plugin: self.name.to_string(),
+                    message,
+                }));
+            }
+        };
+        if answer.len() != pods.len() {
+            return Err(CallError::WrongAnswer {
+                plugin: self.name.to_string(),
+                expected: pods.len(),
+                got: answer.len(),
+            });
+        }
+        Ok(Ok(answer.into_iter().map(convert::decision).collect()))
+    }
+
+    /// Runs `f` on a fresh instance in a fresh Store under the deadline and memory limit.
+    fn call<R>(
+        &self,
+        function: &'static str,
+        service: Option<&wit::Service>,
+        f: impl FnOnce(Exports<'_>, &mut Store<CallState>) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let mut sandbox = Sandbox::new(&self.engine, self.name.clone(), self.limits, service);
+        let started = Instant::now();
+        let store = &mut sandbox.store;
+        let result = self
+            .pre
+            .instance_pre()
+            .instantiate(&mut *store)
+            .and_then(|raw| Ok((bindings::EndpointPolicy::new(&mut *store, &raw)?, raw)))
+            .map_err(|e| (true, e))
+            .and_then(|(typed, raw)| {
+                let exports = Exports {
+                    policy: typed.isim_nad_endpoints_policy(),
+                    raw: &raw,
+                };
+                f(exports, store).map_err(|e| (false, e))
+            });
+        sandbox.finish();
+        tracing::trace!(plugin = &*self.name, function, elapsed = ?started.elapsed(), "plugin call");
+        result.map_err(|(instantiating, source)| sandbox.failure(function, instantiating, source))
+    }
+}

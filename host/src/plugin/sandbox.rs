@@ -1,0 +1,241 @@
+//! The sandbox every call runs in: a fresh Store with an empty WASI context (stdio captured),
+//! a memory limit, an epoch deadline, and the host's `log` import.
+
+use std::{sync::Arc, time::Duration};
+
+use wasmtime::{
+    Engine, Store, Trap,
+    component::{Linker, ResourceTable},
+};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView, p2::pipe::MemoryOutputPipe};
+
+use super::{CallError, Limits, bindings, wit};
+
+/// How often the epoch advances; deadlines are rounded up to whole ticks.
+pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+/// At most this many log lines per call reach the host log; the rest are counted.
+const MAX_LOG_LINES_PER_CALL: usize = 64;
+/// Longer guest log messages are cut.
+const MAX_LOG_MESSAGE: usize = 2048;
+
+/// Links only the WASI interfaces a Rust `wasm32-wasip2` guest imports through its standard
+/// library (streams for stdio, cli environment/exit/std streams), all backed by an empty
+/// context: no arguments, no environment, stdin empty, stdout and stderr captured. Clocks,
+/// random numbers, the filesystem and sockets are not linked, so a plugin that imports them
+/// is refused at load (a clock would let it sleep past its deadline: epoch interruption only
+/// stops guest code).
+pub fn link_minimal_wasi(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
+    use wasmtime::component::HasData;
+    use wasmtime_wasi::{
+        cli::{WasiCli, WasiCliView},
+        p2::bindings::{cli, sync::io},
+    };
+
+    struct Io;
+    impl HasData for Io {
+        type Data<'a> = &'a mut ResourceTable;
+    }
+    let l = linker;
+    io::error::add_to_linker::<CallState, Io>(l, |t| &mut t.table)?;
+    io::poll::add_to_linker::<CallState, Io>(l, |t| &mut t.table)?;
+    io::streams::add_to_linker::<CallState, Io>(l, |t| &mut t.table)?;
+    cli::exit::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    cli::environment::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    cli::stdin::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    cli::stdout::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    cli::stderr::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    cli::terminal_input::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    cli::terminal_output::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    cli::terminal_stdin::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    cli::terminal_stdout::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    cli::terminal_stderr::add_to_linker::<CallState, WasiCli>(l, CallState::cli)?;
+    Ok(())
+}
+
+/// How much of a guest's stdout/stderr (e.g. a panic message) is kept for error messages.
+const MAX_GUEST_OUTPUT: usize = 1024;
+
+/// Per-call state: an empty WASI context and the call's resource accounting.
+pub struct CallState {
+    wasi: WasiCtx,
+    pub(super) table: ResourceTable,
+    limiter: MemoryLimiter,
+    plugin: Arc<str>,
+    /// `namespace/name` of the Service being evaluated, for the plugin's log lines.
+    service: Option<String>,
+    log_lines: usize,
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl bindings::isim::nad_endpoints::log::Host for CallState {
+    fn log(&mut self, level: bindings::isim::nad_endpoints::log::Level, message: String) {
+        use bindings::isim::nad_endpoints::log::Level;
+        self.log_lines += 1;
+        if self.log_lines > MAX_LOG_LINES_PER_CALL {
+            return;
+        }
+        let mut message = message;
+        if message.len() > MAX_LOG_MESSAGE {
+            let mut cut = MAX_LOG_MESSAGE;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push('…');
+        }
+        let plugin = &*self.plugin;
+        let service = self.service.as_deref().unwrap_or_default();
+        match level {
+            Level::Trace => tracing::trace!(plugin, service, "{message}"),
+            Level::Debug => tracing::debug!(plugin, service, "{message}"),
+            Level::Info => tracing::info!(plugin, service, "{message}"),
+            Level::Warn => tracing::warn!(plugin, service, "{message}"),
+            Level::Error => tracing::error!(plugin, service, "{message}"),
+        }
+    }
+}
+
+impl bindings::isim::nad_endpoints::types::Host for CallState {}
+
+/// Caps linear memory and records whether the cap was hit (a denied growth is reported as a
+/// trap by the guest, which would otherwise hide the cause).
+struct MemoryLimiter {
+    limit: usize,
+    hit: bool,
+}
+
+impl wasmtime::ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            self.hit = true;
+            return Err(wasmtime::format_err!(
+                "memory limit of {} bytes reached (wanted {desired})",
+                self.limit
+            ));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
+
+/// A call's store and what it captures of the guest's output.
+pub struct Sandbox {
+    pub store: Store<CallState>,
+    output: MemoryOutputPipe,
+    plugin: Arc<str>,
+    limits: Limits,
+}
+
+impl Sandbox {
+    pub fn new(
+        engine: &Engine,
+        plugin: Arc<str>,
+        limits: Limits,
+        service: Option<&wit::Service>,
+    ) -> Self {
+        let output = MemoryOutputPipe::new(MAX_GUEST_OUTPUT);
+        let mut store = Store::new(
+            engine,
+            CallState {
+                wasi: WasiCtx::builder()
+                    .stdout(output.clone())
+                    .stderr(output.clone())
+                    .build(),
+                table: ResourceTable::new(),
+                limiter: MemoryLimiter {
+                    limit: limits.memory_bytes,
+                    hit: false,
+                },
+                plugin: plugin.clone(),
+                service: service.map(|s| format!("{}/{}", s.namespace, s.name)),
+                log_lines: 0,
+            },
+        );
+        store.limiter(|state| &mut state.limiter);
+        let ticks = limits
+            .deadline
+            .as_nanos()
+            .div_ceil(EPOCH_TICK.as_nanos())
+            .max(1);
+        // The ticker may advance between two ticks of the deadline: allow one more.
+        store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX).saturating_add(1));
+        Sandbox {
+            store,
+            output,
+            plugin,
+            limits,
+        }
+    }
+
+    /// Reports log lines over the limit, once per call.
+    pub fn finish(&self) {
+        let dropped = self
+            .store
+            .data()
+            .log_lines
+            .saturating_sub(MAX_LOG_LINES_PER_CALL);
+        if dropped > 0 {
+            tracing::warn!(
+                plugin = &*self.plugin,
+                dropped,
+                "plugin log lines over the per-call limit were dropped"
+            );
+        }
+    }
+
+    /// What stopped the call: the memory limit, the deadline, instantiation, or a trap.
+    pub fn failure(
+        &self,
+        function: &'static str,
+        instantiating: bool,
+        source: wasmtime::Error,
+    ) -> CallError {
+        let plugin = self.plugin.to_string();
+        if self.store.data().limiter.hit {
+            CallError::MemoryLimit {
+                plugin,
+                function,
+                limit: self.limits.memory_bytes,
+            }
+        } else if source.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+            CallError::Timeout {
+                plugin,
+                function,
+                deadline: self.limits.deadline,
+            }
+        } else if instantiating {
+            CallError::Instantiate { plugin, source }
+        } else {
+            let output = String::from_utf8_lossy(&self.output.contents())
+                .trim()
+                .to_owned();
+            CallError::Trap {
+                plugin,
+                function,
+                source,
+                output,
+            }
+        }
+    }
+}

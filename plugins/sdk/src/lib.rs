@@ -1,0 +1,55 @@
+//! What every Rust endpoint-policy plugin shares, so that a plugin is its policy and nothing
+//! else, and a change of the WIT package touches this crate, not every plugin:
+//!
+//! - the bindings of world `isim:nad-endpoints/scoped-endpoint-policy` (the types, the `log`
+//!   import, the traits to implement) and [`export_plugin!`];
+//! - [`k8s`]: the rules of Kubernetes' own EndpointSlice controller a policy should follow;
+//! - [`testing`]: builders for the `pod` and `service` records, for native unit tests.
+//!
+//! A plugin:
+//!
+//! ```ignore
+//! use nad_plugin_sdk::{Decision, DecisionScope, Decisions, Plugin, PluginInfo, Pod, Service};
+//!
+//! struct MyPolicy;
+//!
+//! impl Plugin for MyPolicy {
+//!     fn info() -> PluginInfo { /* name, version, the keys it reads */ }
+//!     fn validate_config(config: String) -> Result<(), String> { Ok(()) }
+//!     fn evaluate(service: Service, pods: Vec<Pod>, config: String) -> Result<Vec<Decision>, String> {
+//!         /* one decision per pod */
+//!     }
+//! }
+//!
+//! impl Decisions for MyPolicy {
+//!     fn scope() -> DecisionScope { DecisionScope::PerPod }
+//! }
+//!
+//! nad_plugin_sdk::export_plugin!(MyPolicy);
+//! ```
+
+pub mod k8s;
+pub mod testing;
+
+/// The WIT bindings. The canonical-ABI glue that wit-bindgen generates is `unsafe` by nature;
+/// everything else here is safe code.
+#[allow(unsafe_code)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "scoped-endpoint-policy",
+        pub_export_macro: true,
+        export_macro_name: "export_plugin",
+        default_bindings_module: "nad_plugin_sdk::bindings",
+        // Lets policies' tests compare decisions; unused impls cost nothing in a component.
+        additional_derives: [PartialEq, Eq],
+    });
+}
+
+pub use bindings::export_plugin;
+pub use bindings::exports::isim::nad_endpoints::decisions::{DecisionScope, Guest as Decisions};
+pub use bindings::exports::isim::nad_endpoints::policy::Guest as Plugin;
+pub use bindings::isim::nad_endpoints::log::{Level, log};
+pub use bindings::isim::nad_endpoints::types::{
+    Conditions, Decision, KeyValue, PluginInfo, Pod, PodPhase, Service, ServicePort, TargetPort,
+};
