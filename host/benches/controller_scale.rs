@@ -9,7 +9,10 @@
 //! 4. API writes per event, from the controller's metrics and from the API server's
 //!    `apiserver_request_total`: for the flips (each moves one endpoint) and for changes that
 //!    move none (a pod label and a Service annotation the policy ignores).
-//! 5. Cost: the controller's peak RSS and CPU seconds for each run.
+//! 5. Slice writes per pod added to and removed from a 250-pod Service, one at a time, with
+//!    names that sort between the existing pods' (a relabel: one change each).
+//! 6. Cost: the controller's peak RSS and CPU seconds for each run; pods the plugin was asked
+//!    about per flip.
 //!
 //! Each run is the real binary in its own process, watching only its scenario's namespace.
 //! Writes JSON to `$NSC_BENCH_OUT` (default `<target>/bench/controller_scale.json`).
@@ -427,6 +430,9 @@ async fn latency(
     let writes_before = controller
         .counter("nad_service_controller_endpointslice_writes_total")
         .await;
+    let evaluated_before = controller
+        .counter("nad_service_controller_plugin_evaluated_pods_total")
+        .await;
     let api_before = apiserver_slice_writes(client).await;
     let mut state: HashMap<String, bool> = HashMap::new();
     let (mut watch_ms, mut write_ms) = (Vec::new(), Vec::new());
@@ -473,7 +479,16 @@ async fn latency(
         .await
         - writes_before;
     let api_writes = apiserver_slice_writes(client).await - api_before;
+    let evaluated = controller
+        .counter("nad_service_controller_plugin_evaluated_pods_total")
+        .await
+        - evaluated_before;
     json!({
+        "evaluated_pods_per_flip": {
+            "all_services": evaluated as f64 / flips as f64,
+            "per_service": evaluated as f64 / flips as f64 / services as f64,
+            "services_on_the_network": services,
+        },
         "pods_cached": services * pods,
         "flips": flips,
         "pod_event_to_slice_event": summary(watch_ms),
@@ -483,6 +498,88 @@ async fn latency(
             "apiserver_request_total": api_writes as f64 / flips as f64,
         },
     })
+}
+
+/// Pods joining and leaving one Service of `pods` pods, one at a time: each is a relabel (one
+/// change), with a name that sorts between the Service's pods.
+async fn churn(
+    client: &Client,
+    sim: &Arc<Simulator>,
+    ns: &str,
+    pods: usize,
+    moves: usize,
+    log: &std::path::Path,
+    t: Instant,
+) -> Value {
+    let pod_api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let names: Vec<String> = (0..moves)
+        .map(|i| format!("svc-000-{:05}a", i * pods / moves))
+        .collect();
+    for name in &names {
+        let pod = json!({
+            "metadata": {"name": name, "labels": {"app": "standby"},
+                         "annotations": {"k8s.v1.cni.cncf.io/networks": NETWORK}},
+            "spec": {"containers": [{"name": "web", "image": "nginx:1.27",
+                     "ports": [{"name": "http", "containerPort": 8080}]}]},
+        });
+        pod_api
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(pod).unwrap(),
+            )
+            .await
+            .unwrap();
+        sim.start_pod(ns, name, true).await.unwrap();
+    }
+    let (controller, _) = cold_start(client, ns, 1, pods, log, t).await;
+    controller.settle(Duration::from_secs(2)).await;
+    let mut result = json!({"pods": pods, "moves": moves});
+    for (phase, app, step) in [("added", "svc-000", 1_i64), ("removed", "standby", -1)] {
+        let writes_before = controller
+            .counter("nad_service_controller_endpointslice_writes_total")
+            .await;
+        let api_before = apiserver_slice_writes(client).await;
+        let mut want = i64::try_from(ready_endpoints(client, ns).await["svc-000"]).unwrap();
+        for name in &names {
+            let patch = json!({"metadata": {"labels": {"app": app}}});
+            pod_api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+            want += step;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while ready_endpoints(client, ns)
+                .await
+                .get("svc-000")
+                .copied()
+                .unwrap_or(0)
+                != usize::try_from(want).unwrap()
+            {
+                assert!(
+                    Instant::now() < deadline,
+                    "{ns}: {name} not {phase} after 30 s"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        controller.settle(Duration::from_secs(1)).await;
+        let writes = controller
+            .counter("nad_service_controller_endpointslice_writes_total")
+            .await
+            - writes_before;
+        let api_writes = apiserver_slice_writes(client).await - api_before;
+        result[phase] = json!({
+            "controller_metric": writes as f64 / moves as f64,
+            "apiserver_request_total": api_writes as f64 / moves as f64,
+        });
+        progress(
+            t,
+            format!("{ns}: {moves} pods {phase}, {writes} slice writes"),
+        );
+    }
+    result["cost"] = controller.cost();
+    controller.stop();
+    result
 }
 
 /// Changes that move no endpoint: a pod label and a Service annotation that no policy reads.
@@ -623,8 +720,10 @@ async fn run() {
     });
     let big = support::namespace(&client, "bench-big").await;
     let wide = support::namespace(&client, "bench-wide").await;
+    let churning = support::namespace(&client, "bench-churn").await;
     populate(&sim, &client, &big, 1, big_pods, t).await;
     populate(&sim, &client, &wide, wide_services, wide_pods, t).await;
+    populate(&sim, &client, &churning, 1, 250, t).await;
     let populated = t.elapsed().as_secs_f64();
 
     progress(t, format!("cold start: 1 Service x {big_pods} pods"));
@@ -684,11 +783,24 @@ async fn run() {
     .await;
     wide_result["cost"] = controller.cost();
     controller.stop();
+
+    progress(t, "pods joining and leaving a 250-pod Service");
+    let churn = churn(
+        &client,
+        &sim,
+        &churning,
+        250,
+        50 / scale.min(10),
+        &logs.join("controller-churn.log"),
+        t,
+    )
+    .await;
     heartbeat.abort();
 
     progress(t, "removing the benchmark's namespaces");
     cleanup(&client, &big).await;
     cleanup(&client, &wide).await;
+    cleanup(&client, &churning).await;
 
     let result = json!({
         "machine": machine(),
@@ -698,6 +810,7 @@ async fn run() {
         "cold_start_many_services": wide_result,
         "event_latency": latency,
         "no_op_changes": no_op,
+        "churn": churn,
     });
     std::fs::write(&out, serde_json::to_vec_pretty(&result).unwrap()).unwrap();
     progress(t, format!("wrote {}", out.display()));

@@ -20,7 +20,7 @@ use crate::{
     metrics::Metrics,
     reconcile::{self, Context, Settings},
     server::Readiness,
-    watch::{self, Shared, plugin_dir::PluginSource, read},
+    watch::{self, Shared, plugin_dir::PluginSource, read, screen::Screen},
 };
 
 /// Watches everything, reconciles until `shutdown` resolves (then finishes what is running).
@@ -62,7 +62,11 @@ pub async fn run(
         shared.clone(),
     );
     let slice_triggers = watch::slices::watch(slice_api, slice_writer, shared.clone());
-    let pod_triggers = watch::pods::watch(pod_api, shared.clone(), kept);
+    let screen = Screen {
+        services: services.clone(),
+        plugins: plugins.plugins.clone(),
+    };
+    let pod_triggers = watch::pods::watch(pod_api, shared.clone(), screen, kept);
     let node_triggers = watch::nodes::watch(Api::<Node>::all(client.clone()), shared.clone());
     let plugin_triggers = watch::plugin_dir::watch(
         plugins.clone(),

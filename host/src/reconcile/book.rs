@@ -66,6 +66,11 @@ impl Book {
         self.remembered.insert(service.clone(), remembered);
     }
 
+    /// The Service's last decisions, if it remembers them.
+    pub fn remembered(&self, service: &ObjectRef<Service>) -> Option<&Remembered> {
+        self.remembered.get(service)
+    }
+
     /// Whether the Service's last decisions included `pod`.
     pub fn included(&self, service: &ObjectRef<Service>, pod: &str) -> bool {
         self.remembered

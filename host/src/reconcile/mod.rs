@@ -179,6 +179,9 @@ async fn plan_and_write(
     }
     if matches!(&begun.taken.scope, Scope::Pods(changed) if changed.is_empty()) {
         tracing::debug!("only this controller's own writes changed; nothing to plan");
+        if let Some(remembered) = begun.remembered {
+            ctx.book.lock().remember(&key, remembered);
+        }
         return Ok(Action::requeue(next_resync(ctx, &key)));
     }
 

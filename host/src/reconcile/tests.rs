@@ -375,6 +375,10 @@ async fn a_pod_change_asks_about_that_pod_alone_and_writes_one_slice() {
         3
     );
     h.stored(&sent);
+    // The watch event of that write: nothing to check, and the decisions are kept.
+    h.ctx.book.lock().scopes.own_write(key());
+    let (result, _) = h.reconcile(&web, vec![]).await;
+    assert_eq!(result.unwrap(), Action::requeue(RESYNC));
 
     h.pod("web-b", "web", false, "n1");
     let (result, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;

@@ -3,7 +3,8 @@
 //!
 //! - [`services`]: the Service store (the Controller's own), and which Services are on which
 //!   network;
-//! - [`pods`]: the pod index, relisted when the plugins start to read new pod keys;
+//! - [`pods`]: the pod index, relisted when the plugins start to read new pod keys; pod
+//!   changes screened ([`screen`]) so that only the Services they can move reconcile;
 //! - [`nodes`]: the node zones;
 //! - [`slices`]: this controller's slices, telling its own writes from anyone else's;
 //! - [`plugin_dir`]: the plugin directory, rescanned for new, changed and removed plugins;
@@ -18,6 +19,7 @@ pub mod plugin_dir;
 pub mod pods;
 pub mod recovery;
 pub mod relist;
+pub mod screen;
 pub mod services;
 pub mod slices;
 pub mod strip;
