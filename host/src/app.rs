@@ -82,7 +82,71 @@ fn identity() -> String {
 }
 
 async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
-    let runtime = Arc::new(runtime(&args)?);
+    let source = plugin_source(&args).await?;
+    let client = Client::try_default()
+        .await
+        .context("connecting to Kubernetes (in-cluster config, KUBECONFIG or ~/.kube/config)")?;
+    let version = client.apiserver_version().await.map_err(|e| {
+        anyhow::anyhow!(
+            "reaching the Kubernetes API server: {}",
+            crate::error::describe(&e)
+        )
+    })?;
+    tracing::info!(server = %version.git_version, "connected to the API server");
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutdown requested");
+        let _ = stop_tx.send(true);
+    });
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+
+    let metrics = Arc::new(Metrics::default());
+    let ready = Readiness::default();
+    serve(&args, &metrics, &ready, &stopped).await?;
+
+    let elector = args.leader_election.then(|| {
+        LeaderElector::new(
+            client.clone(),
+            &args.leader_election_namespace,
+            &args.leader_election_lease,
+            identity(),
+        )
+    });
+    let term = Term {
+        client,
+        source,
+        settings: Settings {
+            max_endpoints_per_slice: args.max_endpoints_per_slice,
+            namespace: args.watch_namespace.clone(),
+        },
+        metrics,
+        ready,
+        reporter: Reporter {
+            controller: CONTROLLER_NAME.to_owned(),
+            instance: elector
+                .as_ref()
+                .map(|e| e.identity().to_owned())
+                .or_else(|| Some(identity())),
+        },
+    };
+    match elector {
+        None => term.run(stopped()).await,
+        Some(elector) => lead(&elector, &term, stopped).await,
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The built-in plugin, the plugin directory's, and the failure policies.
+async fn plugin_source(args: &RunArgs) -> anyhow::Result<PluginSource> {
+    let runtime = Arc::new(runtime(args)?);
     let mut plugins = tokio::task::block_in_place(|| Plugins::built_in(&runtime))
         .context("checking the built-in default plugin")?;
     let (default_policy, policies) = args.failure_policies()?;
@@ -125,39 +189,25 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
         memory_limit_mib = args.plugin_memory_limit_mib,
         "plugins ready"
     );
-    let source = PluginSource {
+    Ok(PluginSource {
         runtime,
         plugins: Arc::new(SharedPlugins::new(plugins)),
         dir: dir.map(|d| Arc::new(std::sync::Mutex::new(d))),
         poll: args.plugin_poll_interval,
-    };
+    })
+}
 
-    let client = Client::try_default()
-        .await
-        .context("connecting to Kubernetes (in-cluster config, KUBECONFIG or ~/.kube/config)")?;
-    let version = client.apiserver_version().await.map_err(|e| {
-        anyhow::anyhow!(
-            "reaching the Kubernetes API server: {}",
-            crate::error::describe(&e)
-        )
-    })?;
-    tracing::info!(server = %version.git_version, "connected to the API server");
-
-    let (stop_tx, stop_rx) = watch::channel(false);
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        tracing::info!("shutdown requested");
-        let _ = stop_tx.send(true);
-    });
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        }
-    };
-
-    let metrics = Arc::new(Metrics::default());
-    let ready = Readiness::default();
+/// Serves health, readiness and metrics until `stopped`.
+async fn serve<F, S>(
+    args: &RunArgs,
+    metrics: &Arc<Metrics>,
+    ready: &Readiness,
+    stopped: &S,
+) -> anyhow::Result<()>
+where
+    S: Fn() -> F,
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
     let router = server::router(metrics.clone(), ready.clone());
     let mut servers = vec![args.health_address];
     if args.metrics_address != args.health_address {
@@ -174,61 +224,51 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
             }
         });
     }
+    Ok(())
+}
 
-    let elector = args.leader_election.then(|| {
-        LeaderElector::new(
-            client.clone(),
-            &args.leader_election_namespace,
-            &args.leader_election_lease,
-            identity(),
-        )
-    });
-    let reporter = Reporter {
-        controller: CONTROLLER_NAME.to_owned(),
-        instance: elector
-            .as_ref()
-            .map(|e| e.identity().to_owned())
-            .or_else(|| Some(identity())),
-    };
-    let settings = Settings {
-        max_endpoints_per_slice: args.max_endpoints_per_slice,
-        namespace: args.watch_namespace.clone(),
-    };
-    let Some(elector) = elector else {
+/// What one term of the controller runs with.
+struct Term {
+    client: Client,
+    source: PluginSource,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    ready: Readiness,
+    reporter: Reporter,
+}
+
+impl Term {
+    async fn run(&self, stop: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
         controller::run(
-            client,
-            source,
-            settings,
-            metrics,
-            ready,
-            reporter,
-            stopped(),
+            self.client.clone(),
+            self.source.clone(),
+            self.settings.clone(),
+            self.metrics.clone(),
+            self.ready.clone(),
+            self.reporter.clone(),
+            stop,
         )
         .await;
-        tracing::info!("stopped");
-        return Ok(());
-    };
-    // One term as leader after another: a leader that loses its Lease (it could not renew it
-    // in time, say during an API outage, or another replica took it) stops reconciling at once
-    // (its running reconciles are cancelled) and stands as a candidate again, with fresh caches.
+    }
+}
+
+/// One term as leader after another: a leader that loses its Lease (it could not renew it in
+/// time, say during an API outage, or another replica took it) stops reconciling at once (its
+/// running reconciles are cancelled) and stands as a candidate again, with fresh caches.
+async fn lead<F, S>(elector: &LeaderElector, term: &Term, stopped: S)
+where
+    S: Fn() -> F,
+    F: std::future::Future<Output = ()> + Send + Sync + 'static,
+{
     loop {
         // A standby replica is healthy and ready: it is doing its job by waiting.
-        ready.set(true);
+        term.ready.set(true);
         if !elector.acquire(stopped()).await {
             break;
         }
-        ready.set(false);
-        let controller = controller::run(
-            client.clone(),
-            source.clone(),
-            settings.clone(),
-            metrics.clone(),
-            ready.clone(),
-            reporter.clone(),
-            stopped(),
-        );
+        term.ready.set(false);
         tokio::select! {
-            () = controller => {
+            () = term.run(stopped()) => {
                 elector.release().await;
                 break;
             }
@@ -237,6 +277,4 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
             }
         }
     }
-    tracing::info!("stopped");
-    Ok(())
 }

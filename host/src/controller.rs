@@ -12,7 +12,7 @@ use kube::{
     runtime::{
         Controller,
         events::{Recorder, Reporter},
-        reflector::{self, Store},
+        reflector::{self, ObjectRef, Store},
     },
 };
 
@@ -40,50 +40,14 @@ pub async fn run(
     let shared = Shared::new(metrics.clone());
     let (services, service_writer) = reflector::store::<Service>();
     let (slices, slice_writer) = reflector::store::<EndpointSlice>();
-    let (service_api, pod_api, slice_api): (Api<Service>, Api<Pod>, Api<EndpointSlice>) =
-        match &settings.namespace {
-            Some(ns) => (
-                Api::namespaced(client.clone(), ns),
-                Api::namespaced(client.clone(), ns),
-                Api::namespaced(client.clone(), ns),
-            ),
-            None => (
-                Api::all(client.clone()),
-                Api::all(client.clone()),
-                Api::all(client.clone()),
-            ),
-        };
-    let (keys, kept) = tokio::sync::watch::channel(plugins.plugins.snapshot().keys());
-
-    let service_stream = watch::services::watch(
-        service_api,
-        services.clone(),
-        service_writer,
-        shared.clone(),
+    let (service_stream, triggers) = watches(
+        &client,
+        &plugins,
+        &metrics,
+        &shared,
+        settings.namespace.as_deref(),
+        (services.clone(), service_writer, slice_writer),
     );
-    let slice_triggers = watch::slices::watch(slice_api, slice_writer, shared.clone());
-    let screen = Screen {
-        services: services.clone(),
-        plugins: plugins.plugins.clone(),
-    };
-    let pod_triggers = watch::pods::watch(pod_api, shared.clone(), screen, kept);
-    let node_triggers = watch::nodes::watch(Api::<Node>::all(client.clone()), shared.clone());
-    let plugin_triggers = watch::plugin_dir::watch(
-        plugins.clone(),
-        services.clone(),
-        metrics.clone(),
-        keys,
-        shared.book.clone(),
-    );
-    let recovery_triggers = {
-        let book = shared.book.clone();
-        let everything = shared.book.clone();
-        shared
-            .recovery
-            .clone()
-            .run(client.clone(), move || book.lock().failing())
-            .inspect(move |service| everything.lock().replan(service))
-    };
     let caches_ready = signal_when_synced(&shared, services.clone(), slices.clone(), ready);
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
@@ -111,11 +75,7 @@ pub async fn run(
         )
         // No watch error reaches the trigger stream (see `watch`); bounded all the same.
         .trigger_backoff(watch::backoff())
-        .reconcile_on(slice_triggers)
-        .reconcile_on(pod_triggers)
-        .reconcile_on(node_triggers)
-        .reconcile_on(plugin_triggers)
-        .reconcile_on(recovery_triggers)
+        .reconcile_on(triggers)
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| {
@@ -129,6 +89,78 @@ pub async fn run(
             future::ready(())
         })
         .await;
+}
+
+type Stores = (
+    Store<Service>,
+    reflector::store::Writer<Service>,
+    reflector::store::Writer<EndpointSlice>,
+);
+
+/// Every watch: the Controller's main stream (each Service added or changed) and, merged,
+/// everything else that asks for a reconcile.
+fn watches(
+    client: &Client,
+    plugins: &PluginSource,
+    metrics: &Arc<Metrics>,
+    shared: &Shared,
+    namespace: Option<&str>,
+    (services, service_writer, slice_writer): Stores,
+) -> (
+    impl futures::Stream<Item = Result<Service, kube::runtime::watcher::Error>> + Send + use<>,
+    impl futures::Stream<Item = ObjectRef<Service>> + Send + use<>,
+) {
+    let (service_api, pod_api, slice_api): (Api<Service>, Api<Pod>, Api<EndpointSlice>) =
+        match namespace {
+            Some(ns) => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            ),
+            None => (
+                Api::all(client.clone()),
+                Api::all(client.clone()),
+                Api::all(client.clone()),
+            ),
+        };
+    let (keys, kept) = tokio::sync::watch::channel(plugins.plugins.snapshot().keys());
+    let service_stream = watch::services::watch(
+        service_api,
+        services.clone(),
+        service_writer,
+        shared.clone(),
+    );
+    let slice_triggers = watch::slices::watch(slice_api, slice_writer, shared.clone());
+    let screen = Screen {
+        services: services.clone(),
+        plugins: plugins.plugins.clone(),
+    };
+    let pod_triggers = watch::pods::watch(pod_api, shared.clone(), screen, kept);
+    let node_triggers = watch::nodes::watch(Api::<Node>::all(client.clone()), shared.clone());
+    let plugin_triggers = watch::plugin_dir::watch(
+        plugins.clone(),
+        services,
+        metrics.clone(),
+        keys,
+        shared.book.clone(),
+    );
+    let recovery_triggers = {
+        let book = shared.book.clone();
+        let everything = shared.book.clone();
+        shared
+            .recovery
+            .clone()
+            .run(client.clone(), move || book.lock().failing())
+            .inspect(move |service| everything.lock().replan(service))
+    };
+    let triggers = futures::stream::select_all([
+        slice_triggers.boxed(),
+        pod_triggers.boxed(),
+        node_triggers.boxed(),
+        plugin_triggers.boxed(),
+        recovery_triggers.boxed(),
+    ]);
+    (service_stream, triggers)
 }
 
 /// A channel that turns true once every cache and index has its initial list; readiness

@@ -93,90 +93,22 @@ pub fn eval(
     let (name, bytes, config) = plugin_file(&args.plugin, args.config.as_ref())?;
     let configured = plugin::prepare(runtime, &name, &bytes, &config)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.plugin.display()))?;
-
-    let services: Vec<Service> = objects(&args.service, "Service")?;
-    let service = match services.as_slice() {
-        [service] => service,
-        [] => bail!("{}: no Service in it", args.service.display()),
-        many => bail!(
-            "{}: {} Services in it ({}); keep one",
-            args.service.display(),
-            many.len(),
-            many.iter()
-                .map(ResourceExt::name_any)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    };
-    let mut service = service.clone();
-    if service.metadata.namespace.is_none() {
-        service.metadata.namespace = Some("default".to_owned());
-    }
-    if service.metadata.uid.is_none() {
-        service.metadata.uid = Some("00000000-0000-0000-0000-000000000000".to_owned());
-    }
-    let target = match target::classify(&service) {
-        Target::Managed(target) => target,
-        Target::Unmanaged => bail!(
-            "{}: Service {} has no {} annotation, so the controller ignores it",
-            args.service.display(),
-            service.name_any(),
-            target::NETWORK_ANNOTATION
-        ),
-        Target::Invalid(problems) => bail!(
-            "{}: Service {} cannot be served: {}",
-            args.service.display(),
-            service.name_any(),
-            problems.join("; ")
-        ),
-    };
-
-    let keys = Keys::all();
-    let pods: Vec<Arc<PodRecord>> = objects::<Pod>(&args.pods, "Pod")?
-        .into_iter()
-        .map(|mut pod| {
-            if pod.metadata.namespace.is_none() {
-                pod.metadata.namespace = Some(target.namespace.clone());
-            }
-            Arc::new(PodRecord::from_pod(&pod, &keys))
-        })
-        .collect();
-    // Without a nodes file every node exists, without a zone.
-    let zones: Option<Vec<(String, Option<String>)>> = args
-        .nodes
-        .as_ref()
-        .map(|path| {
-            objects::<Node>(path, "Node").map(|nodes| {
-                nodes
-                    .iter()
-                    .map(|n| (n.name_any(), n.labels().get(ZONE_LABEL).cloned()))
-                    .collect()
-            })
-        })
-        .transpose()?;
+    let target = service_target(&args.service)?;
+    let pods = pod_records(&args.pods, &target)?;
+    let zones = node_zones(args.nodes.as_ref())?;
     let zone = |name: &str| match &zones {
         Some(zones) => zones
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, z)| z.clone()),
+        // Without a nodes file every node exists, without a zone.
         None => Some(None),
     };
     let observation = observe::candidates(&target, &pods, zone);
-    for skipped in &observation.skipped {
-        writeln!(err, "skipped pod {}: {}", skipped.pod, skipped.reason)?;
-    }
-    for ignored in &observation.ignored_ips {
-        for unusable in &ignored.unusable {
-            writeln!(err, "pod {}: address left out: {unusable}", ignored.pod)?;
-        }
-    }
-    for skipped in &observation.unreadable {
-        writeln!(err, "skipped pod {}: {}", skipped.pod, skipped.reason)?;
-    }
+    report_observation(err, &observation)?;
 
-    let all = observation.candidates.clone();
     let observed = Observation {
-        candidates: all,
+        candidates: observation.candidates,
         ..Observation::default()
     };
     let decided = decide::decide(Inputs {
@@ -198,6 +130,104 @@ pub fn eval(
         writeln!(err, "excluded pod {pod}: {reason}")?;
     }
     let desired = plan::desired(&target, &verdicts.included());
+    report_plan(err, &desired)?;
+    let slices = slices::place(&target, &desired, &[], max_endpoints, None).apply;
+    if slices.is_empty() {
+        writeln!(err, "no EndpointSlices: no pod is included")?;
+    }
+    for slice in &slices {
+        let yaml = serde_saphyr::to_string(slice).context("rendering an EndpointSlice as YAML")?;
+        write!(out, "---\n{yaml}")?;
+    }
+    Ok(())
+}
+
+/// The one managed Service of the file, as the controller sees it.
+fn service_target(path: &Path) -> anyhow::Result<Box<ServiceTarget>> {
+    let services: Vec<Service> = objects(path, "Service")?;
+    let service = match services.as_slice() {
+        [service] => service,
+        [] => bail!("{}: no Service in it", path.display()),
+        many => bail!(
+            "{}: {} Services in it ({}); keep one",
+            path.display(),
+            many.len(),
+            many.iter()
+                .map(ResourceExt::name_any)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let mut service = service.clone();
+    if service.metadata.namespace.is_none() {
+        service.metadata.namespace = Some("default".to_owned());
+    }
+    if service.metadata.uid.is_none() {
+        service.metadata.uid = Some("00000000-0000-0000-0000-000000000000".to_owned());
+    }
+    match target::classify(&service) {
+        Target::Managed(target) => Ok(target),
+        Target::Unmanaged => bail!(
+            "{}: Service {} has no {} annotation, so the controller ignores it",
+            path.display(),
+            service.name_any(),
+            target::NETWORK_ANNOTATION
+        ),
+        Target::Invalid(problems) => bail!(
+            "{}: Service {} cannot be served: {}",
+            path.display(),
+            service.name_any(),
+            problems.join("; ")
+        ),
+    }
+}
+
+/// The file's pods as the index keeps them (every label and annotation), in the Service's
+/// namespace when they name none.
+fn pod_records(path: &Path, target: &ServiceTarget) -> anyhow::Result<Vec<Arc<PodRecord>>> {
+    let keys = Keys::all();
+    Ok(objects::<Pod>(path, "Pod")?
+        .into_iter()
+        .map(|mut pod| {
+            if pod.metadata.namespace.is_none() {
+                pod.metadata.namespace = Some(target.namespace.clone());
+            }
+            Arc::new(PodRecord::from_pod(&pod, &keys))
+        })
+        .collect())
+}
+
+type Zones = Vec<(String, Option<String>)>;
+
+/// Each node's zone, from the nodes file if there is one.
+fn node_zones(path: Option<&PathBuf>) -> anyhow::Result<Option<Zones>> {
+    path.map(|path| {
+        objects::<Node>(path, "Node").map(|nodes| {
+            nodes
+                .iter()
+                .map(|n| (n.name_any(), n.labels().get(ZONE_LABEL).cloned()))
+                .collect()
+        })
+    })
+    .transpose()
+}
+
+fn report_observation(err: &mut impl Write, observation: &Observation) -> anyhow::Result<()> {
+    for skipped in &observation.skipped {
+        writeln!(err, "skipped pod {}: {}", skipped.pod, skipped.reason)?;
+    }
+    for ignored in &observation.ignored_ips {
+        for unusable in &ignored.unusable {
+            writeln!(err, "pod {}: address left out: {unusable}", ignored.pod)?;
+        }
+    }
+    for skipped in &observation.unreadable {
+        writeln!(err, "skipped pod {}: {}", skipped.pod, skipped.reason)?;
+    }
+    Ok(())
+}
+
+fn report_plan(err: &mut impl Write, desired: &plan::Desired) -> anyhow::Result<()> {
     for conflict in &desired.conflicts {
         writeln!(
             err,
@@ -214,14 +244,6 @@ pub fn eval(
             dropped.address,
             violations.join("; ")
         )?;
-    }
-    let slices = slices::place(&target, &desired, &[], max_endpoints, None).apply;
-    if slices.is_empty() {
-        writeln!(err, "no EndpointSlices: no pod is included")?;
-    }
-    for slice in &slices {
-        let yaml = serde_saphyr::to_string(slice).context("rendering an EndpointSlice as YAML")?;
-        write!(out, "---\n{yaml}")?;
     }
     Ok(())
 }

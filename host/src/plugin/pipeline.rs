@@ -114,6 +114,26 @@ fn self_test_input() -> (wit::Service, Vec<wit::Pod>) {
     )
 }
 
+/// Whether the component targets a WIT version this host runs; else why not.
+fn world_check(exports: &[String]) -> Result<(), String> {
+    match policy_version(exports) {
+        Some(version) if supported(version) => Ok(()),
+        Some((major, minor, patch)) => Err(format!(
+            "built for {WIT_PACKAGE}@{major}.{minor}.{patch}; this host runs {WIT_PACKAGE}@{}.x up to {}.{}",
+            HOST_WIT_VERSION.0, HOST_WIT_VERSION.0, HOST_WIT_VERSION.1
+        )),
+        None => Err(format!(
+            "does not export {POLICY_INTERFACE}@{}.x (exports: {}); implement world {WIT_PACKAGE}/endpoint-policy",
+            HOST_WIT_VERSION.0,
+            if exports.is_empty() {
+                "none".to_owned()
+            } else {
+                exports.join(", ")
+            }
+        )),
+    }
+}
+
 /// Runs a plugin file through every step. `config` is its configuration document ("" for
 /// none). On success the plugin is ready to serve.
 pub fn prepare(
@@ -156,33 +176,7 @@ pub fn prepare(
     let component = runtime
         .compile(name, bytes)
         .map_err(|e| fail(Step::Compile, error_text(&e, name)))?;
-    let exports = runtime.exports(&component);
-    match policy_version(&exports) {
-        Some(version) if supported(version) => {}
-        Some((major, minor, patch)) => {
-            return Err(fail(
-                Step::World,
-                format!(
-                    "built for {WIT_PACKAGE}@{major}.{minor}.{patch}; this host runs {WIT_PACKAGE}@{}.x up to {}.{}",
-                    HOST_WIT_VERSION.0, HOST_WIT_VERSION.0, HOST_WIT_VERSION.1
-                ),
-            ));
-        }
-        None => {
-            return Err(fail(
-                Step::World,
-                format!(
-                    "does not export {POLICY_INTERFACE}@{}.x (exports: {}); implement world {WIT_PACKAGE}/endpoint-policy",
-                    HOST_WIT_VERSION.0,
-                    if exports.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        exports.join(", ")
-                    }
-                ),
-            ));
-        }
-    }
+    world_check(&runtime.exports(&component)).map_err(|message| fail(Step::World, message))?;
     let plugin = runtime
         .link(name, &component)
         .map_err(|e| fail(Step::Link, error_text(&e, name)))?;

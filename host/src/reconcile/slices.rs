@@ -115,8 +115,6 @@ pub fn place(
     let mut changes = Changes::default();
     let mut existing: Vec<&EndpointSlice> = existing.iter().map(|s| &**s).collect();
     existing.sort_by_key(|s| s.name_any());
-    // Names stay taken while a slice of that name exists, even one being deleted.
-    let mut taken: BTreeSet<String> = existing.iter().map(|s| s.name_any()).collect();
     let mut wanted: Wanted = desired
         .groups
         .iter()
@@ -128,17 +126,46 @@ pub fn place(
             )
         })
         .collect();
+    let Layout {
+        mut working,
+        obsolete,
+    } = keep(target, &existing, &mut wanted, &mut changes);
+    for ((family, key), (ports, rest)) in wanted {
+        let mut rest: Vec<Endpoint> = rest.into_values().collect();
+        rest.sort_by_cached_key(endpoint_key);
+        changes.added += rest.len();
+        top_up(&mut working, family, &key, &ports, rest, max);
+    }
+    name_and_build(target, &existing, working, &obsolete, trigger, &mut changes);
+    changes
+}
 
-    let mut working: Vec<Working<'_>> = Vec::new();
-    let mut obsolete: Vec<&EndpointSlice> = Vec::new();
-    for slice in existing {
+/// The existing slices after the first pass: those that stay, with their wanted endpoints
+/// (updated in place), and those no longer wanted.
+struct Layout<'a> {
+    working: Vec<Working<'a>>,
+    obsolete: Vec<&'a EndpointSlice>,
+}
+
+/// Keeps every wanted endpoint where it is (taking it out of `wanted`), drops the others.
+fn keep<'a>(
+    target: &ServiceTarget,
+    existing: &[&'a EndpointSlice],
+    wanted: &mut Wanted,
+    changes: &mut Changes,
+) -> Layout<'a> {
+    let mut layout = Layout {
+        working: Vec::new(),
+        obsolete: Vec::new(),
+    };
+    for &slice in existing {
         let count = slice.endpoints.as_ref().map_or(0, Vec::len);
         let family = match slice.address_type.as_str() {
             "IPv4" => Family::V4,
             "IPv6" => Family::V6,
             _ => {
                 changes.removed += count;
-                obsolete.push(slice);
+                layout.obsolete.push(slice);
                 continue;
             }
         };
@@ -148,7 +175,7 @@ pub fn place(
         let key = port_key(slice.ports.as_deref().unwrap_or_default());
         let Some((ports, want)) = wanted.get_mut(&(family, key.clone())) else {
             changes.removed += count;
-            obsolete.push(slice);
+            layout.obsolete.push(slice);
             continue;
         };
         let mut endpoints = Vec::with_capacity(count);
@@ -166,10 +193,10 @@ pub fn place(
             }
         }
         if endpoints.is_empty() {
-            obsolete.push(slice);
+            layout.obsolete.push(slice);
             continue;
         }
-        working.push(Working {
+        layout.working.push(Working {
             base: Some(slice),
             family,
             ports: ports.clone(),
@@ -178,56 +205,67 @@ pub fn place(
             changed,
         });
     }
+    layout
+}
 
-    for ((family, key), (ports, rest)) in wanted {
-        let mut rest: Vec<Endpoint> = rest.into_values().collect();
-        rest.sort_by_cached_key(endpoint_key);
-        changes.added += rest.len();
-        let mut rest = VecDeque::from(rest);
-        // Slices written anyway first, then the others; fullest first within each.
-        let mut order: Vec<usize> = (0..working.len())
-            .filter(|&i| working[i].family == family && working[i].key == key)
-            .collect();
-        order.sort_by_key(|&i| (!working[i].changed, usize::MAX - working[i].endpoints.len()));
-        for i in order {
-            while working[i].endpoints.len() < max
-                && let Some(endpoint) = rest.pop_front()
-            {
-                working[i].endpoints.push(endpoint);
-                working[i].changed = true;
-            }
-        }
-        while !rest.is_empty() {
-            let take = rest.len().min(max);
-            working.push(Working {
-                base: None,
-                family,
-                ports: ports.clone(),
-                key: key.clone(),
-                endpoints: rest.drain(..take).collect(),
-                changed: true,
-            });
+/// Places new endpoints: into the slices written anyway first, then the others, fullest first
+/// within each; what is left into new slices.
+fn top_up(
+    working: &mut Vec<Working<'_>>,
+    family: Family,
+    key: &PortKey,
+    ports: &[EndpointPort],
+    rest: Vec<Endpoint>,
+    max: usize,
+) {
+    let mut rest = VecDeque::from(rest);
+    let mut order: Vec<usize> = (0..working.len())
+        .filter(|&i| working[i].family == family && working[i].key == *key)
+        .collect();
+    order.sort_by_key(|&i| (!working[i].changed, usize::MAX - working[i].endpoints.len()));
+    for i in order {
+        while working[i].endpoints.len() < max
+            && let Some(endpoint) = rest.pop_front()
+        {
+            working[i].endpoints.push(endpoint);
+            working[i].changed = true;
         }
     }
+    while !rest.is_empty() {
+        let take = rest.len().min(max);
+        working.push(Working {
+            base: None,
+            family,
+            ports: ports.to_vec(),
+            key: key.clone(),
+            endpoints: rest.drain(..take).collect(),
+            changed: true,
+        });
+    }
+}
 
-    let mut reusable = obsolete
-        .iter()
-        .map(|s| s.name_any())
-        .collect::<VecDeque<_>>();
+/// Turns the changed slices into writes: new slices take the names of obsolete ones first (an
+/// update instead of a create and a delete), then fresh names; obsolete slices left over are
+/// deleted.
+fn name_and_build(
+    target: &ServiceTarget,
+    existing: &[&EndpointSlice],
+    working: Vec<Working<'_>>,
+    obsolete: &[&EndpointSlice],
+    trigger: Option<Timestamp>,
+    changes: &mut Changes,
+) {
+    // Names stay taken while a slice of that name exists, even one being deleted.
+    let mut taken: BTreeSet<String> = existing.iter().map(|s| s.name_any()).collect();
+    let mut reusable = obsolete.iter().copied().collect::<VecDeque<_>>();
     for slice in &working {
         if !slice.changed {
             changes.unchanged += 1;
             continue;
         }
-        let (name, previous) = match slice.base {
-            Some(base) => (base.name_any(), Some(base)),
-            None => match reusable.pop_front() {
-                Some(name) => {
-                    let previous = obsolete.iter().find(|s| s.name_any() == name).copied();
-                    (name, previous)
-                }
-                None => (fresh_name(target, slice.family, &mut taken), None),
-            },
+        let (name, previous) = match slice.base.or_else(|| reusable.pop_front()) {
+            Some(previous) => (previous.name_any(), Some(previous)),
+            None => (fresh_name(target, slice.family, &mut taken), None),
         };
         let time = trigger.map(|t| t.to_string()).or_else(|| {
             previous?
@@ -237,8 +275,7 @@ pub fn place(
         });
         changes.apply.push(build(target, name, slice, time));
     }
-    changes.delete = reusable.into_iter().collect();
-    changes
+    changes.delete = reusable.iter().map(|s| s.name_any()).collect();
 }
 
 /// `<service>-<ipv4|ipv6>-<n>` with the smallest `n` not taken.

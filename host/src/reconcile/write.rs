@@ -122,27 +122,7 @@ pub async fn write(
         match (failed.slice, &failed.error) {
             (Some(sent), Error::Apply { source, .. }) => {
                 refused += 1;
-                ctx.metrics.slice_refused("api");
-                ctx.book.lock().state(key).refused(&sent);
-                let stored = existing.iter().find(|s| s.name_any() == sent.name_any());
-                let pods = apply::refused_pods(source, &sent, stored.map(|s| &**s));
-                tracing::error!(
-                    slice = %sent.name_any(), pods = ?pods, error = %describe(source),
-                    "the API server refused an EndpointSlice (a bug: please report it); not sent again until it changes"
-                );
-                ctx.warn(
-                    service,
-                    "EndpointSliceRefused",
-                    "Apply",
-                    format!(
-                        "the API server refused EndpointSlice {} ({}); pods concerned: {}. This is a bug in \
-                         nad-service-controller; please report it. The slice is not sent again until its content changes",
-                        sent.name_any(),
-                        describe(source),
-                        if pods.is_empty() { "none".to_owned() } else { pods.join(", ") }
-                    ),
-                )
-                .await;
+                report_refusal(ctx, service, key, &sent, source, existing).await;
             }
             (_, _) => {
                 tracing::debug!(error = %failed.error, "EndpointSlice write failed");
@@ -185,4 +165,37 @@ pub async fn remove_all(
         "EndpointSlices removed"
     );
     Ok(())
+}
+
+/// A refused write (`422`) is a bug here: counted, remembered (not sent again while its
+/// content is the same), logged and told on the Service, naming the pods concerned.
+async fn report_refusal(
+    ctx: &Context,
+    service: &Service,
+    key: &ObjectRef<Service>,
+    sent: &EndpointSlice,
+    source: &kube::Error,
+    existing: &[Arc<EndpointSlice>],
+) {
+    ctx.metrics.slice_refused("api");
+    ctx.book.lock().state(key).refused(sent);
+    let stored = existing.iter().find(|s| s.name_any() == sent.name_any());
+    let pods = apply::refused_pods(source, sent, stored.map(|s| &**s));
+    tracing::error!(
+        slice = %sent.name_any(), pods = ?pods, error = %describe(source),
+        "the API server refused an EndpointSlice (a bug: please report it); not sent again until it changes"
+    );
+    ctx.warn(
+        service,
+        "EndpointSliceRefused",
+        "Apply",
+        format!(
+            "the API server refused EndpointSlice {} ({}); pods concerned: {}. This is a bug in \
+             nad-service-controller; please report it. The slice is not sent again until its content changes",
+            sent.name_any(),
+            describe(source),
+            if pods.is_empty() { "none".to_owned() } else { pods.join(", ") }
+        ),
+    )
+    .await;
 }
