@@ -177,7 +177,9 @@ async fn plan_and_write(
         ctx.forget(&key);
         return Ok(Action::await_change());
     }
-    if matches!(&begun.taken.scope, Scope::Pods(changed) if changed.is_empty()) {
+    if !begun.taken.slices_changed
+        && matches!(&begun.taken.scope, Scope::Pods(changed) if changed.is_empty())
+    {
         tracing::debug!("only this controller's own writes changed; nothing to plan");
         if let Some(remembered) = begun.remembered {
             ctx.book.lock().remember(&key, remembered);
@@ -189,10 +191,12 @@ async fn plan_and_write(
         Scope::Pods(changed) => ctx.observe_pods(&target, changed),
         Scope::Full => Observation::default(),
     };
-    let touches_published = match &begun.taken.scope {
-        Scope::Pods(changed) => publishes_any(existing, changed),
-        Scope::Full => false,
-    };
+    // Slices changed by someone else must be placed again even when no pod moves.
+    let touches_published = begun.taken.slices_changed
+        || match &begun.taken.scope {
+            Scope::Pods(changed) => publishes_any(existing, changed),
+            Scope::Full => false,
+        };
     let inputs = Inputs {
         plugins: ctx.plugins.snapshot(),
         target: (*target).clone(),

@@ -23,17 +23,23 @@ pub enum Scope {
     Full,
 }
 
-/// What a reconcile takes: its scope, and when the earliest change in it happened (for the
-/// slices' last-change-trigger-time; `None` for a reconcile nobody asked for).
+/// What a reconcile takes: its scope, whether someone else changed the Service's slices, and
+/// when the earliest change in it happened (for the slices' last-change-trigger-time; `None`
+/// for a reconcile nobody asked for).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Taken {
     pub scope: Scope,
+    /// The slices differ from what this controller wrote (a hand edit, a deletion, or a write
+    /// whose echo came before its answer): place the decisions again. No input changed, so
+    /// the decisions stand.
+    pub slices_changed: bool,
     pub changed_at: Option<Timestamp>,
 }
 
 #[derive(Debug)]
 struct Pending {
     scope: Scope,
+    slices_changed: bool,
     changed_at: Option<Timestamp>,
     since: Instant,
 }
@@ -42,6 +48,7 @@ impl Pending {
     fn new(scope: Scope, changed_at: Option<Timestamp>) -> Self {
         Pending {
             scope,
+            slices_changed: false,
             changed_at,
             since: Instant::now(),
         }
@@ -87,6 +94,16 @@ impl Scopes {
             .or_insert_with(|| Pending::new(Scope::Pods(BTreeSet::new()), None));
     }
 
+    /// The Service's slices changed, not by this controller's last write.
+    pub fn slices_changed(&mut self, service: ObjectRef<Service>) {
+        let pending = self
+            .pending
+            .entry(service)
+            .or_insert_with(|| Pending::new(Scope::Pods(BTreeSet::new()), None));
+        pending.slices_changed = true;
+        pending.changed(Some(Timestamp::now()));
+    }
+
     /// Something other than its pods changed for the Service.
     pub fn everything_changed(&mut self, service: ObjectRef<Service>) {
         let now = Timestamp::now();
@@ -121,10 +138,12 @@ impl Scopes {
         match self.pending.remove(service) {
             Some(p) => Taken {
                 scope: p.scope,
+                slices_changed: p.slices_changed,
                 changed_at: p.changed_at,
             },
             None => Taken {
                 scope: Scope::Full,
+                slices_changed: false,
                 changed_at: None,
             },
         }
@@ -196,6 +215,22 @@ mod tests {
         scopes.everything_changed(svc("web"));
         scopes.own_write(svc("web"));
         assert_eq!(scopes.take(&svc("web")).scope, Scope::Full);
+    }
+
+    #[test]
+    fn a_slice_changed_by_someone_else_keeps_the_pod_scope() {
+        let mut scopes = Scopes::default();
+        scopes.slices_changed(svc("web"));
+        let taken = scopes.take(&svc("web"));
+        assert_eq!(taken.scope, Scope::Pods(BTreeSet::new()));
+        assert!(taken.slices_changed && taken.changed_at.is_some());
+        scopes.pod_changed(svc("web"), "a", at(0));
+        scopes.slices_changed(svc("web"));
+        scopes.own_write(svc("web"));
+        let taken = scopes.take(&svc("web"));
+        assert_eq!(taken.scope, Scope::Pods(BTreeSet::from(["a".to_owned()])));
+        assert!(taken.slices_changed);
+        assert!(!scopes.take(&svc("web")).slices_changed, "a timer");
     }
 
     #[test]

@@ -548,3 +548,32 @@ async fn a_trapping_plugin_under_each_policy() {
         );
     }
 }
+
+/// A slice edited by someone else is restored from the remembered decisions: no input
+/// changed, so the plugin is not asked again.
+#[tokio::test]
+async fn a_slice_edited_by_hand_is_restored_without_asking_the_plugin() {
+    let mut h = Harness::new(built_in());
+    let web = headless(json!({}));
+    for name in ["web-a", "web-b"] {
+        h.pod(name, "web", true, "n1");
+    }
+    h.everything_changed();
+    let (_, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    let evaluated = h.metric("nad_service_controller_plugin_evaluated_pods_total");
+    let mut edited: EndpointSlice = serde_json::from_value(sent[0].clone()).unwrap();
+    edited.endpoints.as_mut().unwrap().truncate(1);
+    edited.metadata.generation = Some(2);
+    h.slices.apply_watcher_event(&Event::Apply(edited));
+    h.ctx.book.lock().scopes.slices_changed(key());
+    let (result, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    result.unwrap();
+    assert_eq!(
+        addresses(&sent[0]),
+        BTreeMap::from([("web-a".into(), true), ("web-b".into(), true)])
+    );
+    assert_eq!(
+        h.metric("nad_service_controller_plugin_evaluated_pods_total"),
+        evaluated
+    );
+}

@@ -1,6 +1,7 @@
 //! The watch of this controller's slices: their store, and the Services a slice event
 //! concerns. An event that shows exactly what this controller wrote adds nothing to check;
-//! anything else (a hand edit, a deletion by someone else) makes the owner plan in full.
+//! anything else (a hand edit, a deletion by someone else) makes the owner place its
+//! decisions again (no input changed, so they stand).
 
 use futures::{Stream, StreamExt, future, stream};
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
@@ -64,7 +65,7 @@ fn owners(book: &SharedBook, event: &watcher::Event<EndpointSlice>) -> Vec<Objec
             if own {
                 book.scopes.own_write(service.clone());
             } else {
-                book.scopes.everything_changed(service.clone());
+                book.scopes.slices_changed(service.clone());
             }
             service
         })
