@@ -8,7 +8,7 @@
 //!
 //! A plugin:
 //!
-//! ```ignore
+//! ```text
 //! use nad_plugin_sdk::{Decision, DecisionScope, Decisions, Plugin, PluginInfo, Pod, Service};
 //!
 //! struct MyPolicy;

@@ -1,9 +1,13 @@
 //! Builders of the WIT records for a policy's native unit tests: a ready, running pod and a
 //! Service, changed by chained calls.
 //!
-//! ```ignore
+//! ```
+//! use nad_plugin_sdk::testing::{PodExt, ServiceExt, pod, service};
+//!
 //! let web = service("web").label("app", "web");
 //! let db = pod("db-0").label("app", "db").not_ready().zone("zone-b");
+//! assert_eq!(web.labels[0].value, "web");
+//! assert!(!db.ready && db.zone == "zone-b");
 //! ```
 
 use crate::{KeyValue, Pod, PodPhase, Service};
