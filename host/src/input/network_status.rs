@@ -252,24 +252,6 @@ fn attachment_in(
     Ok(Some(Attachment { ips, unusable }))
 }
 
-/// Every network (`<namespace>/<name>`, default network excluded) the annotation lists, or
-/// why it cannot be read at all. Malformed entries count for the networks they name.
-pub fn networks(annotation: Option<&str>, pod_namespace: &str) -> Result<Vec<String>, StatusError> {
-    let entries = match entries(annotation) {
-        Ok(entries) => entries,
-        Err(StatusError::Missing) => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut names: Vec<String> = entries
-        .iter()
-        .filter(|e| e.get("default").and_then(Value::as_bool) != Some(true))
-        .filter_map(|e| entry_network(e, pod_namespace))
-        .collect();
-    names.sort();
-    names.dedup();
-    Ok(names)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -476,6 +458,9 @@ mod tests {
 
     #[test]
     fn networks_lists_attachments_except_the_default() {
+        let networks = |raw: Option<&str>, ns: &str| {
+            attachments(raw, ns).map(|all| all.into_iter().map(|(n, _)| n).collect::<Vec<_>>())
+        };
         assert_eq!(
             networks(Some(KIND), "default").unwrap(),
             vec!["default/macvlan"]

@@ -15,6 +15,16 @@ use prometheus_client::{
     registry::Registry,
 };
 
+/// One plugin call: which plugin, how it ended (`ok`, `rejected` or the failure's cause), how
+/// long it took, and how many pods it asked about.
+#[derive(Debug, Clone)]
+pub struct PluginCall {
+    pub plugin: String,
+    pub outcome: &'static str,
+    pub elapsed: Duration,
+    pub pods: usize,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     pub result: String,
@@ -157,6 +167,14 @@ impl Metrics {
                     })
                     .inc_by(n as u64);
             }
+        }
+    }
+
+    /// The calls one decision made: their durations and the pods they asked about.
+    pub fn plugin_calls(&self, calls: &[PluginCall]) {
+        for call in calls {
+            self.plugin_called(&call.plugin, call.outcome, call.elapsed);
+            self.plugin_evaluated(&call.plugin, call.pods);
         }
     }
 

@@ -9,7 +9,6 @@
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
-    time::Instant,
 };
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
@@ -82,11 +81,6 @@ impl Book {
     /// its next reconcile plans everything, whatever triggers it.
     pub fn replan(&mut self, service: &ObjectRef<Service>) {
         self.scopes.everything_changed(service.clone());
-    }
-
-    /// Since when pod changes of the Service wait for its reconcile.
-    pub fn waiting_since(&self, service: &ObjectRef<Service>) -> Option<Instant> {
-        self.scopes.waiting_since(service)
     }
 
     pub fn state(&mut self, service: &ObjectRef<Service>) -> &mut ServiceState {

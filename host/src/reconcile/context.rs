@@ -59,13 +59,7 @@ fn observe_all(
     zones: &RwLock<NodeZones>,
     target: &ServiceTarget,
 ) -> Observation {
-    let pods = read(pods);
-    let zones = read(zones);
-    observe::candidates(
-        target,
-        pods.on_network(&target.namespace, &target.network),
-        |node| zones.zone(node).map(|z| z.map(str::to_owned)),
-    )
+    observe::from_index(&read(pods), &read(zones), target)
 }
 
 fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
@@ -110,15 +104,8 @@ impl Context {
 
     /// The named pods among the Service's candidates (a pod-scoped reconcile's).
     pub fn observe_pods(&self, target: &ServiceTarget, names: &BTreeSet<String>) -> Observation {
-        let pods = read(&self.pods);
-        let zones = read(&self.zones);
-        let named = names
-            .iter()
-            .filter_map(|name| pods.get(&target.namespace, name))
-            .filter(|pod| pod.attachment(&target.network).is_some());
-        observe::candidates(target, named, |node| {
-            zones.zone(node).map(|z| z.map(str::to_owned))
-        })
+        let names = names.iter().map(String::as_str);
+        observe::named(&read(&self.pods), &read(&self.zones), target, names)
     }
 
     /// Forgets a Service that is gone or no longer managed: its bookkeeping and its figures.

@@ -15,7 +15,7 @@ use std::{
     collections::HashMap,
     hash::{DefaultHasher, Hash, Hasher},
     sync::Arc,
-    time::{Duration, Instant},
+    time::Instant,
 };
 
 use super::{
@@ -26,6 +26,7 @@ use super::{
 use crate::{
     error::Error,
     input::target::ServiceTarget,
+    metrics::PluginCall,
     plugin::{self, Configured, FailurePolicy, POLICY_ANNOTATION, Plugins},
 };
 
@@ -58,15 +59,6 @@ pub struct Remembered {
     pub included: HashMap<String, Conditions>,
 }
 
-/// One plugin call, for the metrics.
-#[derive(Debug, Clone)]
-pub struct Call {
-    pub plugin: String,
-    pub outcome: &'static str,
-    pub elapsed: Duration,
-    pub pods: usize,
-}
-
 /// Every candidate of the Service and what the policy says of them.
 #[derive(Debug, Default)]
 pub struct Verdicts {
@@ -97,7 +89,7 @@ pub struct Decided {
     pub fell_back: Option<String>,
     /// The latest version of the Service's plugin failed to load: why, and what serves.
     pub load_warning: Option<String>,
-    pub calls: Vec<Call>,
+    pub calls: Vec<PluginCall>,
     /// To keep for the next reconcile.
     pub remembered: Option<Remembered>,
 }
@@ -321,7 +313,7 @@ impl Asker<'_> {
         let views: Vec<_> = pods.iter().map(|c| plugin::pod_view(c, plugin)).collect();
         let started = Instant::now();
         let result = plugin.evaluate(&service, &views, &self.chosen.configured.config);
-        self.decided.calls.push(Call {
+        self.decided.calls.push(PluginCall {
             plugin: plugin.name().to_owned(),
             outcome: match &result {
                 Ok(Ok(_)) => "ok",

@@ -9,7 +9,7 @@ use std::{net::IpAddr, sync::Arc};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::{
-    index::{Phase, PodRecord},
+    index::{NodeZones, Phase, PodIndex, PodRecord},
     input::{
         network_status::{StatusError, Unusable},
         target::ServiceTarget,
@@ -159,6 +159,30 @@ pub fn candidates<'a>(
         .candidates
         .sort_by(|a, b| a.pod.name.cmp(&b.pod.name));
     observation
+}
+
+/// The Service's candidates among the pods the index has on its network.
+pub fn from_index(pods: &PodIndex, zones: &NodeZones, target: &ServiceTarget) -> Observation {
+    let on_network = pods.on_network(&target.namespace, &target.network);
+    candidates(target, on_network, zone_of(zones))
+}
+
+/// The named pods among the Service's candidates (the pods a pod-scoped change names).
+pub fn named<'a>(
+    pods: &PodIndex,
+    zones: &NodeZones,
+    target: &ServiceTarget,
+    names: impl IntoIterator<Item = &'a str>,
+) -> Observation {
+    let named = names
+        .into_iter()
+        .filter_map(|name| pods.get(&target.namespace, name))
+        .filter(|pod| pod.attachment(&target.network).is_some());
+    candidates(target, named, zone_of(zones))
+}
+
+fn zone_of(zones: &NodeZones) -> impl Fn(&str) -> Option<Option<String>> + '_ {
+    |node| zones.zone(node).map(|z| z.map(str::to_owned))
 }
 
 #[cfg(test)]

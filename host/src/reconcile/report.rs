@@ -10,11 +10,7 @@ use crate::input::target::ServiceTarget;
 /// Publishes what `decide` found: a load failure of the Service's plugin, a fallback to the
 /// built-in plugin, and the calls made (metrics).
 pub async fn decided(ctx: &Context, service: &Service, decided: &Decided) {
-    for call in &decided.calls {
-        ctx.metrics
-            .plugin_called(&call.plugin, call.outcome, call.elapsed);
-        ctx.metrics.plugin_evaluated(&call.plugin, call.pods);
-    }
+    ctx.metrics.plugin_calls(&decided.calls);
     if let Some(warning) = &decided.load_warning {
         ctx.warn(service, "PluginLoadFailed", "Load", warning.clone())
             .await;

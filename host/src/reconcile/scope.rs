@@ -7,10 +7,7 @@
 //! first asks the policy about just those pods (one small call) and skips the full plan when
 //! none of them is published or becomes included.
 
-use std::{
-    collections::{BTreeSet, HashMap, hash_map::Entry},
-    time::Instant,
-};
+use std::collections::{BTreeSet, HashMap, hash_map::Entry};
 
 use k8s_openapi::{api::core::v1::Service, jiff::Timestamp};
 use kube::runtime::reflector::ObjectRef;
@@ -41,7 +38,6 @@ struct Pending {
     scope: Scope,
     slices_changed: bool,
     changed_at: Option<Timestamp>,
-    since: Instant,
 }
 
 impl Pending {
@@ -50,7 +46,6 @@ impl Pending {
             scope,
             slices_changed: false,
             changed_at,
-            since: Instant::now(),
         }
     }
 
@@ -122,14 +117,6 @@ impl Scopes {
     /// The Service is gone: nothing of it stays pending.
     pub fn forget(&mut self, service: &ObjectRef<Service>) {
         self.pending.remove(service);
-    }
-
-    /// Since when pod changes wait for the Service's next reconcile (none: `None`).
-    pub fn waiting_since(&self, service: &ObjectRef<Service>) -> Option<Instant> {
-        self.pending
-            .get(service)
-            .filter(|p| matches!(p.scope, Scope::Pods(_)))
-            .map(|p| p.since)
     }
 
     /// The scope of the reconcile that starts now; a reconcile nobody asked for (a timer, a
@@ -239,13 +226,13 @@ mod tests {
         scopes.pod_changed(svc("web"), "a", at(5));
         scopes.pod_changed(svc("web"), "b", at(3));
         scopes.pod_changed(svc("web"), "c", at(9));
-        assert!(scopes.waiting_since(&svc("web")).is_some());
         assert_eq!(scopes.take(&svc("web")).changed_at, Some(at(3)));
         assert_eq!(scopes.take(&svc("web")).changed_at, None, "a timer");
         scopes.own_write(svc("web"));
         assert_eq!(scopes.take(&svc("web")).changed_at, None);
         scopes.everything_changed(svc("web"));
-        assert!(scopes.waiting_since(&svc("web")).is_none(), "not only pods");
-        assert!(scopes.take(&svc("web")).changed_at.is_some());
+        let taken = scopes.take(&svc("web"));
+        assert_eq!(taken.scope, Scope::Full, "not only pods");
+        assert!(taken.changed_at.is_some());
     }
 }

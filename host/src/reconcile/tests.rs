@@ -27,7 +27,7 @@ use kube::{
 use serde_json::{Value, json};
 use tower_test::mock::Handle;
 
-use super::{Context, NODE_RETRY, RESYNC, STALE_RETRY, Settings, reconcile};
+use super::{Context, NODE_RETRY, RESYNC, STALE_RETRY, Settings, reconcile, scope::Scope};
 use crate::{
     error::Error,
     index::{NodeZones, PodIndex},
@@ -352,8 +352,9 @@ async fn a_cache_behind_this_controllers_writes_is_waited_for() {
         h.metric("nad_service_controller_syncs_total{result=\"stale\"}"),
         1
     );
-    assert!(
-        h.ctx.book.lock().waiting_since(&key()).is_some(),
+    assert_eq!(
+        h.ctx.book.lock().scopes.take(&key()).scope,
+        Scope::Pods(["web-a".to_owned()].into()),
         "the pod change stays pending for the reconcile that sees the cache current"
     );
 }

@@ -85,12 +85,7 @@ impl Screen {
             && decided.fell_back.is_none()
             && decided.load_warning.is_none();
         if moves_nothing {
-            for call in &decided.calls {
-                shared
-                    .metrics
-                    .plugin_called(&call.plugin, call.outcome, call.elapsed);
-                shared.metrics.plugin_evaluated(&call.plugin, call.pods);
-            }
+            shared.metrics.plugin_calls(&decided.calls);
             tracing::debug!(
                 service = %key.name,
                 namespace = key.namespace.as_deref().unwrap_or_default(),
@@ -103,12 +98,5 @@ impl Screen {
 }
 
 fn observe_one(shared: &Shared, target: &ServiceTarget, pod: &str) -> Observation {
-    let pods = read(&shared.pods);
-    let zones = read(&shared.zones);
-    let named = pods
-        .get(&target.namespace, pod)
-        .filter(|p| p.attachment(&target.network).is_some());
-    observe::candidates(target, named, |node| {
-        zones.zone(node).map(|z| z.map(str::to_owned))
-    })
+    observe::named(&read(&shared.pods), &read(&shared.zones), target, [pod])
 }
