@@ -2,7 +2,10 @@
 """Turns the benchmarks' raw results into BENCHMARKS.md and benchmarks.json.
 
 Inputs: Criterion's estimates (<target>/criterion/**/new/{benchmark,estimates}.json) from
-host/benches/plugin_boundary.rs, and the JSON that host/benches/controller_scale.rs writes.
+host/benches/plugin_boundary.rs, the JSON that host/benches/controller_scale.rs writes, and
+the scalability envelope's (host/benches/controller_envelope.rs, `make bench-scale`), kept in
+hack/bench/envelope.json because that run takes long and `make bench` does not repeat it.
+Without --criterion and --scale, those parts come from the benchmarks.json written last.
 The analysis of the figures (hack/bench/analysis.md, written by people) is appended as is.
 Standard library only.
 """
@@ -181,6 +184,59 @@ BEFORE = {
 }
 
 
+def envelope_section(e: dict) -> list[str]:
+    cold, flips = e["cold_start"], e["flips"]
+    ours, api = flips["pod_event_to_slice_event"], flips["apiserver_status_write_to_pod_event"]
+    per_network = cold["services"] // cold["networks"]
+    return [
+        f"## Scalability envelope: {cold['pods']:,} pods, {cold['services']:,} Services "
+        f"(`make bench-scale`, run on {e.get('date', '?')})",
+        "",
+        f"{cold['services']:,} headless Services of {e['pods_per_service']} pods each on {cold['networks']} networks "
+        f"({per_network} Services per network, so each Service's policy sees "
+        f"{per_network * e['pods_per_service']:,} candidates), one namespace, on the local control plane.",
+        f"Setting up the pods took {e['setup_seconds']:.0f} s (not part of any figure; 0 when a kept namespace was reused).",
+        "",
+        "| figure | measured |",
+        "|---|---:|",
+        f"| cold start: controller start until every Service's slice is correct | {cold['seconds_to_correct_slices']:.1f} s |",
+        f"| slice writes during the cold start | {cold['slice_writes']:,} |",
+        f"| the API server's own mean time per slice write (cold start) | {cold['apiserver_ms_per_slice_write']:.1f} ms |",
+        f"| Ready flip, pod watch event → slice watch event ({flips['flips']} flips) | "
+        f"p50 {ours['p50_ms']:.1f} ms, p99 {ours['p99_ms']:.1f} ms, max {ours['max_ms']:.1f} ms |",
+        f"| the API server's floor: status write sent → its pod watch event | "
+        f"p50 {api['p50_ms']:.1f} ms, p99 {api['p99_ms']:.1f} ms |",
+        f"| the API server's own mean time per slice write (flips) | {flips['apiserver_ms_per_slice_write']:.1f} ms |",
+        f"| slice writes per flip (controller / API server) | {flips['writes_per_flip']['controller_metric']:.2f} / "
+        f"{flips['writes_per_flip']['apiserver_request_total']:.2f} |",
+        f"| controller CPU: cold start / whole run | {cold['cost']['cpu_seconds']:.1f} s / {e['cost']['cpu_seconds']:.1f} s |",
+        *control_plane_row(cold),
+        f"| controller peak RSS | {e['cost']['peak_rss_mib']:.0f} MiB |",
+        "",
+    ]
+
+
+def control_plane_row(cold: dict) -> list[str]:
+    cpu = cold.get("control_plane_cpu_seconds") or {}
+    if not cpu:
+        return []
+    parts = " / ".join(f"{cpu[n]:.1f} s" for n in ("kube-apiserver", "etcd", "kube-controller-manager") if n in cpu)
+    return [f"| the control plane's CPU during the cold start: kube-apiserver / etcd / kube-controller-manager | {parts} |"]
+
+
+def envelope_targets(e: dict) -> list[dict]:
+    cold, lat = e["cold_start"], e["flips"]["pod_event_to_slice_event"]
+    scale = f"{cold['pods']:,} pods, {cold['services']:,} Services"
+    return [
+        {"target": f"envelope cold start <= 60 s, {scale}", "before": "",
+         "measured": f"{cold['seconds_to_correct_slices']:.1f} s", "met": cold["seconds_to_correct_slices"] <= 60},
+        {"target": f"envelope Ready flip p99 <= 50 ms, {scale}", "before": "",
+         "measured": f"p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms", "met": lat["p99_ms"] <= 50},
+        {"target": f"envelope peak RSS <= 400 MiB, {scale}", "before": "",
+         "measured": f"{e['cost']['peak_rss_mib']:.0f} MiB", "met": e["cost"]["peak_rss_mib"] <= 400},
+    ]
+
+
 def churn_lines(s: dict) -> list[str]:
     if "churn" not in s:
         return []
@@ -268,20 +324,29 @@ def targets(plugin: dict, s: dict | None) -> list[dict]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--criterion", type=Path, required=True)
-    parser.add_argument("--scale", type=Path, required=True)
+    parser.add_argument("--criterion", type=Path)
+    parser.add_argument("--scale", type=Path)
+    parser.add_argument("--envelope", type=Path, default=ROOT / "hack" / "bench" / "envelope.json")
     parser.add_argument("--markdown", type=Path, default=ROOT / "BENCHMARKS.md")
     parser.add_argument("--json", type=Path, default=ROOT / "benchmarks.json")
     args = parser.parse_args()
 
-    criterion = criterion_results(args.criterion)
+    last = json.loads(args.json.read_text()) if args.json.exists() else {}
+    if args.criterion:
+        criterion = criterion_results(args.criterion)
+    else:
+        criterion = last.get("plugin_boundary", {}).get("criterion", {})
     if not criterion:
-        print(f"report: no Criterion results under {args.criterion}", file=sys.stderr)
+        print(f"report: no Criterion results (--criterion {args.criterion}, or {args.json})", file=sys.stderr)
         return 1
-    scale = json.loads(args.scale.read_text()) if args.scale.exists() else None
+    if args.scale:
+        scale = json.loads(args.scale.read_text()) if args.scale.exists() else None
+    else:
+        scale = last.get("controller")
+    envelope = json.loads(args.envelope.read_text()) if args.envelope.exists() else None
     machine = (scale or {}).get("machine") or {}
     plugin_lines, plugin = plugin_section(criterion)
-    rows = targets(plugin, scale)
+    rows = targets(plugin, scale) + (envelope_targets(envelope) if envelope else [])
 
     md = [
         "# Benchmarks",
@@ -311,6 +376,8 @@ def main() -> int:
             f"Setting up the pods took {scale['setup_seconds']:.0f} s (not part of any figure).",
             "",
         ] + controller_section(scale)
+    if envelope:
+        md += envelope_section(envelope)
     analysis = ROOT / "hack" / "bench" / "analysis.md"
     if analysis.exists():
         md += [analysis.read_text().rstrip(), ""]
@@ -320,6 +387,7 @@ def main() -> int:
         "targets": rows,
         "plugin_boundary": {"criterion": criterion, **plugin},
         "controller": scale,
+        "envelope": envelope,
     }, indent=2, ensure_ascii=False) + "\n")
     print(f"report: wrote {args.markdown} and {args.json}", file=sys.stderr)
     return 0

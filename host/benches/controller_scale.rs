@@ -22,9 +22,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    net::{SocketAddr, TcpListener},
     path::PathBuf,
-    process::{Child, Command, Stdio},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -41,24 +39,15 @@ use kube::{
 };
 use node_sim::{Range, SimNode, Simulator};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[allow(dead_code)] // shared with the tests; the benchmark uses part of it
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+mod cluster;
+use cluster::{Controller, apiserver_slice_writes, env_usize, machine, progress, summary};
+
 const NETWORK: &str = "macvlan";
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn progress(start: Instant, message: impl std::fmt::Display) {
-    eprintln!("[{:>6.1}s] {message}", start.elapsed().as_secs_f64());
-}
 
 // ---- the cluster side --------------------------------------------------------------------------
 
@@ -152,146 +141,7 @@ async fn ready_endpoints(client: &Client, ns: &str) -> BTreeMap<String, usize> {
     counts
 }
 
-async fn apiserver_slice_writes(client: &Client) -> u64 {
-    let text = client
-        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter(|l| l.contains("resource=\"endpointslices\""))
-        .filter(|l| {
-            ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
-                .iter()
-                .any(|v| l.contains(&format!("verb=\"{v}\"")))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 // ---- the controller process --------------------------------------------------------------------
-
-struct Controller {
-    child: Child,
-    metrics: SocketAddr,
-    started: Instant,
-}
-
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-impl Controller {
-    fn start(ns: &str, log: &std::path::Path) -> Self {
-        let (metrics, health) = (free_port(), free_port());
-        let started = Instant::now();
-        let child = Command::new(env!("CARGO_BIN_EXE_nad-service-controller"))
-            .args([
-                "run",
-                "--leader-election=false",
-                &format!("--watch-namespace={ns}"),
-                &format!("--metrics-address={metrics}"),
-                &format!("--health-address={health}"),
-                "--log-filter=info",
-            ])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
-            .spawn()
-            .unwrap();
-        Self {
-            child,
-            metrics,
-            started,
-        }
-    }
-
-    async fn metrics(&self) -> String {
-        let mut stream = tokio::net::TcpStream::connect(self.metrics).await.unwrap();
-        stream
-            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-            .await
-            .unwrap();
-        let mut text = String::new();
-        stream.read_to_string(&mut text).await.unwrap();
-        text
-    }
-
-    /// Sum of a counter over its label sets.
-    async fn counter(&self, name: &str) -> u64 {
-        self.metrics()
-            .await
-            .lines()
-            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-            .filter(|l| l[name.len()..].starts_with(['{', ' ']))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>() as u64
-    }
-
-    /// Waits until the reconcile counter has not moved for `quiet`.
-    async fn settle(&self, quiet: Duration) {
-        let mut last = self
-            .counter("nad_service_controller_reconciles_total")
-            .await;
-        let mut since = Instant::now();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while since.elapsed() < quiet && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            let now = self
-                .counter("nad_service_controller_reconciles_total")
-                .await;
-            if now != last {
-                (last, since) = (now, Instant::now());
-            }
-        }
-    }
-
-    /// Peak RSS (MiB), current RSS (MiB) and CPU seconds (user + system) so far.
-    fn cost(&self) -> Value {
-        let pid = self.child.id();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        let kib = |key: &str| -> f64 {
-            status
-                .lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        // Fields after the command name (which is in parentheses): utime is the 12th, stime 13th.
-        let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
-        let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-        json!({
-            "peak_rss_mib": kib("VmHWM:") / 1024.0,
-            "rss_mib": kib("VmRSS:") / 1024.0,
-            "cpu_seconds": ticks / clock_ticks(),
-            "wall_seconds": self.started.elapsed().as_secs_f64(),
-        })
-    }
-
-    fn stop(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while self.child.try_wait().unwrap().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn clock_ticks() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
-}
 
 /// Starts a controller on `ns` and waits until every Service there has `want` ready endpoints.
 async fn cold_start(
@@ -395,23 +245,6 @@ fn watch(client: &Client, ns: &str, waiting: &Waiting) {
             }
         }
     });
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn summary(mut ms: Vec<f64>) -> Value {
-    ms.sort_by(f64::total_cmp);
-    json!({
-        "count": ms.len(),
-        "p50_ms": percentile(&ms, 50.0),
-        "p95_ms": percentile(&ms, 95.0),
-        "p99_ms": percentile(&ms, 99.0),
-        "max_ms": ms.last().copied().unwrap_or_default(),
-        "mean_ms": ms.iter().sum::<f64>() / ms.len().max(1) as f64,
-    })
 }
 
 /// Flips the Ready condition of `flips` pods, one at a time, and times each flip.
@@ -637,27 +470,6 @@ async fn no_op_changes(
 }
 
 // ---- the run ------------------------------------------------------------------------------------
-
-fn machine() -> Value {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let mem_kib: f64 = meminfo
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or(0.0);
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, m)| m.trim().to_owned())
-        .unwrap_or_default();
-    json!({
-        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        "memory_gib": (mem_kib / 1024.0 / 1024.0 * 10.0).round() / 10.0,
-        "cpu": cpu,
-    })
-}
 
 async fn cleanup(client: &Client, ns: &str) {
     let _ = Api::<Pod>::namespaced(client.clone(), ns)

@@ -209,7 +209,8 @@ pub struct Simulator {
     next_node: Mutex<usize>,
 }
 
-fn conditions(ready: bool) -> Value {
+/// A running pod's conditions, Ready (and ContainersReady) as given, all stamped now.
+pub fn conditions(ready: bool) -> Value {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     let status = |b: bool| if b { "True" } else { "False" };
     json!([

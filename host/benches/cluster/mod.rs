@@ -1,0 +1,261 @@
+//! What both controller benchmarks share: the controller binary in its own process, its
+//! metrics and cost, the API server's own counters, and the summaries of a run.
+
+#![allow(dead_code)] // each benchmark uses part of it
+
+use std::{
+    net::{SocketAddr, TcpListener},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use kube::Client;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+pub fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+pub fn progress(start: Instant, message: impl std::fmt::Display) {
+    eprintln!("[{:>6.1}s] {message}", start.elapsed().as_secs_f64());
+}
+
+/// The API server's write requests on EndpointSlices so far (`apiserver_request_total`).
+pub async fn apiserver_slice_writes(client: &Client) -> u64 {
+    apiserver_slice_write_metric(client, "apiserver_request_total").await as u64
+}
+
+/// The API server's own time for EndpointSlice writes so far: (seconds in all, requests), from
+/// `apiserver_request_duration_seconds`. Two readings give the mean time of the writes between.
+pub async fn apiserver_slice_write_time(client: &Client) -> (f64, f64) {
+    (
+        apiserver_slice_write_metric(client, "apiserver_request_duration_seconds_sum").await,
+        apiserver_slice_write_metric(client, "apiserver_request_duration_seconds_count").await,
+    )
+}
+
+/// Sum of the API server's metric `name` over its EndpointSlice write series.
+async fn apiserver_slice_write_metric(client: &Client, name: &str) -> f64 {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{'))
+        })
+        .filter(|l| l.contains("resource=\"endpointslices\""))
+        .filter(|l| {
+            ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
+                .iter()
+                .any(|v| l.contains(&format!("verb=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The controller binary, started as `run` on one namespace, with its metrics on loopback.
+pub struct Controller {
+    child: Child,
+    metrics: SocketAddr,
+    pub started: Instant,
+}
+
+pub fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+impl Controller {
+    pub fn start(ns: &str, log: &std::path::Path) -> Self {
+        let (metrics, health) = (free_port(), free_port());
+        let started = Instant::now();
+        // `NSC_BENCH_PROFILE="perf record -g -o {log}.perf --"` runs the controller under a
+        // profiler, `{log}` being its log file's path; RSS and CPU figures are then the
+        // profiler's process's.
+        let binary = env!("CARGO_BIN_EXE_nad-service-controller");
+        let wrapper = std::env::var("NSC_BENCH_PROFILE")
+            .unwrap_or_default()
+            .replace("{log}", &log.display().to_string());
+        let mut argv: Vec<&str> = wrapper.split_whitespace().collect();
+        argv.push(binary);
+        let child = Command::new(argv[0])
+            .args(&argv[1..])
+            .args([
+                "run",
+                "--leader-election=false",
+                &format!("--watch-namespace={ns}"),
+                &format!("--metrics-address={metrics}"),
+                &format!("--health-address={health}"),
+                "--log-filter=info",
+            ])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        Self {
+            child,
+            metrics,
+            started,
+        }
+    }
+
+    pub async fn metrics(&self) -> String {
+        let mut stream = tokio::net::TcpStream::connect(self.metrics).await.unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).await.unwrap();
+        text
+    }
+
+    /// Sum of a counter over its label sets.
+    pub async fn counter(&self, name: &str) -> u64 {
+        self.metrics()
+            .await
+            .lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter(|l| l[name.len()..].starts_with(['{', ' ']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
+    /// Waits until the reconcile counter has not moved for `quiet`.
+    pub async fn settle(&self, quiet: Duration) {
+        let mut last = self
+            .counter("nad_service_controller_reconciles_total")
+            .await;
+        let mut since = Instant::now();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while since.elapsed() < quiet && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let now = self
+                .counter("nad_service_controller_reconciles_total")
+                .await;
+            if now != last {
+                (last, since) = (now, Instant::now());
+            }
+        }
+    }
+
+    /// Peak RSS (MiB), current RSS (MiB) and CPU seconds (user + system) so far.
+    pub fn cost(&self) -> Value {
+        let pid = self.child.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let kib = |key: &str| -> f64 {
+            status
+                .lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        json!({
+            "peak_rss_mib": kib("VmHWM:") / 1024.0,
+            "rss_mib": kib("VmRSS:") / 1024.0,
+            "cpu_seconds": cpu_seconds(pid).unwrap(),
+            "wall_seconds": self.started.elapsed().as_secs_f64(),
+        })
+    }
+
+    pub fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CPU seconds (user + system) process `pid` has used so far.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which is in parentheses): utime is the 12th, stime 13th.
+    let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split(' ').collect();
+    let ticks: f64 = fields[11].parse::<f64>().ok()? + fields[12].parse::<f64>().ok()?;
+    Some(ticks / clock_ticks())
+}
+
+/// CPU seconds so far of each local control-plane process (hack/local-up.sh records their
+/// PIDs beside the kubeconfig), to show what the API side spent on a phase.
+pub fn control_plane_cpu(kubeconfig: &std::path::Path) -> Value {
+    let pids = kubeconfig.parent().unwrap().join("pids");
+    let mut cpu = serde_json::Map::new();
+    for name in ["etcd", "kube-apiserver", "kube-controller-manager"] {
+        let seconds = std::fs::read_to_string(pids.join(format!("{name}.pid")))
+            .ok()
+            .and_then(|pid| cpu_seconds(pid.trim().parse().ok()?));
+        cpu.insert(name.into(), json!(seconds));
+    }
+    Value::Object(cpu)
+}
+
+/// What each process of `after` spent since `before` (both from [`control_plane_cpu`]).
+pub fn cpu_spent(before: &Value, after: &Value) -> Value {
+    let mut spent = serde_json::Map::new();
+    for (name, seconds) in after.as_object().unwrap() {
+        if let (Some(a), Some(b)) = (seconds.as_f64(), before[name].as_f64()) {
+            spent.insert(name.clone(), json!(a - b));
+        }
+    }
+    Value::Object(spent)
+}
+
+pub fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+pub fn summary(mut ms: Vec<f64>) -> Value {
+    ms.sort_by(f64::total_cmp);
+    json!({
+        "count": ms.len(),
+        "p50_ms": percentile(&ms, 50.0),
+        "p95_ms": percentile(&ms, 95.0),
+        "p99_ms": percentile(&ms, 99.0),
+        "max_ms": ms.last().copied().unwrap_or_default(),
+        "mean_ms": ms.iter().sum::<f64>() / ms.len().max(1) as f64,
+    })
+}
+
+pub fn machine() -> Value {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_kib: f64 = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0.0);
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, m)| m.trim().to_owned())
+        .unwrap_or_default();
+    json!({
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "memory_gib": (mem_kib / 1024.0 / 1024.0 * 10.0).round() / 10.0,
+        "cpu": cpu,
+    })
+}

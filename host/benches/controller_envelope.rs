@@ -1,0 +1,628 @@
+//! The Kubernetes scalability envelope (`make bench-scale`; not in `make bench`, it takes long):
+//! 150 000 pods and 10 000 Services, 15 pods each, on 100 networks (100 Services per network,
+//! so each Service's policy sees 1 500 candidates), on the real local control plane, the node
+//! simulator's nodes, and the controller binary.
+//!
+//! 1. Cold start: the controller starts with every pod and Service there and no slice; the time
+//!    until every Service's slice holds its 15 ready endpoints, from a watch on the slices.
+//! 2. Ready flips, one at a time, spread over the Services and networks: the time from the pod's
+//!    watch event to the slice's, and, as the API server's own floor, from sending the pod's
+//!    status write to its watch event.
+//! 3. Writes per flip, and the API server's own mean time per slice write in each phase.
+//! 4. The controller's peak RSS and CPU seconds.
+//!
+//! Setting the pods up takes most of the run: each pod is one create (bound to a simulated node,
+//! its network-status already set) and one status write; the simulated nodes' heartbeats run
+//! from the start to the end (a node without them goes NotReady, and the controller manager
+//! then marks every pod on it not ready). `NSC_BENCH_KEEP=1` keeps the namespace afterwards for
+//! a look; the next run removes it first. `NSC_BENCH_SCALE` (default 1) divides the number of
+//! Services and networks (100 Services per network stay), for a quick look. JSON goes to
+//! `$NSC_BENCH_OUT`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a measuring tool: failing loudly is right
+
+use std::{
+    collections::HashMap,
+    net::Ipv4Addr,
+    path::PathBuf,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::{
+    core::v1::{Namespace, Pod, Service},
+    discovery::v1::EndpointSlice,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, ListParams, PatchParams, PostParams, WatchEvent, WatchParams},
+};
+use node_sim::{SimNode, Simulator};
+use serde_json::{Value, json};
+
+#[allow(dead_code)] // shared with the tests; the benchmark uses part of it
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+mod cluster;
+use cluster::{
+    Controller, apiserver_slice_write_time, apiserver_slice_writes, control_plane_cpu, cpu_spent,
+    env_usize, machine, progress, summary,
+};
+
+const NAMESPACE: &str = "bench-envelope";
+const SERVICES_PER_NETWORK: usize = 100;
+const PODS_PER_SERVICE: usize = 15;
+const NODES: usize = 4;
+
+/// Which Service, network and addresses pod `i` has: everything is a function of the index, so
+/// a run that finds the pods already there knows them without reading them.
+#[derive(Clone, Copy)]
+struct Layout {
+    services: usize,
+}
+
+impl Layout {
+    fn pods(self) -> usize {
+        self.services * PODS_PER_SERVICE
+    }
+
+    fn networks(self) -> usize {
+        (self.services / SERVICES_PER_NETWORK).max(1)
+    }
+
+    fn service(s: usize) -> String {
+        format!("svc-{s:05}")
+    }
+
+    fn network(self, s: usize) -> String {
+        format!("net-{:02}", s % self.networks())
+    }
+
+    fn pod(i: usize) -> String {
+        format!(
+            "{}-{:02}",
+            Self::service(i / PODS_PER_SERVICE),
+            i % PODS_PER_SERVICE
+        )
+    }
+
+    /// The `i`th host address of `base`, skipping each /24's .0 and .255.
+    fn address(base: Ipv4Addr, i: usize) -> String {
+        let offset = (i / 254) * 256 + i % 254 + 1;
+        Ipv4Addr::from(u32::from(base) + u32::try_from(offset).unwrap()).to_string()
+    }
+
+    fn body(self, i: usize) -> Value {
+        let s = i / PODS_PER_SERVICE;
+        let network = self.network(s);
+        let primary = Self::address(Ipv4Addr::new(10, 0, 0, 0), i);
+        let secondary = Self::address(Ipv4Addr::new(10, 128, 0, 0), i);
+        let status = json!([
+            {"name": "sim-default", "interface": "eth0", "ips": [primary], "default": true, "dns": {}},
+            {"name": format!("{NAMESPACE}/{network}"), "interface": "net1", "ips": [secondary], "dns": {}},
+        ]);
+        json!({
+            "metadata": {
+                "name": Self::pod(i),
+                "labels": {"app": Self::service(s), "pod-template-hash": "5d8c7f9b6"},
+                "annotations": {
+                    node_sim::NETWORKS_ANNOTATION: network,
+                    node_sim::NETWORK_STATUS_ANNOTATION: status.to_string(),
+                },
+            },
+            "spec": {
+                "nodeName": format!("sim-node-{}", i % NODES),
+                "containers": [{"name": "web", "image": "nginx:1.27",
+                                "ports": [{"name": "http", "containerPort": 8080}]}],
+            },
+        })
+    }
+
+    fn status(i: usize) -> Value {
+        let primary = Self::address(Ipv4Addr::new(10, 0, 0, 0), i);
+        json!({"status": {
+            "phase": "Running",
+            "hostIP": "127.0.0.1",
+            "podIP": primary,
+            "podIPs": [{"ip": primary}],
+            "startTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+            "conditions": node_sim::conditions(true),
+        }})
+    }
+}
+
+fn simulator(client: &Client) -> Simulator {
+    let config = node_sim::Config {
+        nodes: (0..NODES)
+            .map(|i| SimNode {
+                name: format!("sim-node-{i}"),
+                zone: Some(format!("zone-{}", ["a", "b"][i % 2])),
+            })
+            .collect(),
+        ..node_sim::Config::default()
+    };
+    Simulator::new(client.clone(), config)
+}
+
+/// Creates the namespace, the Services and the pods (created and started), after removing
+/// what a kept run left.
+async fn populate(client: &Client, layout: Layout, t: Instant) -> f64 {
+    let started = Instant::now();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(NAMESPACE).await.unwrap().is_some() {
+        progress(t, format!("removing the {NAMESPACE} a previous run kept"));
+        node_sim::delete_test_namespace(client, NAMESPACE).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while namespaces.get_opt(NAMESPACE).await.unwrap().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "{NAMESPACE} still there after 900 s"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    node_sim::create_test_namespace(client, NAMESPACE)
+        .await
+        .unwrap();
+    let services: Api<Service> = Api::namespaced(client.clone(), NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let done = AtomicUsize::new(0);
+    stream::iter(0..layout.services)
+        .map(|s| {
+            let services = services.clone();
+            async move {
+                let body = json!({
+                    "metadata": {"name": Layout::service(s), "labels": {"app": Layout::service(s)},
+                                 "annotations": {"isim.dev/network": layout.network(s)}},
+                    "spec": {"clusterIP": "None",
+                             "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
+                });
+                create_if_missing(&services, body).await;
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<()>()
+        .await;
+    progress(t, format!("{NAMESPACE}: {} Services", layout.services));
+    stream::iter(0..layout.pods())
+        .map(|i| {
+            let (pods, done) = (pods.clone(), &done);
+            async move {
+                create_if_missing(&pods, layout.body(i)).await;
+                pods.patch_status(
+                    &Layout::pod(i),
+                    &PatchParams::default(),
+                    &kube::api::Patch::Merge(&Layout::status(i)),
+                )
+                .await
+                .unwrap();
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if n % 10_000 == 0 || n == layout.pods() {
+                    progress(
+                        t,
+                        format!("{NAMESPACE}: {n}/{} pods running", layout.pods()),
+                    );
+                }
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<()>()
+        .await;
+    started.elapsed().as_secs_f64()
+}
+
+async fn create_if_missing<K>(api: &Api<K>, body: Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(body).unwrap();
+    match api.create(&PostParams::default(), &object).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => panic!("creating {}: {e}", object.name_any()),
+    }
+}
+
+/// Deletes every slice in the namespace and waits until none is left.
+async fn remove_slices(client: &Client) {
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), NAMESPACE);
+    let _ = api
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while !api
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+        .unwrap()
+        .items
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "slices still there after 600 s");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The resource version to watch `api` from: now, without listing the objects.
+async fn now<K>(api: &Api<K>) -> String
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.list_metadata(&ListParams::default().limit(1))
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap()
+}
+
+/// Ready endpoints per slice, from a watch started before the controller: `correct` counts the
+/// Services whose slices show all their pods ready.
+#[derive(Default)]
+struct SliceTally {
+    ready_by_slice: HashMap<String, (String, usize)>,
+    ready_by_service: HashMap<String, usize>,
+    correct: usize,
+}
+
+impl SliceTally {
+    fn apply(&mut self, slice: &EndpointSlice, deleted: bool) {
+        let Some(service) = slice.labels().get("kubernetes.io/service-name").cloned() else {
+            return;
+        };
+        let ready = if deleted {
+            0
+        } else {
+            slice
+                .endpoints
+                .iter()
+                .flatten()
+                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+                .count()
+        };
+        let before = self
+            .ready_by_slice
+            .insert(slice.name_any(), (service.clone(), ready))
+            .map_or(0, |(_, n)| n);
+        let total = self.ready_by_service.entry(service).or_default();
+        let was_correct = *total == PODS_PER_SERVICE;
+        *total = *total + ready - before;
+        match (was_correct, *total == PODS_PER_SERVICE) {
+            (false, true) => self.correct += 1,
+            (true, false) => self.correct -= 1,
+            _ => {}
+        }
+    }
+}
+
+async fn cold_start(
+    client: &Client,
+    layout: Layout,
+    log: &std::path::Path,
+    t: Instant,
+) -> (Controller, Value) {
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), NAMESPACE);
+    let from = now(&slices).await;
+    let tally = Arc::new(Mutex::new(SliceTally::default()));
+    let watching = tokio::spawn({
+        let tally = tally.clone();
+        async move {
+            let mut events = slices
+                .watch(&WatchParams::default().timeout(290), &from)
+                .await
+                .unwrap()
+                .boxed();
+            while let Ok(Some(event)) = events.try_next().await {
+                let mut tally = tally.lock().unwrap();
+                match event {
+                    WatchEvent::Added(s) | WatchEvent::Modified(s) => tally.apply(&s, false),
+                    WatchEvent::Deleted(s) => tally.apply(&s, true),
+                    WatchEvent::Bookmark(_) => {}
+                    WatchEvent::Error(e) => panic!("the slice watch failed: {e:?}"),
+                }
+            }
+        }
+    });
+    let time_before = apiserver_slice_write_time(client).await;
+    let kubeconfig = support::kubeconfig_path();
+    let cpu_before = control_plane_cpu(&kubeconfig);
+    let controller = Controller::start(NAMESPACE, log);
+    let deadline = Instant::now() + Duration::from_secs(290);
+    let mut reported = 0;
+    loop {
+        let correct = tally.lock().unwrap().correct;
+        if correct == layout.services {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{NAMESPACE}: {correct} of {} Services correct after 290 s",
+            layout.services
+        );
+        if correct >= reported + layout.services / 10 {
+            progress(
+                t,
+                format!(
+                    "{NAMESPACE}: {correct}/{} Services correct",
+                    layout.services
+                ),
+            );
+            reported = correct;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seconds = controller.started.elapsed().as_secs_f64();
+    let control_plane = cpu_spent(&cpu_before, &control_plane_cpu(&kubeconfig));
+    let cost = controller.cost();
+    watching.abort();
+    progress(
+        t,
+        format!("{NAMESPACE}: every slice correct {seconds:.2} s after the controller started"),
+    );
+    controller.settle(Duration::from_secs(3)).await;
+    let time_after = apiserver_slice_write_time(client).await;
+    let writes = controller
+        .counter("nad_service_controller_endpointslice_writes_total")
+        .await;
+    let result = json!({
+        "services": layout.services,
+        "pods": layout.pods(),
+        "networks": layout.networks(),
+        "seconds_to_correct_slices": seconds,
+        "slice_writes": writes,
+        "apiserver_ms_per_slice_write": api_mean_ms(time_before, time_after),
+        "cost": cost,
+        "control_plane_cpu_seconds": control_plane,
+    });
+    (controller, result)
+}
+
+fn api_mean_ms(before: (f64, f64), after: (f64, f64)) -> f64 {
+    let count = after.1 - before.1;
+    if count > 0.0 {
+        (after.0 - before.0) / count * 1e3
+    } else {
+        0.0
+    }
+}
+
+#[derive(Default)]
+struct Flip {
+    want: bool,
+    sent: Option<Instant>,
+    pod_seen: Option<Instant>,
+    slice_seen: Option<Instant>,
+}
+
+type Flips = Arc<Mutex<HashMap<String, Flip>>>;
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
+/// Watches pods and slices from now on (no initial list), stamping each awaited state.
+async fn watch_flips(client: &Client, flips: &Flips) -> Vec<tokio::task::JoinHandle<()>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), NAMESPACE);
+    let (pods_from, slices_from) = (now(&pods).await, now(&slices).await);
+    let on_pods = tokio::spawn({
+        let flips = flips.clone();
+        async move {
+            let mut events = pods
+                .watch(&WatchParams::default().timeout(290), &pods_from)
+                .await
+                .unwrap()
+                .boxed();
+            while let Ok(Some(event)) = events.try_next().await {
+                let now = Instant::now();
+                if let WatchEvent::Modified(pod) = event
+                    && let Some(f) = flips.lock().unwrap().get_mut(&pod.name_any())
+                    && f.pod_seen.is_none()
+                    && pod_ready(&pod) == f.want
+                {
+                    f.pod_seen = Some(now);
+                }
+            }
+        }
+    });
+    let on_slices = tokio::spawn({
+        let flips = flips.clone();
+        async move {
+            let mut events = slices
+                .watch(&WatchParams::default().timeout(290), &slices_from)
+                .await
+                .unwrap()
+                .boxed();
+            while let Ok(Some(event)) = events.try_next().await {
+                let now = Instant::now();
+                let (WatchEvent::Added(slice) | WatchEvent::Modified(slice)) = event else {
+                    continue;
+                };
+                let mut flips = flips.lock().unwrap();
+                for endpoint in slice.endpoints.iter().flatten() {
+                    let Some(name) = endpoint.target_ref.as_ref().and_then(|r| r.name.as_ref())
+                    else {
+                        continue;
+                    };
+                    if let Some(f) = flips.get_mut(name)
+                        && f.slice_seen.is_none()
+                        && endpoint.conditions.as_ref().and_then(|c| c.ready) == Some(f.want)
+                    {
+                        f.slice_seen = Some(now);
+                    }
+                }
+            }
+        }
+    });
+    vec![on_pods, on_slices]
+}
+
+/// Flips the Ready condition of `count` pods, one at a time, each twice (out and back).
+async fn flips(
+    client: &Client,
+    sim: &Simulator,
+    controller: &Controller,
+    layout: Layout,
+    count: usize,
+    t: Instant,
+) -> Value {
+    let flips: Flips = Arc::default();
+    let watches = watch_flips(client, &flips).await;
+    let writes_before = controller
+        .counter("nad_service_controller_endpointslice_writes_total")
+        .await;
+    let api_before = apiserver_slice_writes(client).await;
+    let time_before = apiserver_slice_write_time(client).await;
+    let (mut ours, mut api_floor) = (Vec::new(), Vec::new());
+    for i in 0..count {
+        // Spread over the Services, networks and pods, deterministically.
+        let name = Layout::pod((i * 7919) % layout.pods());
+        for want in [false, true] {
+            flips.lock().unwrap().insert(
+                name.clone(),
+                Flip {
+                    want,
+                    sent: Some(Instant::now()),
+                    ..Flip::default()
+                },
+            );
+            sim.set_ready(NAMESPACE, &name, want).await.unwrap();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let (sent, pod_seen, slice_seen) = loop {
+                if let Some(Flip {
+                    sent: Some(a),
+                    pod_seen: Some(b),
+                    slice_seen: Some(c),
+                    ..
+                }) = flips.lock().unwrap().get(&name)
+                {
+                    break (*a, *b, *c);
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{name}: Ready={want} not in its slice after 30 s"
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            };
+            flips.lock().unwrap().remove(&name);
+            ours.push(slice_seen.saturating_duration_since(pod_seen).as_secs_f64() * 1e3);
+            api_floor.push(pod_seen.saturating_duration_since(sent).as_secs_f64() * 1e3);
+        }
+        if (i + 1) % 100 == 0 {
+            progress(
+                t,
+                format!("{NAMESPACE}: {}/{count} pods flipped out and back", i + 1),
+            );
+        }
+    }
+    controller.settle(Duration::from_secs(2)).await;
+    for watch in watches {
+        watch.abort();
+    }
+    let flipped = (2 * count) as f64;
+    let writes = controller
+        .counter("nad_service_controller_endpointslice_writes_total")
+        .await
+        - writes_before;
+    let api_writes = apiserver_slice_writes(client).await - api_before;
+    json!({
+        "flips": 2 * count,
+        "pod_event_to_slice_event": summary(ours),
+        "apiserver_status_write_to_pod_event": summary(api_floor),
+        "apiserver_ms_per_slice_write": api_mean_ms(time_before, apiserver_slice_write_time(client).await),
+        "writes_per_flip": {
+            "controller_metric": writes as f64 / flipped,
+            "apiserver_request_total": api_writes as f64 / flipped,
+        },
+    })
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; this driver has no options of its own.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(run());
+}
+
+async fn run() {
+    let t = Instant::now();
+    let layout = Layout {
+        services: 10_000 / env_usize("NSC_BENCH_SCALE", 1).max(1),
+    };
+    let flip_count = env_usize("NSC_BENCH_FLIPS", 250);
+    let out = std::env::var_os("NSC_BENCH_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(
+                std::env::var("CARGO_TARGET_DIR")
+                    .unwrap_or_else(|_| format!("{}/../target", env!("CARGO_MANIFEST_DIR"))),
+            )
+            .join("bench/controller_envelope.json")
+        });
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let log = out.with_file_name("controller-envelope.log");
+
+    let client = support::client().await;
+    let version = client.apiserver_version().await.unwrap_or_else(|e| {
+        panic!("no control plane ({e}); start it with make local-up (make bench-scale does)")
+    });
+    progress(
+        t,
+        format!(
+            "API server {}; {} Services x {PODS_PER_SERVICE} pods on {} networks",
+            version.git_version,
+            layout.services,
+            layout.networks()
+        ),
+    );
+    let sim = Arc::new(simulator(&client));
+    sim.ensure_nodes().await.unwrap();
+    let heartbeat = tokio::spawn({
+        let sim = sim.clone();
+        async move {
+            let _ = sim.heartbeat().await;
+        }
+    });
+    let setup_seconds = populate(&client, layout, t).await;
+    remove_slices(&client).await;
+
+    progress(t, "cold start");
+    let (controller, cold) = cold_start(&client, layout, &log, t).await;
+    progress(
+        t,
+        format!("{flip_count} pods flipped out of Ready and back, one at a time"),
+    );
+    let flips = flips(&client, &sim, &controller, layout, flip_count, t).await;
+    let cost = controller.cost();
+    controller.stop();
+    heartbeat.abort();
+
+    if std::env::var_os("NSC_BENCH_KEEP").is_none() {
+        progress(t, format!("removing {NAMESPACE}"));
+        node_sim::delete_test_namespace(&client, NAMESPACE).await;
+    }
+    let result = json!({
+        "machine": machine(),
+        "kubernetes": version.git_version,
+        "date": k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%d").to_string(),
+        "setup_seconds": setup_seconds,
+        "pods_per_service": PODS_PER_SERVICE,
+        "cold_start": cold,
+        "flips": flips,
+        "cost": cost,
+    });
+    std::fs::write(&out, serde_json::to_vec_pretty(&result).unwrap()).unwrap();
+    progress(t, format!("wrote {}", out.display()));
+    println!("{}", serde_json::to_string_pretty(&result).unwrap());
+}
