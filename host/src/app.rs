@@ -125,6 +125,7 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
         settings: Settings {
             max_endpoints_per_slice: args.max_endpoints_per_slice,
             namespace: args.watch_namespace.clone(),
+            concurrent_syncs: args.concurrent_syncs,
         },
         metrics,
         ready,

@@ -127,6 +127,12 @@ pub struct RunArgs {
           value_parser = parse_max_endpoints, global = true)]
     pub max_endpoints_per_slice: usize,
 
+    /// Services reconciled at once (as kube-controller-manager's
+    /// --concurrent-endpointslice-syncs). A reconcile mostly waits for its slice write.
+    #[arg(long, env = "NSC_CONCURRENT_SYNCS", default_value_t = 5,
+          value_parser = clap::value_parser!(u16).range(1..=64), global = true)]
+    pub concurrent_syncs: u16,
+
     /// Directory of plugin components (`<name>.wasm`, optional `<name>.json` configuration);
     /// in a cluster, a mounted ConfigMap. Services pick one with the annotation
     /// isim.dev/endpoint-policy: <name>.
@@ -216,6 +222,7 @@ mod tests {
         assert!(cli.command.is_none());
         assert!(cli.run.leader_election);
         assert_eq!(cli.run.max_endpoints_per_slice, 100);
+        assert_eq!(cli.run.concurrent_syncs, 5);
         assert_eq!(cli.run.plugin_deadline, Duration::from_millis(100));
         let cli = Cli::try_parse_from([
             "nsc",
@@ -298,5 +305,7 @@ mod tests {
         let err = Cli::try_parse_from(["nsc", "--max-endpoints-per-slice", "1001"]).unwrap_err();
         assert!(err.to_string().contains("between 1 and 1000"), "{err}");
         assert!(Cli::try_parse_from(["nsc", "--max-endpoints-per-slice", "0"]).is_err());
+        assert!(Cli::try_parse_from(["nsc", "--concurrent-syncs", "0"]).is_err());
+        assert!(Cli::try_parse_from(["nsc", "--concurrent-syncs", "65"]).is_err());
     }
 }

@@ -19,6 +19,7 @@ use crate::{
     input::target::{self, ServiceTarget, Target},
     plugin::{self, HOST_WIT_VERSION, POLICY_ANNOTATION, Plugins, Runtime, WIT_PACKAGE},
     reconcile::{
+        candidates::Observed,
         decide::{self, Inputs},
         observe::{self, Observation},
         plan,
@@ -117,12 +118,12 @@ pub fn eval(
             plugin_name_for(&target).unwrap_or(&name),
             configured,
         )),
-        target: (*target).clone(),
+        target: target.clone(),
         scope: Scope::Full,
         remembered: None,
         changed: Observation::default(),
         touches_published: false,
-        observe_all: Box::new(move || observed),
+        observe_all: Box::new(move || Observed::new(observed)),
     });
     let verdicts = decided.outcome?.unwrap_or_default();
     for (index, reason) in &verdicts.excluded {
@@ -143,7 +144,7 @@ pub fn eval(
 }
 
 /// The one managed Service of the file, as the controller sees it.
-fn service_target(path: &Path) -> anyhow::Result<Box<ServiceTarget>> {
+fn service_target(path: &Path) -> anyhow::Result<Arc<ServiceTarget>> {
     let services: Vec<Service> = objects(path, "Service")?;
     let service = match services.as_slice() {
         [service] => service,

@@ -1,15 +1,18 @@
 //! In-memory indexes the watches feed and reconciles read: pods reduced to what planning and
 //! plugins need ([`pod`]), by `(namespace, network)` ([`pods`]); nodes as a zone map
-//! ([`nodes`]); managed Services by network ([`services`]). Pure and synchronous: no I/O.
+//! ([`nodes`]); managed Services by network ([`services`]); this controller's slices by
+//! Service ([`slices`]). Pure and synchronous: no I/O.
 
 pub mod keys;
 pub mod nodes;
 pub mod pod;
 pub mod pods;
 pub mod services;
+pub mod slices;
 
 pub use keys::{KeySet, Keys};
 pub use nodes::{NodeZones, ZONE_LABEL};
 pub use pod::{Phase, PodRecord};
 pub use pods::{NetworkKey, PodChange, PodIndex};
 pub use services::ServiceNetworks;
+pub use slices::SliceNames;

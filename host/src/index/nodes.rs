@@ -17,12 +17,18 @@ pub struct NodeZones {
     relisting: Option<HashSet<String>>,
     gate: RelistGate<String>,
     synced: bool,
+    generation: u64,
 }
 
 impl NodeZones {
     /// `None` when the node is not known; `Some(None)` when it has no zone label.
     pub fn zone(&self, node: &str) -> Option<Option<&str>> {
         self.zones.get(node).map(Option::as_deref)
+    }
+
+    /// A number that changes whenever a node's zone does (or a node comes or goes).
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     pub fn is_synced(&self) -> bool {
@@ -67,6 +73,9 @@ impl NodeZones {
                 gone
             }
         };
+        if !changed.is_empty() {
+            self.generation += 1;
+        }
         self.gate.pass(event, changed)
     }
 }
@@ -116,7 +125,9 @@ mod tests {
                 .on_event(&Event::InitApply(node("stays", Some("z"))))
                 .is_empty()
         );
-        assert_eq!(zones.on_event(&Event::InitDone), vec!["stays", "gone"]);
+        let mut released = zones.on_event(&Event::InitDone);
+        released.sort();
+        assert_eq!(released, vec!["gone", "stays"]);
         assert_eq!(zones.zone("gone"), None);
         assert!(zones.is_synced());
     }

@@ -44,6 +44,9 @@ pub struct PodIndex {
     relisting: Option<HashSet<PodKey>>,
     gate: RelistGate<NetworkKey>,
     synced: bool,
+    /// Per network, a number that changes whenever its pods do (see [`Self::generation`]).
+    generations: HashMap<NetworkKey, u64>,
+    changes: u64,
 }
 
 impl PodIndex {
@@ -88,6 +91,20 @@ impl PodIndex {
             .get(&(namespace.to_owned(), network.to_owned()))
             .into_iter()
             .flat_map(BTreeMap::values)
+    }
+
+    /// A number that changes whenever a pod on the network is added, changed or removed, so
+    /// that what is derived from the network's pods can be kept until then.
+    pub fn generation(&self, namespace: &str, network: &str) -> u64 {
+        self.generations
+            .get(&(namespace.to_owned(), network.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn changed(&mut self, network: NetworkKey) {
+        self.changes += 1;
+        self.generations.insert(network, self.changes);
     }
 
     pub fn get(&self, namespace: &str, name: &str) -> Option<&Arc<PodRecord>> {
@@ -185,8 +202,10 @@ impl PodIndex {
     fn insert(&mut self, key: PodKey, record: Arc<PodRecord>) -> Option<Arc<PodRecord>> {
         let before = self.remove(&key);
         for network in record.networks() {
+            let network = (key.0.clone(), network.to_owned());
+            self.changed(network.clone());
             self.by_network
-                .entry((key.0.clone(), network.to_owned()))
+                .entry(network)
                 .or_default()
                 .insert(key.1.clone(), record.clone());
         }
@@ -198,6 +217,7 @@ impl PodIndex {
         let before = self.pods.remove(key)?;
         for network in before.networks() {
             let network_key = (key.0.clone(), network.to_owned());
+            self.changed(network_key.clone());
             if let Some(pods) = self.by_network.get_mut(&network_key) {
                 pods.remove(&key.1);
                 if pods.is_empty() {

@@ -3,7 +3,7 @@
 //! Pure: a Service in, a [`Target`] out. The controller turns [`Target::Invalid`] into a
 //! Warning Event and removes the Service's slices.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 use kube::ResourceExt;
@@ -71,7 +71,7 @@ pub enum Target {
     Unmanaged,
     /// Annotated but unusable. Each entry says what to change.
     Invalid(Vec<String>),
-    Managed(Box<ServiceTarget>),
+    Managed(Arc<ServiceTarget>),
 }
 
 /// Resolves the annotation value to `<namespace>/<nad>`, or says what is wrong with it.
@@ -173,7 +173,7 @@ pub fn classify(service: &Service) -> Target {
             })
             .collect()
     });
-    Target::Managed(Box::new(ServiceTarget {
+    Target::Managed(Arc::new(ServiceTarget {
         name: service.name_any(),
         namespace,
         uid: service.uid().unwrap_or_default(),

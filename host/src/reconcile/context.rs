@@ -16,13 +16,14 @@ use kube::{
 
 use super::{
     book::SharedBook,
+    candidates::CandidateCache,
     decide::ObserveAll,
     observe::{self, Observation},
     slices,
 };
 use crate::{
     error::{Error, describe},
-    index::{NodeZones, PodIndex},
+    index::{NodeZones, PodIndex, SliceNames},
     input::target::ServiceTarget,
     metrics::Metrics,
     plugin::SharedPlugins,
@@ -37,6 +38,8 @@ pub struct Settings {
     pub max_endpoints_per_slice: usize,
     /// Watch Services, pods and slices of this namespace only (all namespaces when `None`).
     pub namespace: Option<String>,
+    /// Services reconciled at once.
+    pub concurrent_syncs: u16,
 }
 
 /// Everything a reconcile reads or writes through.
@@ -46,20 +49,15 @@ pub struct Context {
     pub pods: Arc<RwLock<PodIndex>>,
     pub zones: Arc<RwLock<NodeZones>>,
     pub slices: Store<EndpointSlice>,
+    pub slice_names: Arc<RwLock<SliceNames>>,
+    /// Each network's candidates, shared by its Services.
+    pub candidates: Arc<CandidateCache>,
     pub plugins: Arc<SharedPlugins>,
     pub settings: Settings,
     pub metrics: Arc<Metrics>,
     pub book: SharedBook,
     pub recovery: Arc<Recovery>,
     pub caches_ready: tokio::sync::watch::Receiver<bool>,
-}
-
-fn observe_all(
-    pods: &RwLock<PodIndex>,
-    zones: &RwLock<NodeZones>,
-    target: &ServiceTarget,
-) -> Observation {
-    observe::from_index(&read(pods), &read(zones), target)
 }
 
 fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
@@ -85,21 +83,18 @@ impl Context {
     /// This controller's slices of the Service, from the cache.
     pub fn slices_of(&self, service: &ObjectRef<Service>) -> Vec<Arc<EndpointSlice>> {
         let namespace = service.namespace.as_deref().unwrap_or_default();
-        self.slices.state_filter(|s| {
-            s.metadata.namespace.as_deref() == Some(namespace)
-                && slices::is_managed_slice_of(s, &service.name)
-        })
-    }
-
-    /// The Service's candidates, from the pod index.
-    pub fn observe(&self, target: &ServiceTarget) -> Observation {
-        observe_all(&self.pods, &self.zones, target)
+        read(&self.slice_names)
+            .of(namespace, &service.name)
+            .filter_map(|name| self.slices.get(&ObjectRef::new(name).within(namespace)))
+            .filter(|s| slices::is_managed_slice_of(s, &service.name))
+            .collect()
     }
 
     /// What observes the Service's candidates later, on any thread.
-    pub fn observer(&self, target: &ServiceTarget) -> ObserveAll {
-        let (pods, zones, target) = (self.pods.clone(), self.zones.clone(), target.clone());
-        Box::new(move || observe_all(&pods, &zones, &target))
+    pub fn observer(&self, target: &Arc<ServiceTarget>) -> ObserveAll {
+        let (pods, zones) = (self.pods.clone(), self.zones.clone());
+        let (cache, target) = (self.candidates.clone(), target.clone());
+        Box::new(move || cache.observe(&read(&pods), &read(&zones), &target))
     }
 
     /// The named pods among the Service's candidates (a pod-scoped reconcile's).

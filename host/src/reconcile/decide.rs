@@ -19,6 +19,7 @@ use std::{
 };
 
 use super::{
+    candidates::Observed,
     observe::{Candidate, Observation},
     plan::{Conditions, Decision},
     scope::Scope,
@@ -59,10 +60,20 @@ pub struct Remembered {
     pub included: HashMap<String, Conditions>,
 }
 
+impl Remembered {
+    /// Whose decisions these are, without them: for asking about a pod that is not included.
+    pub fn without_pods(&self) -> Remembered {
+        Remembered {
+            by: self.by.clone(),
+            included: HashMap::new(),
+        }
+    }
+}
+
 /// Every candidate of the Service and what the policy says of them.
 #[derive(Debug, Default)]
 pub struct Verdicts {
-    pub observation: Observation,
+    pub observation: Arc<Observed>,
     /// Indexes into `observation.candidates`, in order.
     pub included: Vec<(usize, Conditions)>,
     /// The excluded candidates this reconcile asked about, with the policy's reason.
@@ -102,12 +113,12 @@ impl Decided {
 }
 
 /// Observes every candidate of the Service, when `decide` needs them.
-pub type ObserveAll = Box<dyn FnOnce() -> Observation + Send>;
+pub type ObserveAll = Box<dyn FnOnce() -> Arc<Observed> + Send>;
 
 /// What `decide` needs, owned, so that it can run on any thread.
 pub struct Inputs {
     pub plugins: Arc<Plugins>,
-    pub target: ServiceTarget,
+    pub target: Arc<ServiceTarget>,
     pub scope: Scope,
     pub remembered: Option<Remembered>,
     /// For a pod-scoped reconcile: the changed pods among the candidates, and those to report
@@ -190,7 +201,7 @@ fn decide_with(ask: &mut Asker<'_>, inputs: Inputs) -> Result<Option<Verdicts>, 
     // asked again about every candidate.
     if matches!(scope, Scope::Pods(_)) && (usable || !(touches_published || unusual)) {
         let only: Vec<&Candidate> = changed.candidates.iter().collect();
-        let answers = ask.evaluate(&only)?;
+        let answers = ask.evaluate(Pods::Some(&only))?;
         let included = answers.iter().any(|d| matches!(d, Decision::Include(_)));
         let memory = remembered.filter(|r| per_pod_memory(ask, r));
         let moves = included || touches_published || unusual;
@@ -221,8 +232,7 @@ fn decide_with(ask: &mut Asker<'_>, inputs: Inputs) -> Result<Option<Verdicts>, 
         }
     }
     let observation = observe_all();
-    let all: Vec<&Candidate> = observation.candidates.iter().collect();
-    let decisions = ask.evaluate(&all)?;
+    let decisions = ask.evaluate(Pods::All(&observation))?;
     let mut verdicts = Verdicts::default();
     for (index, decision) in decisions.into_iter().enumerate() {
         match decision {
@@ -255,7 +265,7 @@ fn remembered_of(
 
 /// The verdicts of every candidate from the per-pod memory; pods that are no longer
 /// candidates leave it. (Candidates are sorted by name.)
-fn from_memory(observation: Observation, memory: &mut Remembered) -> Verdicts {
+fn from_memory(observation: Arc<Observed>, memory: &mut Remembered) -> Verdicts {
     let candidates = &observation.candidates;
     let index_of = |pod: &str| candidates.binary_search_by(|c| c.name().cmp(pod)).ok();
     memory.included.retain(|pod, _| index_of(pod).is_some());
@@ -290,8 +300,29 @@ struct Asker<'a> {
     decided: &'a mut Decided,
 }
 
+/// The pods a call asks about: some of the candidates, or all of them (whose views the
+/// Services of the network share).
+#[derive(Clone, Copy)]
+enum Pods<'a> {
+    Some(&'a [&'a Candidate]),
+    All(&'a Observed),
+}
+
+impl Pods<'_> {
+    fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+
+    fn len(self) -> usize {
+        match self {
+            Pods::Some(pods) => pods.len(),
+            Pods::All(observed) => observed.candidates.len(),
+        }
+    }
+}
+
 impl Asker<'_> {
-    fn evaluate(&mut self, pods: &[&Candidate]) -> Result<Vec<Decision>, Error> {
+    fn evaluate(&mut self, pods: Pods<'_>) -> Result<Vec<Decision>, Error> {
         match self.call(pods) {
             Err(e @ (Error::PluginCall(_) | Error::PluginRejected(_)))
                 if self.chosen.policy == FailurePolicy::Fallback =>
@@ -304,13 +335,19 @@ impl Asker<'_> {
         }
     }
 
-    fn call(&mut self, pods: &[&Candidate]) -> Result<Vec<Decision>, Error> {
+    fn call(&mut self, pods: Pods<'_>) -> Result<Vec<Decision>, Error> {
         if pods.is_empty() {
             return Ok(Vec::new());
         }
-        let plugin = &self.chosen.configured.plugin;
+        let configured = &self.chosen.configured;
+        let plugin = &configured.plugin;
         let service = plugin::service_view(self.target);
-        let views: Vec<_> = pods.iter().map(|c| plugin::pod_view(c, plugin)).collect();
+        let views = match pods {
+            Pods::Some(some) => {
+                Arc::new(some.iter().map(|c| plugin::pod_view(c, plugin)).collect())
+            }
+            Pods::All(observed) => observed.views(configured),
+        };
         let started = Instant::now();
         let result = plugin.evaluate(&service, &views, &self.chosen.configured.config);
         self.decided.calls.push(PluginCall {

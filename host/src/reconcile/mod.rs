@@ -6,6 +6,7 @@
 //! bookkeeping between reconciles is [`book`]'s. Nothing else writes.
 
 pub mod book;
+pub mod candidates;
 pub mod decide;
 pub mod expectations;
 pub mod observe;
@@ -199,17 +200,17 @@ async fn plan_and_write(
         };
     let inputs = Inputs {
         plugins: ctx.plugins.snapshot(),
-        target: (*target).clone(),
+        target: target.clone(),
         scope: begun.taken.scope,
         remembered: begun.remembered,
         changed,
         touches_published,
         observe_all: ctx.observer(&target),
     };
-    let decided = run_decide(inputs).await?;
+    let mut decided = run_decide(inputs).await?;
     report::decided(ctx, service, &decided).await;
-    if let Some(remembered) = &decided.remembered {
-        ctx.book.lock().remember(&key, remembered.clone());
+    if let Some(remembered) = decided.remembered.take() {
+        ctx.book.lock().remember(&key, remembered);
     }
     let evaluated = decided.evaluated();
     let Some(verdicts) = decided.outcome? else {

@@ -138,10 +138,13 @@ impl Harness {
             pods: Arc::new(RwLock::new(PodIndex::new(plugins.keys()))),
             zones: Arc::new(RwLock::new(zones)),
             slices,
+            slice_names: Arc::default(),
+            candidates: Arc::default(),
             plugins: Arc::new(SharedPlugins::new(plugins)),
             settings: Settings {
                 max_endpoints_per_slice: 100,
                 namespace: None,
+                concurrent_syncs: 1,
             },
             metrics: Arc::default(),
             book: SharedBook::default(),
@@ -184,8 +187,15 @@ impl Harness {
             let mut slice: EndpointSlice = serde_json::from_value(body.clone()).unwrap();
             slice.metadata.generation = Some(1);
             slice.metadata.uid = Some(format!("uid-{}", slice.name_any()));
-            self.slices.apply_watcher_event(&Event::Apply(slice));
+            self.store_slice(slice);
         }
+    }
+
+    /// A slice event as the slice watch handles it: the store, then the names by Service.
+    fn store_slice(&mut self, slice: EndpointSlice) {
+        let event = Event::Apply(slice);
+        self.slices.apply_watcher_event(&event);
+        self.ctx.slice_names.write().unwrap().on_event(&event);
     }
 
     /// Runs one reconcile of `service` against the expected `calls`.
@@ -286,8 +296,7 @@ fn a_slice(name: &str) -> EndpointSlice {
 #[tokio::test]
 async fn an_unannotated_service_has_its_slices_removed() {
     let mut h = Harness::new(built_in());
-    h.slices
-        .apply_watcher_event(&Event::Apply(a_slice("web-ipv4-0")));
+    h.store_slice(a_slice("web-ipv4-0"));
     let (result, _) = h
         .reconcile(
             &service(json!({}), json!({"clusterIP": "None"})),
@@ -301,8 +310,7 @@ async fn an_unannotated_service_has_its_slices_removed() {
 #[tokio::test]
 async fn an_invalid_service_is_warned_about_and_its_slices_removed() {
     let mut h = Harness::new(built_in());
-    h.slices
-        .apply_watcher_event(&Event::Apply(a_slice("web-ipv4-0")));
+    h.store_slice(a_slice("web-ipv4-0"));
     let with_selector = service(
         json!({"isim.dev/network": "macvlan"}),
         json!({"clusterIP": "None", "selector": {"app": "web"}}),
@@ -324,8 +332,7 @@ async fn an_invalid_service_is_warned_about_and_its_slices_removed() {
 #[tokio::test]
 async fn a_deleting_service_is_left_to_the_garbage_collector() {
     let mut h = Harness::new(built_in());
-    h.slices
-        .apply_watcher_event(&Event::Apply(a_slice("web-ipv4-0")));
+    h.store_slice(a_slice("web-ipv4-0"));
     let mut deleting = headless(json!({}));
     deleting.metadata.deletion_timestamp =
         Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
@@ -338,8 +345,7 @@ async fn a_deleting_service_is_left_to_the_garbage_collector() {
 #[tokio::test]
 async fn a_cache_behind_this_controllers_writes_is_waited_for() {
     let mut h = Harness::new(built_in());
-    h.slices
-        .apply_watcher_event(&Event::Apply(a_slice("web-ipv4-0")));
+    h.store_slice(a_slice("web-ipv4-0"));
     h.ctx
         .book
         .lock()
@@ -565,7 +571,7 @@ async fn a_slice_edited_by_hand_is_restored_without_asking_the_plugin() {
     let mut edited: EndpointSlice = serde_json::from_value(sent[0].clone()).unwrap();
     edited.endpoints.as_mut().unwrap().truncate(1);
     edited.metadata.generation = Some(2);
-    h.slices.apply_watcher_event(&Event::Apply(edited));
+    h.store_slice(edited);
     h.ctx.book.lock().scopes.slices_changed(key());
     let (result, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
     result.unwrap();

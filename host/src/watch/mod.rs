@@ -32,7 +32,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::{
-    index::{NodeZones, PodIndex, ServiceNetworks},
+    index::{NodeZones, PodIndex, ServiceNetworks, SliceNames},
     metrics::Metrics,
     reconcile::book::SharedBook,
 };
@@ -45,6 +45,7 @@ pub struct Shared {
     pub pods: Arc<RwLock<PodIndex>>,
     pub zones: Arc<RwLock<NodeZones>>,
     pub networks: Arc<RwLock<ServiceNetworks>>,
+    pub slice_names: Arc<RwLock<SliceNames>>,
     pub recovery: Arc<Recovery>,
     pub metrics: Arc<Metrics>,
 }

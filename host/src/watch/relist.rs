@@ -6,12 +6,15 @@
 //! therefore run against a half-updated cache and find nothing to do, with no later event to correct it. So what a relist triggers
 //! is held back by a [`RelistGate`] and released at `InitDone`, when the store is current.
 
+use std::{collections::HashSet, hash::Hash};
+
 use kube::runtime::watcher::Event;
 
-/// Holds back what the events of a relist trigger until the relist is complete.
+/// Holds back what the events of a relist trigger until the relist is complete. What is held
+/// is a set: a relist of 150 000 pods on 100 networks holds 100 entries, not 150 000.
 #[derive(Debug)]
 pub struct RelistGate<T> {
-    held: Option<Vec<T>>,
+    held: Option<HashSet<T>>,
 }
 
 impl<T> Default for RelistGate<T> {
@@ -20,12 +23,13 @@ impl<T> Default for RelistGate<T> {
     }
 }
 
-impl<T> RelistGate<T> {
-    /// What `event` triggered, passed on now or held until the relist it belongs to is done.
+impl<T: Eq + Hash> RelistGate<T> {
+    /// What `event` triggered, passed on now or held until the relist it belongs to is done
+    /// (then each once, in no particular order).
     pub fn pass<K>(&mut self, event: &Event<K>, triggered: Vec<T>) -> Vec<T> {
         match event {
             Event::Init => {
-                self.held = Some(triggered);
+                self.held = Some(triggered.into_iter().collect());
                 Vec::new()
             }
             Event::InitApply(_) => match self.held.as_mut() {
@@ -38,7 +42,7 @@ impl<T> RelistGate<T> {
             Event::InitDone => {
                 let mut released = self.held.take().unwrap_or_default();
                 released.extend(triggered);
-                released
+                released.into_iter().collect()
             }
             Event::Apply(_) | Event::Delete(_) => triggered,
         }
@@ -61,10 +65,12 @@ mod tests {
                 .is_empty()
         );
         assert!(
-            gate.pass(&ev(Event::InitApply(node("m"))), vec![3])
+            gate.pass(&ev(Event::InitApply(node("m"))), vec![3, 2])
                 .is_empty()
         );
-        assert_eq!(gate.pass(&ev(Event::InitDone), vec![4]), vec![2, 3, 4]);
+        let mut released = gate.pass(&ev(Event::InitDone), vec![4]);
+        released.sort_unstable();
+        assert_eq!(released, vec![2, 3, 4], "each held trigger once");
         assert_eq!(gate.pass(&ev(Event::Delete(node("n"))), vec![5]), vec![5]);
     }
 

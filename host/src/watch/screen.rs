@@ -18,6 +18,7 @@ use crate::{
     input::target::{self, ServiceTarget, Target},
     plugin::SharedPlugins,
     reconcile::{
+        candidates::Observed,
         decide::{self, Inputs},
         observe::{self, Observation},
         scope::Scope,
@@ -54,7 +55,9 @@ impl Screen {
                 return true;
             }
             match book.remembered(key) {
-                Some(remembered) => remembered.clone(),
+                // The pod is not among those included: whose decisions these are is all the
+                // screening needs of them.
+                Some(remembered) => remembered.without_pods(),
                 None => return true,
             }
         };
@@ -74,12 +77,12 @@ impl Screen {
         }
         let decided = decide::decide(Inputs {
             plugins: self.plugins.snapshot(),
-            target: (*target).clone(),
+            target,
             scope: Scope::Pods([pod.to_owned()].into()),
             remembered: Some(remembered),
             changed,
             touches_published: false,
-            observe_all: Box::new(Observation::default),
+            observe_all: Box::new(|| Observed::new(Observation::default())),
         });
         let moves_nothing = matches!(decided.outcome, Ok(None))
             && decided.fell_back.is_none()

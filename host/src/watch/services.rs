@@ -36,6 +36,12 @@ pub fn watch(
                     gate.pass(&event, now)
                 }
             };
+            // The store is current for each of them now (a relist's at its end).
+            let changed: Vec<Service> = changed
+                .into_iter()
+                .filter_map(|key| store.get(&key))
+                .map(|service| (*service).clone())
+                .collect();
             let mut book = shared.book.lock();
             for service in &changed {
                 book.scopes.everything_changed(ObjectRef::from_obj(service));
@@ -49,11 +55,11 @@ fn on_event(
     shared: &Shared,
     store: &Store<Service>,
     event: &watcher::Event<Service>,
-) -> Vec<Service> {
+) -> Vec<ObjectRef<Service>> {
     match event {
         watcher::Event::Apply(service) | watcher::Event::InitApply(service) => {
             write(&shared.networks).apply(service);
-            vec![service.clone()]
+            vec![ObjectRef::from_obj(service)]
         }
         watcher::Event::Delete(service) => {
             let key = ObjectRef::from_obj(service);

@@ -1,4 +1,4 @@
-//! The watch of this controller's slices: their store, and the Services a slice event
+//! The watch of this controller's slices: their store and names by Service, and the Services a slice event
 //! concerns. An event that shows exactly what this controller wrote adds nothing to check;
 //! anything else (a hand edit, a deletion by someone else) makes the owner place its
 //! decisions again (no input changed, so they stand).
@@ -14,7 +14,7 @@ use kube::{
     },
 };
 
-use super::{Health, Shared, backoff, relist::RelistGate, strip::strip_meta};
+use super::{Health, Shared, backoff, relist::RelistGate, strip::strip_meta, write};
 use crate::reconcile::{
     book::SharedBook,
     slices::{MANAGED_BY, MANAGED_BY_LABEL},
@@ -34,6 +34,7 @@ pub fn watch(
         .reflect(writer)
         .filter_map(move |item| {
             let owners = health.observe(item).map_or_else(Vec::new, |event| {
+                write(&shared.slice_names).on_event(&event);
                 let owners = owners(&shared.book, &event);
                 gate.pass(&event, owners)
             });

@@ -114,6 +114,7 @@ impl Controller {
             Settings {
                 max_endpoints_per_slice: 100,
                 namespace: Some(namespace.to_owned()),
+                concurrent_syncs: 5,
             },
             metrics.clone(),
             Readiness::default(),
