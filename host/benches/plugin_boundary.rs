@@ -278,7 +278,7 @@ fn views(plugin: &Plugin, n: usize) -> Vec<wit::Pod> {
 
 /// What a plugin declaring `*` for labels and annotations gets.
 fn view_all(candidate: &Candidate) -> wit::Pod {
-    let kvs = |map: &BTreeMap<String, String>| -> Vec<wit::KeyValue> {
+    let kvs = |map: &[(String, String)]| -> Vec<wit::KeyValue> {
         map.iter()
             .map(|(key, value)| wit::KeyValue {
                 key: key.clone(),

@@ -54,8 +54,10 @@ impl KeySet {
         }
     }
 
-    /// The entries of `map` whose keys are in this set.
-    pub fn keep(&self, map: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    /// The entries of `map` whose keys are in this set, in key order. A boxed slice, not a
+    /// map: a pod keeps one or two entries, and a `BTreeMap` node holds room for eleven
+    /// (about 540 bytes a pod, 80 MB at 150 000 pods).
+    pub fn keep(&self, map: Option<&BTreeMap<String, String>>) -> Kept {
         map.into_iter()
             .flatten()
             .filter(|(k, _)| self.contains(k))
@@ -63,6 +65,9 @@ impl KeySet {
             .collect()
     }
 }
+
+/// Label or annotation entries a pod record keeps, sorted by key.
+pub type Kept = Box<[(String, String)]>;
 
 /// The label and annotation keys the index keeps of each pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -4,12 +4,12 @@
 //! `network-status` annotation is already parsed into one attachment per network, and whose
 //! labels and annotations are only those the loaded plugins declared ([`Keys`]).
 
-use std::{collections::BTreeMap, net::IpAddr};
+use std::net::IpAddr;
 
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
 use kube::ResourceExt;
 
-use super::keys::Keys;
+use super::keys::{Kept, Keys};
 use crate::input::network_status::{self, Attachment, Attachments, StatusError};
 
 /// `status.phase`.
@@ -69,9 +69,9 @@ pub struct PodRecord {
     pub subdomain: Option<String>,
     pub ports: Vec<NamedPort>,
     /// Only the keys the loaded plugins read.
-    pub labels: BTreeMap<String, String>,
+    pub labels: Kept,
     /// Only the keys the loaded plugins read.
-    pub annotations: BTreeMap<String, String>,
+    pub annotations: Kept,
     pub attachments: Attachments,
     /// When the pod last changed in a way that moves its endpoints, as Kubernetes' own
     /// EndpointSlice controller reads it: the `Ready` condition's last transition, else the
@@ -204,13 +204,10 @@ mod tests {
         assert_eq!(record.node_name.as_deref(), Some("n1"));
         assert_eq!(record.named_port("http", "TCP"), Some(80));
         assert_eq!(record.ports.len(), 1, "only named ports are looked up");
+        assert_eq!(&*record.labels, [("app".to_owned(), "web".to_owned())]);
         assert_eq!(
-            record.labels,
-            BTreeMap::from([("app".into(), "web".into())])
-        );
-        assert_eq!(
-            record.annotations,
-            BTreeMap::from([("isim.dev/weight".into(), "3".into())])
+            &*record.annotations,
+            [("isim.dev/weight".to_owned(), "3".to_owned())]
         );
         assert_eq!(
             record.networks().collect::<Vec<_>>(),

@@ -26,7 +26,7 @@ fn all(map: &BTreeMap<String, String>) -> Vec<wit::KeyValue> {
         .collect()
 }
 
-fn only(map: &BTreeMap<String, String>, keep: impl Fn(&str) -> bool) -> Vec<wit::KeyValue> {
+fn only(map: &[(String, String)], keep: impl Fn(&str) -> bool) -> Vec<wit::KeyValue> {
     map.iter()
         .filter(|(key, _)| keep(key))
         .map(|(key, value)| wit::KeyValue {
