@@ -555,6 +555,10 @@ pub async fn create_test_namespace(client: &Client, name: &str) -> anyhow::Resul
 }
 
 /// Like [`create_test_namespace`]; `simulated: false` leaves its pods to the pod agent.
+///
+/// The controller manager creates the ServiceAccount; right after an API server restart (the
+/// fault tests make several) its informers may take over a minute to list again, hence the
+/// two minutes.
 pub async fn create_namespace(client: &Client, name: &str, simulated: bool) -> anyhow::Result<()> {
     let mut labels = json!({"nsc-test": "true"});
     if simulated {
@@ -568,7 +572,7 @@ pub async fn create_namespace(client: &Client, name: &str, simulated: bool) -> a
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
     eventually(
         "the default ServiceAccount",
-        std::time::Duration::from_secs(60),
+        std::time::Duration::from_secs(120),
         || async { accounts.get_opt("default").await.ok().flatten().map(|_| ()) },
     )
     .await;
