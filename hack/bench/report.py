@@ -152,6 +152,7 @@ def controller_section(s: dict) -> list[str]:
         f"| pod watch event | {pod_ev['p50_ms']:.1f} ms | {pod_ev['p95_ms']:.1f} ms | {pod_ev['p99_ms']:.1f} ms | {pod_ev['max_ms']:.1f} ms |",
         f"| status write's response | {write_ev['p50_ms']:.1f} ms | {write_ev['p95_ms']:.1f} ms | {write_ev['p99_ms']:.1f} ms | {write_ev['max_ms']:.1f} ms |",
         "",
+        *reconcile_lines(lat),
         "### API writes per event",
         "",
         "| change | count | controller's `endpointslice_writes_total` | API server's `apiserver_request_total` (endpointslices, writes) |",
@@ -167,6 +168,17 @@ def controller_section(s: dict) -> list[str]:
         "",
         f"Peak RSS {wide['cost']['peak_rss_mib']:.1f} MiB (RSS at the end {wide['cost']['rss_mib']:.1f} MiB), "
         f"{wide['cost']['cpu_seconds']:.2f} CPU seconds over {wide['cost']['wall_seconds']:.0f} s.",
+        "",
+    ]
+
+
+def reconcile_lines(lat: dict) -> list[str]:
+    if "reconcile_ms_mean" not in lat:
+        return []
+    return [
+        f"Inside the controller, the flips cost {lat['reconciles_per_flip']:.2f} reconciles each, of "
+        f"{lat['reconcile_ms_mean']:.1f} ms on average (`reconcile_duration_seconds`: from the "
+        "reconcile's start to its last write's answer); the rest is the queue, the API server and the watches.",
         "",
     ]
 

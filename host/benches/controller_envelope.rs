@@ -606,12 +606,7 @@ async fn run() {
     let flips = flips(&client, &sim, &controller, layout, flip_count, t).await;
     let cost = controller.cost();
     controller.stop();
-    heartbeat.abort();
 
-    if std::env::var_os("NSC_BENCH_KEEP").is_none() {
-        progress(t, format!("removing {NAMESPACE}"));
-        node_sim::delete_test_namespace(&client, NAMESPACE).await;
-    }
     let result = json!({
         "machine": machine(),
         "kubernetes": version.git_version,
@@ -625,4 +620,10 @@ async fn run() {
     std::fs::write(&out, serde_json::to_vec_pretty(&result).unwrap()).unwrap();
     progress(t, format!("wrote {}", out.display()));
     println!("{}", serde_json::to_string_pretty(&result).unwrap());
+    // After the result is written: removing 150 000 pods takes minutes.
+    if std::env::var_os("NSC_BENCH_KEEP").is_none() {
+        progress(t, format!("removing {NAMESPACE}"));
+        node_sim::delete_test_namespace(&client, NAMESPACE).await;
+    }
+    heartbeat.abort();
 }

@@ -266,6 +266,7 @@ async fn latency(
     let evaluated_before = controller
         .counter("nad_service_controller_plugin_evaluated_pods_total")
         .await;
+    let reconciling_before = reconcile_time(controller).await;
     let api_before = apiserver_slice_writes(client).await;
     let mut state: HashMap<String, bool> = HashMap::new();
     let (mut watch_ms, mut write_ms) = (Vec::new(), Vec::new());
@@ -316,7 +317,11 @@ async fn latency(
         .counter("nad_service_controller_plugin_evaluated_pods_total")
         .await
         - evaluated_before;
+    let (seconds, reconciles) = reconcile_time(controller).await;
+    let (seconds, reconciles) = (seconds - reconciling_before.0, reconciles - reconciling_before.1);
     json!({
+        "reconciles_per_flip": reconciles / flips as f64,
+        "reconcile_ms_mean": seconds / reconciles.max(1.0) * 1e3,
         "evaluated_pods_per_flip": {
             "all_services": evaluated as f64 / flips as f64,
             "per_service": evaluated as f64 / flips as f64 / services as f64,
@@ -331,6 +336,18 @@ async fn latency(
             "apiserver_request_total": api_writes as f64 / flips as f64,
         },
     })
+}
+
+/// The controller's time in reconciles so far, and their number (its duration histogram).
+async fn reconcile_time(controller: &Controller) -> (f64, f64) {
+    (
+        controller
+            .sum("nad_service_controller_reconcile_duration_seconds_sum")
+            .await,
+        controller
+            .sum("nad_service_controller_reconcile_duration_seconds_count")
+            .await,
+    )
 }
 
 /// Pods joining and leaving one Service of `pods` pods, one at a time: each is a relabel (one

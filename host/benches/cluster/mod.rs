@@ -120,13 +120,19 @@ impl Controller {
 
     /// Sum of a counter over its label sets.
     pub async fn counter(&self, name: &str) -> u64 {
+        self.sum(name).await as u64
+    }
+
+    /// Sum of a metric's series over their label sets (a counter, or a histogram's `_sum` or
+    /// `_count`).
+    pub async fn sum(&self, name: &str) -> f64 {
         self.metrics()
             .await
             .lines()
             .filter(|l| l.starts_with(name) && !l.starts_with('#'))
             .filter(|l| l[name.len()..].starts_with(['{', ' ']))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>() as u64
+            .sum()
     }
 
     /// Waits until the reconcile counter has not moved for `quiet`.
