@@ -207,7 +207,7 @@ def envelope_section(e: dict) -> list[str]:
         f"{cold['services']:,} headless Services of {e['pods_per_service']} pods each on {cold['networks']} networks "
         f"({per_network} Services per network, so each Service's policy sees "
         f"{per_network * e['pods_per_service']:,} candidates), one namespace, on the local control plane.",
-        f"Setting up the pods took {e['setup_seconds']:.0f} s (not part of any figure; 0 when a kept namespace was reused).",
+        f"Setting up the pods took {e['setup_seconds']:.0f} s (not part of any figure).",
         "",
         "| figure | measured |",
         "|---|---:|",

@@ -50,8 +50,8 @@ mod support;
 
 mod cluster;
 use cluster::{
-    Controller, apiserver_slice_write_time, apiserver_slice_writes, control_plane_cpu, cpu_spent,
-    env_usize, machine, progress, summary,
+    Controller, Flip, Flips, apiserver_slice_write_time, apiserver_slice_writes, control_plane_cpu,
+    cpu_spent, env_usize, machine, progress, saw_pod, saw_slice, summary,
 };
 
 const NAMESPACE: &str = "bench-envelope";
@@ -390,24 +390,6 @@ fn api_mean_ms(before: (f64, f64), after: (f64, f64)) -> f64 {
     }
 }
 
-#[derive(Default)]
-struct Flip {
-    want: bool,
-    sent: Option<Instant>,
-    pod_seen: Option<Instant>,
-    slice_seen: Option<Instant>,
-}
-
-type Flips = Arc<Mutex<HashMap<String, Flip>>>;
-
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True")
-}
-
 /// Watches pods and slices from now on (no initial list), stamping each awaited state.
 async fn watch_flips(client: &Client, flips: &Flips) -> Vec<tokio::task::JoinHandle<()>> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
@@ -422,13 +404,8 @@ async fn watch_flips(client: &Client, flips: &Flips) -> Vec<tokio::task::JoinHan
                 .unwrap()
                 .boxed();
             while let Ok(Some(event)) = events.try_next().await {
-                let now = Instant::now();
-                if let WatchEvent::Modified(pod) = event
-                    && let Some(f) = flips.lock().unwrap().get_mut(&pod.name_any())
-                    && f.pod_seen.is_none()
-                    && pod_ready(&pod) == f.want
-                {
-                    f.pod_seen = Some(now);
+                if let WatchEvent::Modified(pod) = event {
+                    saw_pod(&flips, &pod, Instant::now());
                 }
             }
         }
@@ -442,22 +419,8 @@ async fn watch_flips(client: &Client, flips: &Flips) -> Vec<tokio::task::JoinHan
                 .unwrap()
                 .boxed();
             while let Ok(Some(event)) = events.try_next().await {
-                let now = Instant::now();
-                let (WatchEvent::Added(slice) | WatchEvent::Modified(slice)) = event else {
-                    continue;
-                };
-                let mut flips = flips.lock().unwrap();
-                for endpoint in slice.endpoints.iter().flatten() {
-                    let Some(name) = endpoint.target_ref.as_ref().and_then(|r| r.name.as_ref())
-                    else {
-                        continue;
-                    };
-                    if let Some(f) = flips.get_mut(name)
-                        && f.slice_seen.is_none()
-                        && endpoint.conditions.as_ref().and_then(|c| c.ready) == Some(f.want)
-                    {
-                        f.slice_seen = Some(now);
-                    }
+                if let WatchEvent::Added(slice) | WatchEvent::Modified(slice) = event {
+                    saw_slice(&flips, &slice, Instant::now());
                 }
             }
         }

@@ -23,7 +23,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     path::PathBuf,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -45,7 +45,10 @@ use serde_json::{Value, json};
 mod support;
 
 mod cluster;
-use cluster::{Controller, apiserver_slice_writes, env_usize, machine, progress, summary};
+use cluster::{
+    Controller, Flip, Flips, apiserver_slice_writes, env_usize, machine, progress, saw_pod,
+    saw_slice, summary,
+};
 
 const NETWORK: &str = "macvlan";
 
@@ -186,63 +189,26 @@ async fn cold_start(
 
 // ---- event latency ------------------------------------------------------------------------------
 
-#[derive(Default)]
-struct Pending {
-    want: bool,
-    pod_seen: Option<Instant>,
-    slice_seen: Option<Instant>,
-    written: Option<Instant>,
-}
-
-type Waiting = Arc<Mutex<HashMap<String, Pending>>>;
-
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True")
-}
-
 /// Watches pods and slices of `ns`, stamping when each awaited state shows up in either.
-fn watch(client: &Client, ns: &str, waiting: &Waiting) {
+fn watch(client: &Client, ns: &str, flips: &Flips) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
-    let w = waiting.clone();
+    let f = flips.clone();
     tokio::spawn(async move {
         let mut events = watcher(pods, watcher::Config::default())
             .applied_objects()
             .boxed();
         while let Ok(Some(pod)) = events.try_next().await {
-            let now = Instant::now();
-            let mut waiting = w.lock().unwrap();
-            if let Some(p) = waiting.get_mut(&pod.name_any())
-                && p.pod_seen.is_none()
-                && pod_ready(&pod) == p.want
-            {
-                p.pod_seen = Some(now);
-            }
+            saw_pod(&f, &pod, Instant::now());
         }
     });
-    let w = waiting.clone();
+    let f = flips.clone();
     tokio::spawn(async move {
         let mut events = watcher(slices, watcher::Config::default())
             .applied_objects()
             .boxed();
         while let Ok(Some(slice)) = events.try_next().await {
-            let now = Instant::now();
-            let mut waiting = w.lock().unwrap();
-            for endpoint in slice.endpoints.iter().flatten() {
-                let Some(name) = endpoint.target_ref.as_ref().and_then(|r| r.name.as_ref()) else {
-                    continue;
-                };
-                if let Some(p) = waiting.get_mut(name)
-                    && p.slice_seen.is_none()
-                    && endpoint.conditions.as_ref().and_then(|c| c.ready) == Some(p.want)
-                {
-                    p.slice_seen = Some(now);
-                }
-            }
+            saw_slice(&f, &slice, Instant::now());
         }
     });
 }
@@ -257,7 +223,7 @@ async fn latency(
     flips: usize,
     t: Instant,
 ) -> Value {
-    let waiting: Waiting = Arc::default();
+    let waiting: Flips = Arc::default();
     watch(client, ns, &waiting);
     tokio::time::sleep(Duration::from_secs(2)).await; // the watches' initial lists
     let writes_before = controller
@@ -277,9 +243,9 @@ async fn latency(
         let ready = !state.get(&name).copied().unwrap_or(true);
         waiting.lock().unwrap().insert(
             name.clone(),
-            Pending {
+            Flip {
                 want: ready,
-                ..Pending::default()
+                ..Flip::default()
             },
         );
         sim.set_ready(ns, &name, ready).await.unwrap();
@@ -318,7 +284,10 @@ async fn latency(
         .await
         - evaluated_before;
     let (seconds, reconciles) = reconcile_time(controller).await;
-    let (seconds, reconciles) = (seconds - reconciling_before.0, reconciles - reconciling_before.1);
+    let (seconds, reconciles) = (
+        seconds - reconciling_before.0,
+        reconciles - reconciling_before.1,
+    );
     json!({
         "reconciles_per_flip": reconciles / flips as f64,
         "reconcile_ms_mean": seconds / reconciles.max(1.0) * 1e3,

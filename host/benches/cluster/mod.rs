@@ -4,12 +4,15 @@
 #![allow(dead_code)] // each benchmark uses part of it
 
 use std::{
+    collections::HashMap,
     net::{SocketAddr, TcpListener},
     process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
-use kube::Client;
+use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -264,4 +267,55 @@ pub fn machine() -> Value {
         "memory_gib": (mem_kib / 1024.0 / 1024.0 * 10.0).round() / 10.0,
         "cpu": cpu,
     })
+}
+
+// ---- Ready flips ---------------------------------------------------------------------------------
+
+/// One awaited Ready flip: the state wanted, and when each step of it was seen.
+#[derive(Default)]
+pub struct Flip {
+    pub want: bool,
+    /// Before the status write was sent.
+    pub sent: Option<Instant>,
+    /// When its response came.
+    pub written: Option<Instant>,
+    pub pod_seen: Option<Instant>,
+    pub slice_seen: Option<Instant>,
+}
+
+/// The flips awaited, by pod name, stamped by the benchmark's pod and slice watches.
+pub type Flips = Arc<Mutex<HashMap<String, Flip>>>;
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
+/// A pod's watch event, seen at `now`: stamps its flip if it shows the wanted state.
+pub fn saw_pod(flips: &Flips, pod: &Pod, now: Instant) {
+    if let Some(f) = flips.lock().unwrap().get_mut(&pod.name_any())
+        && f.pod_seen.is_none()
+        && pod_ready(pod) == f.want
+    {
+        f.pod_seen = Some(now);
+    }
+}
+
+/// A slice's watch event, seen at `now`: stamps the flips of the endpoints that show theirs.
+pub fn saw_slice(flips: &Flips, slice: &EndpointSlice, now: Instant) {
+    let mut flips = flips.lock().unwrap();
+    for endpoint in slice.endpoints.iter().flatten() {
+        let Some(name) = endpoint.target_ref.as_ref().and_then(|r| r.name.as_ref()) else {
+            continue;
+        };
+        if let Some(f) = flips.get_mut(name)
+            && f.slice_seen.is_none()
+            && endpoint.conditions.as_ref().and_then(|c| c.ready) == Some(f.want)
+        {
+            f.slice_seen = Some(now);
+        }
+    }
 }

@@ -10,7 +10,7 @@ pub mod pods;
 pub mod services;
 pub mod slices;
 
-pub use keys::{KeySet, Kept, Keys};
+pub use keys::{Kept, KeySet, Keys};
 pub use nodes::{NodeZones, ZONE_LABEL};
 pub use pod::{Phase, PodRecord};
 pub use pods::{NetworkKey, PodChange, PodIndex};
