@@ -24,7 +24,6 @@
 use std::{
     collections::HashMap,
     net::Ipv4Addr,
-    path::PathBuf,
     sync::{
         Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
@@ -509,13 +508,7 @@ async fn flips(
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; this driver has no options of its own.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(run());
+    cluster::main(run());
 }
 
 async fn run() {
@@ -524,16 +517,7 @@ async fn run() {
         services: 10_000 / env_usize("NSC_BENCH_SCALE", 1).max(1),
     };
     let flip_count = env_usize("NSC_BENCH_FLIPS", 250);
-    let out = std::env::var_os("NSC_BENCH_OUT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(
-                std::env::var("CARGO_TARGET_DIR")
-                    .unwrap_or_else(|_| format!("{}/../target", env!("CARGO_MANIFEST_DIR"))),
-            )
-            .join("bench/controller_envelope.json")
-        });
-    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let out = cluster::output("controller_envelope.json");
     let log = out.with_file_name("controller-envelope.log");
 
     let client = support::client().await;

@@ -22,19 +22,18 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
 };
 
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::{
-    core::v1::{Namespace, Pod, Service},
+    core::v1::{Pod, Service},
     discovery::v1::EndpointSlice,
 };
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    api::{ListParams, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
 use node_sim::{Range, SimNode, Simulator};
@@ -457,26 +456,8 @@ async fn no_op_changes(
 
 // ---- the run ------------------------------------------------------------------------------------
 
-async fn cleanup(client: &Client, ns: &str) {
-    let _ = Api::<Pod>::namespaced(client.clone(), ns)
-        .delete_collection(
-            &DeleteParams::default().grace_period(0),
-            &ListParams::default(),
-        )
-        .await;
-    let _ = Api::<Namespace>::all(client.clone())
-        .delete(ns, &DeleteParams::default())
-        .await;
-}
-
 fn main() {
-    // `cargo bench` passes `--bench`; this driver has no options of its own.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(run());
+    cluster::main(run());
 }
 
 async fn run() {
@@ -485,16 +466,7 @@ async fn run() {
     let (wide_services, wide_pods) = (100 / scale.min(10), 100 / scale.min(10));
     let big_pods = 5000 / scale;
     let flips = (500 / scale).max(10);
-    let out = std::env::var_os("NSC_BENCH_OUT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(
-                std::env::var("CARGO_TARGET_DIR")
-                    .unwrap_or_else(|_| format!("{}/../target", env!("CARGO_MANIFEST_DIR"))),
-            )
-            .join("bench/controller_scale.json")
-        });
-    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let out = cluster::output("controller_scale.json");
     let logs = out.parent().unwrap().to_path_buf();
 
     let client = support::client().await;
@@ -596,9 +568,9 @@ async fn run() {
     heartbeat.abort();
 
     progress(t, "removing the benchmark's namespaces");
-    cleanup(&client, &big).await;
-    cleanup(&client, &wide).await;
-    cleanup(&client, &churning).await;
+    for ns in [&big, &wide, &churning] {
+        node_sim::delete_test_namespace(&client, ns).await;
+    }
 
     let result = json!({
         "machine": machine(),

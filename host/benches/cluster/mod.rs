@@ -222,6 +222,34 @@ pub fn cpu_spent(before: &Value, after: &Value) -> Value {
     Value::Object(spent)
 }
 
+/// Runs a benchmark's driver on a two-thread runtime. (`cargo bench` passes `--bench`; the
+/// drivers have no options of their own.)
+pub fn main(run: impl std::future::Future<Output = ()>) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(run);
+}
+
+/// Where a benchmark writes its JSON: `$NSC_BENCH_OUT`, else `<target>/bench/<name>`; the
+/// directory is created.
+pub fn output(name: &str) -> std::path::PathBuf {
+    let out = std::env::var_os("NSC_BENCH_OUT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(
+                std::env::var("CARGO_TARGET_DIR")
+                    .unwrap_or_else(|_| format!("{}/../target", env!("CARGO_MANIFEST_DIR"))),
+            )
+            .join("bench")
+            .join(name)
+        });
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    out
+}
+
 pub fn clock_ticks() -> f64 {
     Command::new("getconf")
         .arg("CLK_TCK")
