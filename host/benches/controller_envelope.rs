@@ -246,17 +246,33 @@ async fn remove_slices(client: &Client) {
     }
 }
 
-/// The resource version to watch `api` from: now, without listing the objects.
-async fn now<K>(api: &Api<K>) -> String
+/// Watches `api` from now on, without listing its objects, handing each event to `on` on a
+/// task of its own (until the server ends the watch, after at most 290 s, or the task is
+/// aborted).
+async fn watch_from_now<K>(
+    api: Api<K>,
+    mut on: impl FnMut(WatchEvent<K>) + Send + 'static,
+) -> tokio::task::JoinHandle<()>
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    api.list_metadata(&ListParams::default().limit(1))
+    let from = api
+        .list_metadata(&ListParams::default().limit(1))
         .await
         .unwrap()
         .metadata
         .resource_version
-        .unwrap()
+        .unwrap();
+    tokio::spawn(async move {
+        let mut events = api
+            .watch(&WatchParams::default().timeout(290), &from)
+            .await
+            .unwrap()
+            .boxed();
+        while let Ok(Some(event)) = events.try_next().await {
+            on(event);
+        }
+    })
 }
 
 /// Ready endpoints per slice, from a watch started before the controller: `correct` counts the
@@ -305,27 +321,20 @@ async fn cold_start(
     t: Instant,
 ) -> (Controller, Value) {
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), NAMESPACE);
-    let from = now(&slices).await;
     let tally = Arc::new(Mutex::new(SliceTally::default()));
-    let watching = tokio::spawn({
+    let watching = watch_from_now(slices, {
         let tally = tally.clone();
-        async move {
-            let mut events = slices
-                .watch(&WatchParams::default().timeout(290), &from)
-                .await
-                .unwrap()
-                .boxed();
-            while let Ok(Some(event)) = events.try_next().await {
-                let mut tally = tally.lock().unwrap();
-                match event {
-                    WatchEvent::Added(s) | WatchEvent::Modified(s) => tally.apply(&s, false),
-                    WatchEvent::Deleted(s) => tally.apply(&s, true),
-                    WatchEvent::Bookmark(_) => {}
-                    WatchEvent::Error(e) => panic!("the slice watch failed: {e:?}"),
-                }
+        move |event| {
+            let mut tally = tally.lock().unwrap();
+            match event {
+                WatchEvent::Added(s) | WatchEvent::Modified(s) => tally.apply(&s, false),
+                WatchEvent::Deleted(s) => tally.apply(&s, true),
+                WatchEvent::Bookmark(_) => {}
+                WatchEvent::Error(e) => panic!("the slice watch failed: {e:?}"),
             }
         }
-    });
+    })
+    .await;
     let time_before = apiserver_slice_write_time(client).await;
     let kubeconfig = support::kubeconfig_path();
     let cpu_before = control_plane_cpu(&kubeconfig);
@@ -393,37 +402,24 @@ fn api_mean_ms(before: (f64, f64), after: (f64, f64)) -> f64 {
 async fn watch_flips(client: &Client, flips: &Flips) -> Vec<tokio::task::JoinHandle<()>> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), NAMESPACE);
-    let (pods_from, slices_from) = (now(&pods).await, now(&slices).await);
-    let on_pods = tokio::spawn({
+    let on_pods = watch_from_now(pods, {
         let flips = flips.clone();
-        async move {
-            let mut events = pods
-                .watch(&WatchParams::default().timeout(290), &pods_from)
-                .await
-                .unwrap()
-                .boxed();
-            while let Ok(Some(event)) = events.try_next().await {
-                if let WatchEvent::Modified(pod) = event {
-                    saw_pod(&flips, &pod, Instant::now());
-                }
+        move |event| {
+            if let WatchEvent::Modified(pod) = event {
+                saw_pod(&flips, &pod, Instant::now());
             }
         }
-    });
-    let on_slices = tokio::spawn({
+    })
+    .await;
+    let on_slices = watch_from_now(slices, {
         let flips = flips.clone();
-        async move {
-            let mut events = slices
-                .watch(&WatchParams::default().timeout(290), &slices_from)
-                .await
-                .unwrap()
-                .boxed();
-            while let Ok(Some(event)) = events.try_next().await {
-                if let WatchEvent::Added(slice) | WatchEvent::Modified(slice) = event {
-                    saw_slice(&flips, &slice, Instant::now());
-                }
+        move |event| {
+            if let WatchEvent::Added(slice) | WatchEvent::Modified(slice) = event {
+                saw_slice(&flips, &slice, Instant::now());
             }
         }
-    });
+    })
+    .await;
     vec![on_pods, on_slices]
 }
 
