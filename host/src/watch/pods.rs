@@ -113,6 +113,10 @@ struct Job {
     pod: String,
     at: Timestamp,
     networks: Vec<NetworkKey>,
+    /// The Services [`route`] asked to reconcile at once (usually none or one): the others
+    /// on the networks are screened. Named here, not decided again when screening, since a
+    /// Service whose reconcile is in flight remembers nothing meanwhile.
+    sent: Vec<ObjectRef<Service>>,
 }
 
 impl Job {
@@ -123,6 +127,8 @@ impl Job {
         self.networks.extend(later.networks);
         self.networks.sort();
         self.networks.dedup();
+        // A Service one of the changes did not reach at once is screened.
+        self.sent.retain(|service| later.sent.contains(service));
     }
 }
 
@@ -172,17 +178,14 @@ fn coalesce(first: Job, more: impl Iterator<Item = Job>) -> Vec<Job> {
 }
 
 /// The Services that must reconcile for one pod change: of those on its networks, the ones
-/// that do not include the pod and remember decisions (the others were asked at once, see
-/// [`route`]) and whose policy the pod moves.
+/// [`route`] did not ask at once whose policy the pod moves (a Service that remembers no
+/// decisions by then, its reconcile in flight, reconciles again).
 fn screen_job(shared: &Shared, screen: &Screen, job: &Job) -> Vec<ObjectRef<Service>> {
-    let services = read(&shared.networks).on(&job.networks);
-    let candidates: Vec<_> = {
-        let book = shared.book.lock();
-        services
-            .into_iter()
-            .filter(|service| !reconciles_at_once(&book, service, &job.pod))
-            .collect()
-    };
+    let candidates: Vec<_> = read(&shared.networks)
+        .on(&job.networks)
+        .into_iter()
+        .filter(|service| !job.sent.contains(service))
+        .collect();
     let moved = screen.screen(shared, &job.pod, candidates);
     let mut book = shared.book.lock();
     for service in &moved {
@@ -230,6 +233,7 @@ fn route(shared: &Shared, change: &PodChange) -> (Vec<ObjectRef<Service>>, Optio
         pod: pod.clone(),
         at: *at,
         networks: change.networks.clone(),
+        sent: now.clone(),
     });
     (now, job)
 }
@@ -244,6 +248,7 @@ mod tests {
             pod: pod.into(),
             at: Timestamp::from_second(second).unwrap(),
             networks: vec![("ns".into(), format!("ns/{network}"))],
+            sent: vec![ObjectRef::new("web").within("ns")],
         }
     }
 
@@ -272,5 +277,13 @@ mod tests {
             .map(|j| (j.pod.as_str(), j.at.as_second(), j.networks.len()))
             .collect();
         assert_eq!(got, [("a", 2, 2), ("b", 4, 1)]);
+
+        let mut unsent = job("a", 6, "m");
+        unsent.sent.clear();
+        let jobs = coalesce(job("a", 5, "m"), [unsent].into_iter());
+        assert!(
+            jobs[0].sent.is_empty(),
+            "a Service one change did not reach at once is screened"
+        );
     }
 }
