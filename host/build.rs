@@ -13,7 +13,7 @@ use std::{
     process::Command,
 };
 
-const PLUGINS: [(&str, &str, &str); 5] = [
+const PLUGINS: [(&str, &str, &str); 7] = [
     (
         "nad-default-plugin",
         "nad_default_plugin",
@@ -38,6 +38,16 @@ const PLUGINS: [(&str, &str, &str); 5] = [
         "nad-test-contract-1-0",
         "nad_test_contract_1_0",
         "NSC_TEST_CONTRACT_1_0_WASM",
+    ),
+    (
+        "nad-test-stale-wit",
+        "nad_test_stale_wit",
+        "NSC_TEST_STALE_WIT_WASM",
+    ),
+    (
+        "nad-test-imports-filesystem",
+        "nad_test_imports_filesystem",
+        "NSC_TEST_IMPORTS_FILESYSTEM_WASM",
     ),
 ];
 

@@ -8,7 +8,7 @@ use kube::{Client, runtime::events::Reporter};
 use tokio::sync::watch;
 
 use crate::{
-    cli::{Cli, Command, PluginCommand, RunArgs},
+    cli::{Command, RunArgs},
     controller,
     leader::LeaderElector,
     metrics::Metrics,
@@ -20,22 +20,15 @@ use crate::{
 
 /// Runs the command the flags name. The plugin commands run without an async runtime: a
 /// plugin's (blocking) WASI calls must not run on an async runtime's threads.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
-        None | Some(Command::Run) => tokio::runtime::Builder::new_multi_thread()
+pub fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Run(args) => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
             .context("starting the async runtime")?
-            .block_on(run_controller(cli.run)),
-        Some(Command::Plugin(PluginCommand::Eval(eval))) => crate::cli::plugin::eval(
-            &runtime(&cli.run)?,
-            &eval,
-            cli.run.max_endpoints_per_slice,
-            &mut std::io::stdout(),
-            &mut std::io::stderr(),
-        ),
-        Some(Command::Plugin(PluginCommand::Inspect(inspect))) => {
-            crate::cli::plugin::inspect(&runtime(&cli.run)?, &inspect, &mut std::io::stdout())
+            .block_on(run_controller(*args)),
+        Command::Plugin(command) => {
+            crate::cli::plugin::run(&command, &mut std::io::stdout(), &mut std::io::stderr())
         }
     }
 }

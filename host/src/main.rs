@@ -1,20 +1,28 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use nad_service_controller::{cli::Cli, run, telemetry};
+use nad_service_controller::{
+    cli::{Cli, Command, plugin},
+    run, telemetry,
+};
 
 /// Errors are printed as their chain of causes on one line, never with a stack trace (even
 /// with `RUST_BACKTRACE` set): they are meant for the operator, not a debugger.
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    if let Err(e) = telemetry::init(cli.run.log_format, &cli.run.log_filter) {
+    let command = Cli::parse().into_command();
+    let (format, filter) = command.logging();
+    if let Err(e) = telemetry::init(format, &filter) {
         eprintln!("error: {e:#}");
         return ExitCode::FAILURE;
     }
-    match run(cli) {
+    let verbose = matches!(&command, Command::Plugin(p) if plugin::verbose(p));
+    match run(command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
+            if let Some(details) = plugin::details(&e, verbose) {
+                eprintln!("{details}");
+            }
             ExitCode::FAILURE
         }
     }

@@ -130,9 +130,19 @@ fn eval_prints_the_slices_the_controller_would_apply_for_the_demo() {
         stderr.contains("excluded pod netutils-nad-6d66668db6-kxhsj"),
         "{stderr}"
     );
+    // The file's name is not the name the plugin gives itself: Services could not select it.
     assert!(
-        !stderr.contains("nginx-basic"),
-        "pods off the network are not candidates: {stderr}"
+        stderr.contains("warning: plugin file nad_default_plugin.wasm calls itself \"default\" in info(): Services select it by its file name (isim.dev/endpoint-policy: nad_default_plugin); rename the file or change info().name"),
+        "{stderr}"
+    );
+    // So is every pod that is not a candidate, with the reason.
+    assert!(
+        stderr.contains("skipped pod nginx-basic-747cff5f4d-g4cwn: annotation k8s.v1.cni.cncf.io/network-status is missing (Multus attached it to no secondary network)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("nad_default_plugin: 5 of 7 pods are candidates: 1 has no k8s.v1.cni.cncf.io/network-status annotation, 1 has a network-status annotation that is not a JSON list; 3 included; 1 call of 5 pods in "),
+        "{stderr}"
     );
 }
 

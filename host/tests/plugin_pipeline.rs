@@ -18,6 +18,8 @@ const OPT_OUT: &[u8] = include_bytes!(env!("NSC_EXAMPLE_OPT_OUT_WASM"));
 const MISBEHAVING: &[u8] = include_bytes!(env!("NSC_TEST_MISBEHAVING_WASM"));
 const CONTRACT_1_0: &[u8] = include_bytes!(env!("NSC_TEST_CONTRACT_1_0_WASM"));
 const PREFERRED_ZONES: &[u8] = include_bytes!(env!("NSC_EXAMPLE_PREFERRED_ZONES_WASM"));
+const STALE_WIT: &[u8] = include_bytes!(env!("NSC_TEST_STALE_WIT_WASM"));
+const IMPORTS_FILESYSTEM: &[u8] = include_bytes!(env!("NSC_TEST_IMPORTS_FILESYSTEM_WASM"));
 
 fn runtime() -> Runtime {
     Runtime::new(Limits {
@@ -48,9 +50,9 @@ fn a_1_0_plugin_runs_unchanged_and_counts_as_deciding_on_the_whole_set() {
     let runtime = runtime();
     let inspection = inspect(&runtime, "contract-1-0", CONTRACT_1_0, "");
     assert_eq!(inspection.wit_version, Some((1, 0, 0)));
-    let (info, scope) = inspection.result.unwrap();
-    assert_eq!(info.name, "contract-1-0");
-    assert_eq!(scope, DecisionScope::WholeSet);
+    let configured = inspection.result.unwrap();
+    assert_eq!(configured.plugin.info().name, "contract-1-0");
+    assert_eq!(configured.plugin.decision_scope(), DecisionScope::WholeSet);
     assert!(
         HOST_WIT_VERSION >= (1, 1, 0),
         "this host speaks a newer 1.x"
@@ -125,7 +127,11 @@ fn a_1_0_plugin_runs_unchanged_and_counts_as_deciding_on_the_whole_set() {
     ] {
         let inspection = inspect(&runtime, name, bytes, "");
         assert_eq!(inspection.wit_version, Some(HOST_WIT_VERSION), "{name}");
-        assert_eq!(inspection.result.unwrap().1, scope, "{name}");
+        assert_eq!(
+            inspection.result.unwrap().plugin.decision_scope(),
+            scope,
+            "{name}"
+        );
     }
 }
 
@@ -177,18 +183,91 @@ fn a_configuration_the_plugin_rejects_is_refused() {
 
 #[test]
 fn the_self_test_catches_plugins_that_trap_loop_or_answer_wrong() {
-    for (mode, cause) in [
-        ("trap", "trapped"),
-        ("loop", "deadline"),
-        ("memory-bomb", "memory limit"),
-        ("short-answer", "returned 1 decisions for 2 pods"),
+    for (mode, step, cause) in [
+        // A Rust guest's panic message comes first, without its useless RUST_BACKTRACE note.
+        (
+            "trap",
+            Step::SelfTest,
+            "call to evaluate panicked: deliberate trap (at plugins/testing/misbehaving/src/lib.rs:",
+        ),
+        ("loop", Step::SelfTest, "deadline"),
+        // The memory limit is a step of its own, whichever call hits it.
+        ("memory-bomb", Step::MemoryLimit, "memory limit"),
+        (
+            "short-answer",
+            Step::SelfTest,
+            "returned 1 decisions for 2 pods",
+        ),
     ] {
         let err = prepare(&runtime(), "misbehaving", MISBEHAVING, mode).unwrap_err();
-        assert_eq!(err.step, Step::SelfTest, "{mode}: {err}");
+        assert_eq!(err.step, step, "{mode}: {err}");
         assert!(err.to_string().contains(cause), "{mode}: {err}");
+        assert!(!err.to_string().contains("RUST_BACKTRACE"), "{mode}: {err}");
+        assert!(!err.to_string().contains("wasm function"), "{mode}: {err}");
     }
+    let err = prepare(&runtime(), "misbehaving", MISBEHAVING, "trap").unwrap_err();
+    assert!(
+        err.frames.len() > 3,
+        "the frames are kept apart: {:?}",
+        err.frames
+    );
     // A policy error is an answer, not a failure.
     prepare(&runtime(), "misbehaving", MISBEHAVING, "policy-error").unwrap();
+}
+
+#[test]
+fn a_memory_limit_hit_while_loading_is_its_own_step() {
+    let tiny = Runtime::new(Limits {
+        deadline: Duration::from_millis(100),
+        memory_bytes: 1 << 20,
+    })
+    .unwrap();
+    let err = prepare(&tiny, "default", DEFAULT, "").unwrap_err();
+    assert_eq!(err.step, Step::MemoryLimit, "{err}");
+    assert!(
+        err.to_string().contains(
+            "memory-limit check failed: call to info exceeded its memory limit of 1048576 bytes"
+        ),
+        "{err}"
+    );
+}
+
+/// A plugin built against a WIT copy with one more `pod` field: the message names the
+/// function, the parameter, the record and the field, not "expected record of 11 fields".
+#[test]
+fn a_stale_wit_is_refused_naming_the_function_record_and_field() {
+    let (step, message) = failed_step(STALE_WIT, "");
+    assert_eq!(step, Step::Link, "{message}");
+    assert!(
+        message.contains(
+            "its isim:nad-endpoints/policy interface differs from this host's: function \
+             evaluate, parameter pods: list element: record pod has field owner, which the \
+             host's does not (12 fields, the host's 11)"
+        ),
+        "{message}"
+    );
+    assert!(!message.contains("expected record of"), "{message}");
+}
+
+/// A plugin that touches the filesystem (as C's printf does): the message names the imports
+/// this host does not provide, lists those it does, and says what pulls them in.
+#[test]
+fn an_import_the_host_does_not_provide_is_named_with_what_it_provides() {
+    let (step, message) = failed_step(IMPORTS_FILESYSTEM, "");
+    assert_eq!(step, Step::Link, "{message}");
+    assert!(
+        message.contains("imports ") && message.contains("wasi:filesystem/preopens@0.2"),
+        "{message}"
+    );
+    assert!(
+        message.contains("which this host does not provide; a plugin may import only isim:nad-endpoints/types, isim:nad-endpoints/log, wasi:io/error"),
+        "{message}"
+    );
+    assert!(message.contains("printf"), "{message}");
+    assert!(
+        !message.contains("resource implementation is missing"),
+        "{message}"
+    );
 }
 
 // ---- the plugin directory ----------------------------------------------------------------------

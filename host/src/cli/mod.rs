@@ -1,6 +1,6 @@
 //! Command-line flags (each also settable through an environment variable).
 
-use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
+use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -11,6 +11,8 @@ use crate::{
     reconcile::slices::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, MAX_ENDPOINTS_PER_SLICE},
 };
 
+/// The controller's flags may come first (`nad-service-controller --log-format=json`) or
+/// after `run`; each subcommand takes only its own.
 #[derive(Debug, Parser)]
 #[command(
     name = "nad-service-controller",
@@ -19,6 +21,7 @@ use crate::{
              annotated isim.dev/network: <network>; which pods count is decided by a WebAssembly \
              policy plugin.",
     long_about = None,
+    args_conflicts_with_subcommands = true,
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -28,50 +31,33 @@ pub struct Cli {
     pub run: RunArgs,
 }
 
+impl Cli {
+    /// What to do: the subcommand, or `run` with the flags given without one.
+    pub fn into_command(self) -> Command {
+        self.command
+            .unwrap_or_else(|| Command::Run(Box::new(self.run)))
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the controller (the default).
-    Run,
-    /// Work with plugin files offline, through the same pipeline and plan as the controller.
+    Run(Box<RunArgs>),
+    /// Work with plugins offline: evaluate, test, inspect, scaffold and benchmark them,
+    /// through the same pipeline, sandbox and plan as the controller.
     #[command(subcommand)]
-    Plugin(PluginCommand),
+    Plugin(plugin::PluginCommand),
 }
 
-#[derive(Debug, Subcommand)]
-pub enum PluginCommand {
-    /// Print the EndpointSlices a plugin would make for a Service and pods (YAML on stdout;
-    /// skipped and excluded pods with their reasons on stderr).
-    Eval(EvalArgs),
-    /// Print a plugin's name, version, WIT version, size and hash, and whether this host runs it.
-    Inspect(InspectArgs),
-}
-
-#[derive(Debug, clap::Args)]
-pub struct EvalArgs {
-    /// The plugin component (`.wasm`).
-    #[arg(long)]
-    pub plugin: PathBuf,
-    /// Its configuration (JSON), as `<name>.json` beside it would be.
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// YAML with the Service (other documents in the file are ignored).
-    #[arg(long)]
-    pub service: PathBuf,
-    /// YAML with the pods: Pod documents, or a List of them.
-    #[arg(long)]
-    pub pods: PathBuf,
-    /// YAML with the Nodes (for zones); without it, nodes are taken to exist, without zones.
-    #[arg(long)]
-    pub nodes: Option<PathBuf>,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct InspectArgs {
-    /// The plugin component (`.wasm`).
-    pub plugin: PathBuf,
-    /// Its configuration (JSON), for the config and self-test steps.
-    #[arg(long)]
-    pub config: Option<PathBuf>,
+impl Command {
+    /// The log format and filter: the controller's flags, or text for the plugin commands
+    /// (their output is for a person; `-v` shows more).
+    pub fn logging(&self) -> (LogFormat, String) {
+        match self {
+            Command::Run(args) => (args.log_format, args.log_filter.clone()),
+            Command::Plugin(command) => (LogFormat::Text, command.log_filter()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -83,68 +69,57 @@ pub enum LogFormat {
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
     /// Address of the Prometheus /metrics endpoint.
-    #[arg(
-        long,
-        env = "NSC_METRICS_ADDRESS",
-        default_value = "0.0.0.0:8080",
-        global = true
-    )]
+    #[arg(long, env = "NSC_METRICS_ADDRESS", default_value = "0.0.0.0:8080")]
     pub metrics_address: SocketAddr,
 
     /// Address of the /healthz and /readyz endpoints.
-    #[arg(
-        long,
-        env = "NSC_HEALTH_ADDRESS",
-        default_value = "0.0.0.0:8081",
-        global = true
-    )]
+    #[arg(long, env = "NSC_HEALTH_ADDRESS", default_value = "0.0.0.0:8081")]
     pub health_address: SocketAddr,
 
     /// Elect a leader through a Lease, so that only one replica reconciles.
-    #[arg(long, env = "NSC_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set, global = true)]
+    #[arg(long, env = "NSC_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_election: bool,
 
     /// Namespace of the leader-election Lease (in a cluster: the controller's own namespace).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default", global = true)]
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub leader_election_namespace: String,
 
     /// Name of the leader-election Lease.
     #[arg(
         long,
         env = "NSC_LEADER_ELECTION_LEASE",
-        default_value = "nad-service-controller",
-        global = true
+        default_value = "nad-service-controller"
     )]
     pub leader_election_lease: String,
 
     /// Manage Services of this namespace only (default: all namespaces). Nodes are always
     /// read cluster-wide, for zones.
-    #[arg(long, env = "NSC_WATCH_NAMESPACE", global = true)]
+    #[arg(long, env = "NSC_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
 
     /// Most endpoints in one EndpointSlice (1 to 1000).
     #[arg(long, env = "NSC_MAX_ENDPOINTS_PER_SLICE", default_value_t = DEFAULT_MAX_ENDPOINTS_PER_SLICE,
-          value_parser = parse_max_endpoints, global = true)]
+          value_parser = parse_max_endpoints)]
     pub max_endpoints_per_slice: usize,
 
     /// Services reconciled at once (as kube-controller-manager's
     /// --concurrent-endpointslice-syncs). A reconcile mostly waits for its slice write.
     #[arg(long, env = "NSC_CONCURRENT_SYNCS", default_value_t = 5,
-          value_parser = clap::value_parser!(u16).range(1..=64), global = true)]
+          value_parser = clap::value_parser!(u16).range(1..=64))]
     pub concurrent_syncs: u16,
 
     /// Directory of plugin components (`<name>.wasm`, optional `<name>.json` configuration);
     /// in a cluster, a mounted ConfigMap. Services pick one with the annotation
     /// isim.dev/endpoint-policy: <name>.
-    #[arg(long, env = "NSC_PLUGIN_DIR", global = true)]
+    #[arg(long, env = "NSC_PLUGIN_DIR")]
     pub plugin_dir: Option<std::path::PathBuf>,
 
     /// The plugin for Services without the isim.dev/endpoint-policy annotation.
-    #[arg(long, env = "NSC_DEFAULT_PLUGIN", global = true)]
+    #[arg(long, env = "NSC_DEFAULT_PLUGIN")]
     pub default_plugin: Option<String>,
 
     /// How often the plugin directory is checked for new, changed and deleted plugins.
-    #[arg(long, env = "NSC_PLUGIN_POLL_INTERVAL", default_value = "2s", value_parser = humantime::parse_duration, global = true)]
+    #[arg(long, env = "NSC_PLUGIN_POLL_INTERVAL", default_value = "2s", value_parser = humantime::parse_duration)]
     pub plugin_poll_interval: Duration,
 
     /// What a Service gets when its plugin is missing or fails: `keep` its slices as last
@@ -154,26 +129,25 @@ pub struct RunArgs {
         long,
         env = "NSC_PLUGIN_FAILURE_POLICY",
         value_delimiter = ',',
-        default_value = "keep",
-        global = true
+        default_value = "keep"
     )]
     pub plugin_failure_policy: Vec<String>,
 
     /// Deadline of one plugin call, e.g. 100ms or 1s.
-    #[arg(long, env = "NSC_PLUGIN_DEADLINE", default_value = "100ms", value_parser = humantime::parse_duration, global = true)]
+    #[arg(long, env = "NSC_PLUGIN_DEADLINE", default_value = "100ms", value_parser = humantime::parse_duration)]
     pub plugin_deadline: Duration,
 
     /// Memory limit of one plugin call, in MiB.
     #[arg(long, env = "NSC_PLUGIN_MEMORY_LIMIT_MIB", default_value_t = 64,
-          value_parser = clap::value_parser!(u32).range(1..=4096), global = true)]
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub plugin_memory_limit_mib: u32,
 
     /// Log format.
-    #[arg(long, env = "NSC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    #[arg(long, env = "NSC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
     /// Log filter (tracing EnvFilter syntax), e.g. info or nad_service_controller=debug.
-    #[arg(long, env = "RUST_LOG", default_value = "info", global = true)]
+    #[arg(long, env = "RUST_LOG", default_value = "info")]
     pub log_filter: String,
 }
 
@@ -236,11 +210,18 @@ mod tests {
             "json",
         ])
         .unwrap();
-        assert!(matches!(cli.command, Some(Command::Run)));
-        assert!(!cli.run.leader_election);
-        assert_eq!(cli.run.max_endpoints_per_slice, 1000);
-        assert_eq!(cli.run.plugin_deadline, Duration::from_secs(2));
-        assert_eq!(cli.run.log_format, LogFormat::Json);
+        let Command::Run(run) = cli.into_command() else {
+            panic!("expected run");
+        };
+        assert!(!run.leader_election);
+        assert_eq!(run.max_endpoints_per_slice, 1000);
+        assert_eq!(run.plugin_deadline, Duration::from_secs(2));
+        assert_eq!(run.log_format, LogFormat::Json);
+        // Without a subcommand, the flags are the controller's.
+        let cli = Cli::try_parse_from(["nsc", "--log-format", "json"]).unwrap();
+        assert!(
+            matches!(cli.into_command(), Command::Run(run) if run.log_format == LogFormat::Json)
+        );
     }
 
     #[test]
@@ -273,7 +254,8 @@ mod tests {
     }
 
     #[test]
-    fn plugin_subcommands_parse() {
+    fn plugin_subcommands_parse_and_take_only_their_own_flags() {
+        use plugin::{Output, PluginArg, PluginCommand};
         let cli = Cli::try_parse_from([
             "nsc",
             "plugin",
@@ -284,20 +266,45 @@ mod tests {
             "s.yaml",
             "--pods",
             "p.yaml",
+            "-o",
+            "decisions",
         ])
         .unwrap();
+        let Some(Command::Plugin(PluginCommand::Eval(eval))) = cli.command else {
+            panic!("expected plugin eval");
+        };
+        assert_eq!(eval.plugin, PluginArg::File("p.wasm".into()));
+        assert_eq!(eval.output, Output::Decisions);
+        assert!(eval.nodes.is_none());
+        let cli = Cli::try_parse_from(["nsc", "plugin", "inspect", "default"]).unwrap();
         assert!(matches!(
             cli.command,
-            Some(Command::Plugin(PluginCommand::Eval(EvalArgs {
-                nodes: None,
-                ..
-            })))
+            Some(Command::Plugin(PluginCommand::Inspect(ref i))) if i.plugin == PluginArg::BuiltIn
         ));
-        let cli = Cli::try_parse_from(["nsc", "plugin", "inspect", "p.wasm"]).unwrap();
-        assert!(matches!(
-            cli.command,
-            Some(Command::Plugin(PluginCommand::Inspect(_)))
-        ));
+        // The controller's flags are not the plugin commands'.
+        let err = Cli::try_parse_from([
+            "nsc",
+            "plugin",
+            "inspect",
+            "p.wasm",
+            "--leader-election=false",
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("--leader-election"), "{err}");
+        let help = Cli::command()
+            .find_subcommand_mut("plugin")
+            .unwrap()
+            .find_subcommand_mut("eval")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("--show-inputs"), "{help}");
+        for controller_flag in ["--metrics-address", "--leader-election", "--plugin-dir"] {
+            assert!(
+                !help.contains(controller_flag),
+                "{controller_flag} in {help}"
+            );
+        }
     }
 
     #[test]

@@ -48,17 +48,11 @@ pub enum CallError {
         function: &'static str,
         limit: usize,
     },
-    #[error(
-        "plugin {plugin}: call to {function} trapped: {source:#}{}",
-        guest_output(output)
-    )]
+    #[error("plugin {plugin}: call to {function} {}", trap.summary())]
     Trap {
         plugin: String,
         function: &'static str,
-        #[source]
-        source: wasmtime::Error,
-        /// What the guest wrote to stdout/stderr during the call (e.g. its panic message).
-        output: String,
+        trap: Box<GuestTrap>,
     },
     #[error("plugin {plugin}: returned {got} decisions for {expected} pods")]
     WrongAnswer {
@@ -68,11 +62,60 @@ pub enum CallError {
     },
 }
 
-fn guest_output(output: &str) -> String {
-    if output.is_empty() {
-        String::new()
-    } else {
-        format!(" (plugin output: {output})")
+/// What stopped a guest: its panic message (a Rust guest prints one before it aborts), the
+/// trap, what else it printed, and the wasm frames.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestTrap {
+    /// `deliberate trap (at src/lib.rs:97:27)`, from a Rust guest's panic output.
+    pub panic: Option<String>,
+    /// wasmtime's description, e.g. "wasm `unreachable` instruction executed".
+    pub trap: String,
+    /// What the guest wrote to stdout/stderr during the call, but a panic message.
+    pub output: String,
+    /// The wasm frames, innermost first: shown by the CLI with `-v`.
+    pub frames: Vec<String>,
+}
+
+impl GuestTrap {
+    /// Reads a Rust panic message out of the guest's output: `thread '…' panicked at
+    /// <file>:<line>:<col>:\n<message>\nnote: run with `RUST_BACKTRACE=1` …` (the note is
+    /// useless for a guest, and dropped).
+    pub fn new(trap: String, output: &str, frames: Vec<String>) -> Self {
+        let mut panic = None;
+        let mut rest = Vec::new();
+        let mut lines = output.lines().peekable();
+        while let Some(line) = lines.next() {
+            if let Some(at) = line
+                .split_once(" panicked at ")
+                .map(|(_, at)| at.trim_end_matches(':'))
+            {
+                let mut message = Vec::new();
+                while let Some(next) = lines.next_if(|l| !l.starts_with("note: run with")) {
+                    message.push(next);
+                }
+                panic = Some(format!("{} (at {at})", message.join(" ").trim()));
+            } else if !line.starts_with("note: run with `RUST_BACKTRACE") {
+                rest.push(line);
+            }
+        }
+        GuestTrap {
+            panic,
+            trap,
+            output: rest.join("\n").trim().to_owned(),
+            frames,
+        }
+    }
+
+    /// One line: the panic message first, else the trap, and the rest of the guest's output.
+    pub fn summary(&self) -> String {
+        let mut text = match &self.panic {
+            Some(panic) => format!("panicked: {panic}"),
+            None => format!("trapped: {}", self.trap),
+        };
+        if !self.output.is_empty() {
+            text.push_str(&format!(" (plugin output: {})", self.output));
+        }
+        text
     }
 }
 
@@ -111,4 +154,33 @@ pub struct Rejected {
 pub struct InvalidConfig {
     pub plugin: String,
     pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rust_panic_comes_first_without_the_backtrace_hint() {
+        let output = "thread '<unnamed>' (1) panicked at src/lib.rs:97:27:\ndeliberate trap\n\
+                      note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace";
+        let trap = GuestTrap::new(
+            "wasm `unreachable` instruction executed".into(),
+            output,
+            vec!["0: 0x886e - <wasm function 138>".into()],
+        );
+        assert_eq!(
+            trap.summary(),
+            "panicked: deliberate trap (at src/lib.rs:97:27)"
+        );
+        let plain = GuestTrap::new(
+            "wasm `unreachable` instruction executed".into(),
+            "oops",
+            vec![],
+        );
+        assert_eq!(
+            plain.summary(),
+            "trapped: wasm `unreachable` instruction executed (plugin output: oops)"
+        );
+    }
 }

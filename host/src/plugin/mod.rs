@@ -9,6 +9,7 @@
 
 mod bindings;
 mod convert;
+pub mod diagnose;
 mod errors;
 mod pipeline;
 mod registry;
@@ -20,9 +21,10 @@ use std::time::Duration;
 
 pub use bindings::isim::nad_endpoints::types as wit;
 pub use convert::{decision, pod_view, service_view};
-pub use errors::{CallError, InvalidConfig, LoadError, Rejected};
+pub use errors::{CallError, GuestTrap, InvalidConfig, LoadError, Rejected};
 pub use pipeline::{
-    HOST_WIT_VERSION, Inspection, PipelineError, Step, WIT_PACKAGE, inspect, prepare,
+    HOST_WIT_VERSION, Inspection, PipelineError, Step, WIT_PACKAGE, inspect, name_mismatch,
+    prepare, self_test,
 };
 pub use registry::{
     BUILT_IN, Configured, FailurePolicy, MAX_PLUGIN_BYTES, POLICY_ANNOTATION, Plugins,

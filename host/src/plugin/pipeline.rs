@@ -6,7 +6,8 @@
 
 use sha2::{Digest, Sha256};
 
-use super::{CallError, Configured, DecisionScope, Runtime, wit};
+use super::{CallError, Configured, LoadError, Plugin, Rejected, Runtime, diagnose, wit};
+use crate::reconcile::plan::Decision;
 
 /// The WIT package plugins implement.
 pub const WIT_PACKAGE: &str = "isim:nad-endpoints";
@@ -24,8 +25,11 @@ pub enum Step {
     Compile,
     World,
     Link,
+    Info,
     Config,
     SelfTest,
+    /// A call while loading (`info`, `validate-config`, the self-test) hit the memory limit.
+    MemoryLimit,
 }
 
 impl Step {
@@ -36,8 +40,10 @@ impl Step {
             Step::Compile => "compile",
             Step::World => "world",
             Step::Link => "link",
+            Step::Info => "info",
             Step::Config => "config",
             Step::SelfTest => "self-test",
+            Step::MemoryLimit => "memory-limit",
         }
     }
 }
@@ -52,6 +58,41 @@ pub struct PipelineError {
     pub message: String,
     /// The self-test ran out of time: perhaps a busy machine, so worth another try later.
     pub timed_out: bool,
+    /// The wasm frames of a trap, innermost first (the CLI shows them with `-v`).
+    pub frames: Vec<String>,
+}
+
+impl PipelineError {
+    /// The failure of a call made while loading: the memory limit is a step of its own.
+    fn call(step: Step, e: &CallError, fail: impl Fn(Step, String) -> Self, plugin: &str) -> Self {
+        let step = if matches!(e, CallError::MemoryLimit { .. }) {
+            Step::MemoryLimit
+        } else {
+            step
+        };
+        let frames = match e {
+            CallError::Trap { trap, .. } => trap.frames.clone(),
+            _ => Vec::new(),
+        };
+        PipelineError {
+            timed_out: matches!(e, CallError::Timeout { .. }),
+            frames,
+            ..fail(step, error_text(e, plugin))
+        }
+    }
+}
+
+/// A warning when a plugin's file name (the name Services select) and the name it gives
+/// itself in `info` differ.
+pub fn name_mismatch(selected: &str, info: &wit::PluginInfo) -> Option<String> {
+    (info.name != selected).then(|| {
+        format!(
+            "plugin file {selected}.wasm calls itself {:?} in info(): Services select it by \
+             its file name ({}: {selected}); rename the file or change info().name",
+            info.name,
+            super::POLICY_ANNOTATION
+        )
+    })
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -77,6 +118,16 @@ fn policy_version(exports: &[String]) -> Option<(u64, u64, u64)> {
 /// Whether this host can run a plugin built for `version` of the WIT package.
 pub fn supported(version: (u64, u64, u64)) -> bool {
     version.0 == HOST_WIT_VERSION.0 && version.1 <= HOST_WIT_VERSION.1
+}
+
+/// The self-test: one `evaluate` on a made-up Service and two pods. A refusal of the made-up
+/// Service is still an answer.
+pub fn self_test(
+    plugin: &Plugin,
+    config: &str,
+) -> Result<Result<Vec<Decision>, Rejected>, CallError> {
+    let (service, pods) = self_test_input();
+    plugin.evaluate(&service, &pods, config)
 }
 
 fn self_test_input() -> (wit::Service, Vec<wit::Pod>) {
@@ -149,6 +200,7 @@ pub fn prepare(
         step,
         message,
         timed_out: false,
+        frames: Vec::new(),
     };
     if bytes.len() as u64 > super::MAX_PLUGIN_BYTES {
         return Err(fail(
@@ -177,24 +229,34 @@ pub fn prepare(
         .compile(name, bytes)
         .map_err(|e| fail(Step::Compile, error_text(&e, name)))?;
     world_check(&runtime.exports(&component)).map_err(|message| fail(Step::World, message))?;
-    let plugin = runtime
-        .link(name, &component)
-        .map_err(|e| fail(Step::Link, error_text(&e, name)))?;
+    let unprovided = diagnose::unprovided_imports(runtime.engine(), &component);
+    if !unprovided.is_empty() {
+        return Err(fail(Step::Link, diagnose::unprovided_message(&unprovided)));
+    }
+    let plugin = match runtime.link(name, &component) {
+        Ok(plugin) => plugin,
+        // The types of the exports are checked when an instance is made, at the first call.
+        Err(LoadError::Call(e @ CallError::Instantiate { .. })) => {
+            return Err(match runtime.explain_link(&component) {
+                Some(message) => fail(Step::Link, message),
+                None => PipelineError::call(Step::Info, &e, fail, name),
+            });
+        }
+        Err(LoadError::Call(e)) => return Err(PipelineError::call(Step::Info, &e, fail, name)),
+        Err(e) => {
+            let message = runtime
+                .explain_link(&component)
+                .unwrap_or_else(|| error_text(&e, name));
+            return Err(fail(Step::Link, message));
+        }
+    };
     match plugin.validate_config(config) {
         Ok(Ok(())) => {}
         Ok(Err(refused)) => return Err(fail(Step::Config, error_text(&refused, name))),
-        Err(e) => return Err(fail(Step::Config, error_text(&e, name))),
+        Err(e) => return Err(PipelineError::call(Step::Config, &e, fail, name)),
     }
-    let (service, pods) = self_test_input();
-    match plugin.evaluate(&service, &pods, config) {
-        // A refusal of the made-up Service is still an answer.
-        Ok(_) => {}
-        Err(e) => {
-            return Err(PipelineError {
-                timed_out: matches!(e, CallError::Timeout { .. }),
-                ..fail(Step::SelfTest, error_text(&e, name))
-            });
-        }
+    if let Err(e) = self_test(&plugin, config) {
+        return Err(PipelineError::call(Step::SelfTest, &e, fail, name));
     }
     Ok(Configured {
         plugin,
@@ -217,21 +279,26 @@ pub struct Inspection {
     pub hash: String,
     /// The WIT package version the component's policy export targets, if any.
     pub wit_version: Option<(u64, u64, u64)>,
-    /// `Ok` with name, version, keys and decision scope when the whole pipeline passes.
-    pub result: Result<(wit::PluginInfo, DecisionScope), PipelineError>,
+    /// The component's imports and exports (empty when it does not compile).
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+    /// The plugin, ready to serve, when the whole pipeline passes.
+    pub result: Result<Configured, PipelineError>,
 }
 
 pub fn inspect(runtime: &Runtime, name: &str, bytes: &[u8], config: &str) -> Inspection {
-    let wit_version = runtime
-        .compile(name, bytes)
-        .ok()
-        .and_then(|c| policy_version(&runtime.exports(&c)));
+    let component = runtime.compile(name, bytes).ok();
+    let (imports, exports) = component
+        .as_ref()
+        .map(|c| (runtime.imports(c), runtime.exports(c)))
+        .unwrap_or_default();
     Inspection {
         size: bytes.len(),
         hash: sha256_hex(bytes),
-        wit_version,
-        result: prepare(runtime, name, bytes, config)
-            .map(|c| (c.plugin.info().clone(), c.plugin.decision_scope())),
+        wit_version: policy_version(&exports),
+        imports,
+        exports,
+        result: prepare(runtime, name, bytes, config),
     }
 }
 

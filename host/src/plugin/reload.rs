@@ -12,7 +12,7 @@ use std::{
 /// A file whose self-test timed out is tried again after this long, even if unchanged.
 const TIMEOUT_RETRY: Duration = Duration::from_secs(60);
 
-use super::{PipelineError, Plugins, Runtime, pipeline::sha256_hex, prepare};
+use super::{PipelineError, Plugins, Runtime, name_mismatch, pipeline::sha256_hex, prepare};
 
 /// Identity of a file as the filesystem reports it: resolved path, size and mtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,6 +164,9 @@ impl PluginDir {
                         sha256 = %configured.hash,
                         "plugin loaded"
                     );
+                    if let Some(warning) = name_mismatch(name, configured.plugin.info()) {
+                        tracing::warn!(plugin = %name, "{warning}");
+                    }
                     plugins.insert(name, configured);
                     scan.loaded.push(name.clone());
                 }

@@ -3,7 +3,7 @@
 
 use std::{
     sync::{
-        Arc,
+        Arc, OnceLock,
         atomic::{AtomicBool, Ordering},
     },
     time::Instant,
@@ -17,7 +17,7 @@ use wasmtime::{
 use super::{
     CallError, InvalidConfig, Limits, LoadError, Rejected,
     bindings::{self, EndpointPolicyPre},
-    convert,
+    convert, diagnose,
     sandbox::{CallState, EPOCH_TICK, Sandbox, link_minimal_wasi},
     wit,
 };
@@ -29,6 +29,9 @@ pub struct Runtime {
     linker: Linker<CallState>,
     limits: Limits,
     ticker_stop: Arc<AtomicBool>,
+    /// The built-in plugin, compiled when a component fails to link: its types are the
+    /// host's, to compare the component's with.
+    reference: OnceLock<Option<Component>>,
 }
 
 impl Runtime {
@@ -54,6 +57,7 @@ impl Runtime {
             linker,
             limits,
             ticker_stop,
+            reference: OnceLock::new(),
         })
     }
 
@@ -109,6 +113,30 @@ impl Runtime {
         Ok(plugin)
     }
 
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Where the component's `policy` interface differs from the host's, when it does.
+    pub fn explain_link(&self, component: &Component) -> Option<String> {
+        let reference = self
+            .reference
+            .get_or_init(|| Component::new(&self.engine, super::DEFAULT_PLUGIN_WASM).ok())
+            .as_ref()?;
+        diagnose::policy_mismatch(&self.engine, reference, component, POLICY_INTERFACE).map(
+            |diff| format!("its {POLICY_INTERFACE} interface differs from this host's: {diff}"),
+        )
+    }
+
+    /// Names (with versions) of the component's imports, e.g. `isim:nad-endpoints/log@1.1.0`.
+    pub fn imports(&self, component: &Component) -> Vec<String> {
+        component
+            .component_type()
+            .imports(&self.engine)
+            .map(|(name, _)| name.to_owned())
+            .collect()
+    }
+
     /// Names (with versions) of the component's exports, e.g.
     /// `isim:nad-endpoints/policy@1.0.0`.
     pub fn exports(&self, component: &Component) -> Vec<String> {
@@ -154,6 +182,8 @@ struct Exports<'a> {
     raw: &'a wasmtime::component::Instance,
 }
 
+/// The interface every plugin exports.
+const POLICY_INTERFACE: &str = "isim:nad-endpoints/policy";
 /// The interface a 1.1 plugin may export to declare its decision scope.
 const DECISIONS_INTERFACE: &str = "isim:nad-endpoints/decisions@";
 

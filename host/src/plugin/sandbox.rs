@@ -9,7 +9,7 @@ use wasmtime::{
 };
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView, p2::pipe::MemoryOutputPipe};
 
-use super::{CallError, Limits, bindings, wit};
+use super::{CallError, GuestTrap, Limits, bindings, wit};
 
 /// How often the epoch advances; deadlines are rounded up to whole ticks.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -227,15 +227,45 @@ impl Sandbox {
         } else if instantiating {
             CallError::Instantiate { plugin, source }
         } else {
-            let output = String::from_utf8_lossy(&self.output.contents())
-                .trim()
-                .to_owned();
+            let output = String::from_utf8_lossy(&self.output.contents()).into_owned();
             CallError::Trap {
                 plugin,
                 function,
-                source,
-                output,
+                trap: Box::new(GuestTrap::new(trap_text(&source), &output, frames(&source))),
             }
         }
     }
+}
+
+/// wasmtime's description of a trap ("wasm `unreachable` instruction executed"), or of the
+/// error that stopped the call.
+fn trap_text(source: &wasmtime::Error) -> String {
+    match source.downcast_ref::<Trap>() {
+        Some(trap) => trap.to_string(),
+        None => source.root_cause().to_string(),
+    }
+}
+
+/// The wasm frames of a trap, innermost first, e.g. `0x886e in policy::evaluate` (the name
+/// when the component keeps its names section).
+fn frames(source: &wasmtime::Error) -> Vec<String> {
+    source
+        .downcast_ref::<wasmtime::WasmBacktrace>()
+        .map(|backtrace| {
+            backtrace
+                .frames()
+                .iter()
+                .map(|frame| {
+                    let name = frame.func_name().map_or_else(
+                        || format!("wasm function {}", frame.func_index()),
+                        str::to_owned,
+                    );
+                    match frame.module_offset() {
+                        Some(offset) => format!("{offset:#x} in {name}"),
+                        None => name,
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }

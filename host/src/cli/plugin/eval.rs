@@ -1,0 +1,382 @@
+//! One evaluation of a plugin on a Service and its pods, as the controller makes it: the
+//! candidates (and why each other pod is not one), the plugin's decision for each candidate,
+//! what crossed the boundary, and the EndpointSlices that follow.
+//!
+//! `plugin eval` renders it (see [`super::render`]), `plugin test` compares it with a fixture's
+//! expectations.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use anyhow::bail;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use super::{files::Zones, source::Loaded};
+use crate::{
+    index::PodRecord,
+    input::{
+        network_status::{self, StatusError},
+        target::ServiceTarget,
+    },
+    plugin::{self, Plugins, wit},
+    reconcile::{
+        candidates::Observed,
+        decide::{self, Inputs},
+        observe::{self, Observation, SkipReason},
+        plan::{self, Conditions},
+        scope::Scope,
+        slices,
+    },
+};
+
+/// Pod annotations the host itself reads: never expected among a plugin's declared keys.
+const HOST_ANNOTATIONS: [&str; 2] = [network_status::ANNOTATION, "k8s.v1.cni.cncf.io/networks"];
+
+/// A Service, its pods and the nodes' zones, as `plugin eval` reads them from files.
+pub struct Case {
+    pub target: Arc<ServiceTarget>,
+    /// In the order of the file.
+    pub pods: Vec<Arc<PodRecord>>,
+    /// `None`: every node exists, without a zone.
+    pub zones: Option<Zones>,
+}
+
+/// Why a pod of the file never reached the plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NotCandidate {
+    OtherNamespace,
+    NoAnnotation,
+    NotAttached,
+    Unreadable,
+    Unusable,
+    NodeMissing,
+}
+
+impl NotCandidate {
+    /// How `n` such pods are summed up: "3 have no network-status entry for shop/macvlan".
+    fn summary(self, n: usize, target: &ServiceTarget) -> String {
+        let (one, many) = match self {
+            NotCandidate::OtherNamespace => (
+                format!("is in another namespace than {}", target.namespace),
+                format!("are in another namespace than {}", target.namespace),
+            ),
+            NotCandidate::NoAnnotation => {
+                let what = format!("no {} annotation", network_status::ANNOTATION);
+                (format!("has {what}"), format!("have {what}"))
+            }
+            NotCandidate::NotAttached => {
+                let what = format!("no network-status entry for {}", target.network);
+                (format!("has {what}"), format!("have {what}"))
+            }
+            NotCandidate::Unreadable => (
+                "has a network-status annotation that is not a JSON list".to_owned(),
+                "have a network-status annotation that is not a JSON list".to_owned(),
+            ),
+            NotCandidate::Unusable => {
+                let what = format!("an unusable network-status entry for {}", target.network);
+                (format!("has {what}"), format!("have {what}"))
+            }
+            NotCandidate::NodeMissing => (
+                "is on a node the nodes file does not list".to_owned(),
+                "are on nodes the nodes file does not list".to_owned(),
+            ),
+        };
+        format!("{n} {}", if n == 1 { one } else { many })
+    }
+}
+
+/// What became of one pod of the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Include(Conditions),
+    Exclude(String),
+    /// Not a candidate, so the plugin was not asked: why.
+    Skipped(NotCandidate, String),
+}
+
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub namespace: String,
+    pub name: String,
+    pub verdict: Verdict,
+}
+
+/// Keys the candidates carry that the plugin does not declare, with how many pods carry each.
+#[derive(Debug, Default, Clone)]
+pub struct Undeclared {
+    pub labels: BTreeMap<String, usize>,
+    pub annotations: BTreeMap<String, usize>,
+}
+
+impl Undeclared {
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.annotations.is_empty()
+    }
+}
+
+/// Everything one evaluation found.
+pub struct Evaluation {
+    pub target: Arc<ServiceTarget>,
+    /// One per pod of the file, in its order.
+    pub rows: Vec<Row>,
+    pub candidates: usize,
+    /// What crossed the boundary: the Service record, and each candidate's record in order.
+    pub service_view: wit::Service,
+    pub pod_views: Vec<wit::Pod>,
+    pub undeclared: Undeclared,
+    pub slices: Vec<EndpointSlice>,
+    /// What the host left out after the plugin decided (address conflicts, endpoints the API
+    /// would refuse) and addresses it could not use.
+    pub notes: Vec<String>,
+    /// Name mismatches and the like: worth the author's attention, not errors.
+    pub warnings: Vec<String>,
+    /// Pods per call and its duration (instantiation included).
+    pub calls: Vec<(usize, Duration)>,
+}
+
+impl Evaluation {
+    /// "0 of 12 pods are candidates: 12 have no network-status entry for shop/macvlan".
+    pub fn candidate_summary(&self) -> String {
+        let total = self.rows.len();
+        let mut reasons: BTreeMap<NotCandidate, usize> = BTreeMap::new();
+        for row in &self.rows {
+            if let Verdict::Skipped(why, _) = &row.verdict {
+                *reasons.entry(*why).or_default() += 1;
+            }
+        }
+        let mut text = format!(
+            "{} of {total} {} {}",
+            self.candidates,
+            if total == 1 { "pod" } else { "pods" },
+            if self.candidates == 1 {
+                "is a candidate"
+            } else {
+                "are candidates"
+            }
+        );
+        if !reasons.is_empty() {
+            let parts: Vec<String> = reasons
+                .iter()
+                .map(|(why, n)| why.summary(*n, &self.target))
+                .collect();
+            text.push_str(": ");
+            text.push_str(&parts.join(", "));
+        }
+        text
+    }
+
+    pub fn included(&self) -> usize {
+        self.rows
+            .iter()
+            .filter(|r| matches!(r.verdict, Verdict::Include(_)))
+            .count()
+    }
+}
+
+/// Runs the controller's own observation, `decide`, plan and placement on `case`.
+pub fn evaluate(loaded: &Loaded, case: &Case, max_endpoints: usize) -> anyhow::Result<Evaluation> {
+    let target = &case.target;
+    let zone = |name: &str| match &case.zones {
+        Some(zones) => zones
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, z)| z.clone()),
+        None => Some(None),
+    };
+    let observation = observe::candidates(target, &case.pods, zone);
+    let mut notes = Vec::new();
+    for ignored in &observation.ignored_ips {
+        for unusable in &ignored.unusable {
+            notes.push(format!("pod {}: address left out: {unusable}", ignored.pod));
+        }
+    }
+    let skipped_for_node: BTreeMap<&str, String> = observation
+        .skipped
+        .iter()
+        .filter(|s| matches!(s.reason, SkipReason::NodeMissing { .. }))
+        .map(|s| (s.pod.as_str(), s.reason.to_string()))
+        .collect();
+    let plugin = &loaded.configured.plugin;
+    let pod_views: Vec<wit::Pod> = observation
+        .candidates
+        .iter()
+        .map(|c| plugin::pod_view(c, plugin))
+        .collect();
+    let undeclared = undeclared(&observation, plugin);
+    let candidates = observation.candidates.len();
+    let observed = Observation {
+        candidates: observation.candidates,
+        ..Observation::default()
+    };
+    let decided = decide::decide(Inputs {
+        // The plugin given decides, whatever plugin the Service names.
+        plugins: Arc::new(Plugins::only(
+            plugin_selected(target).unwrap_or(&loaded.name),
+            loaded.configured.clone(),
+        )),
+        target: target.clone(),
+        scope: Scope::Full,
+        remembered: None,
+        changed: Observation::default(),
+        touches_published: false,
+        observe_all: Box::new(move || Observed::new(observed)),
+    });
+    let calls = decided.calls.iter().map(|c| (c.pods, c.elapsed)).collect();
+    let verdicts = match decided.outcome {
+        Ok(verdicts) => verdicts.unwrap_or_default(),
+        Err(e) => bail!("{e}"),
+    };
+    let mut decisions: BTreeMap<&str, Verdict> = BTreeMap::new();
+    for (index, conditions) in &verdicts.included {
+        let pod = verdicts.observation.candidates[*index].name();
+        decisions.insert(pod, Verdict::Include(*conditions));
+    }
+    for (index, reason) in &verdicts.excluded {
+        let pod = verdicts.observation.candidates[*index].name();
+        decisions.insert(pod, Verdict::Exclude(reason.clone()));
+    }
+    let rows = case
+        .pods
+        .iter()
+        .map(|pod| {
+            let decided = (pod.namespace == target.namespace)
+                .then(|| decisions.get(pod.name.as_str()).cloned())
+                .flatten();
+            let verdict = decided.unwrap_or_else(|| {
+                let (why, reason) = not_candidate(pod, target, &skipped_for_node);
+                Verdict::Skipped(why, reason)
+            });
+            Row {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                verdict,
+            }
+        })
+        .collect();
+    let desired = plan::desired(target, &verdicts.included());
+    for conflict in &desired.conflicts {
+        notes.push(format!(
+            "address {} is listed by pods {} and {}: only {} (the older) publishes it",
+            conflict.address, conflict.kept, conflict.left_out, conflict.kept
+        ));
+    }
+    for dropped in &desired.dropped {
+        let violations: Vec<String> = dropped.violations.iter().map(ToString::to_string).collect();
+        notes.push(format!(
+            "pod {}: endpoint {} left out: {}",
+            dropped.pod,
+            dropped.address,
+            violations.join("; ")
+        ));
+    }
+    let slices = slices::place(target, &desired, &[], max_endpoints, None).apply;
+    let mut warnings = loaded.warnings.clone();
+    if let Some(selected) = plugin_selected(target).filter(|s| *s != loaded.name) {
+        warnings.push(format!(
+            "Service {}/{} selects plugin {selected:?} ({}), not {:?}: the controller would \
+             decide it with {selected}.wasm",
+            target.namespace,
+            target.name,
+            plugin::POLICY_ANNOTATION,
+            loaded.name
+        ));
+    }
+    Ok(Evaluation {
+        target: target.clone(),
+        rows,
+        candidates,
+        service_view: plugin::service_view(target),
+        pod_views,
+        undeclared,
+        slices,
+        notes,
+        warnings,
+        calls,
+    })
+}
+
+/// The plugin the Service's annotation names, if any.
+fn plugin_selected(target: &ServiceTarget) -> Option<&str> {
+    target
+        .annotations
+        .get(plugin::POLICY_ANNOTATION)
+        .map(|name| name.trim())
+        .filter(|name| !name.is_empty())
+}
+
+/// Why a pod of the file is not one of the Service's candidates.
+fn not_candidate(
+    pod: &PodRecord,
+    target: &ServiceTarget,
+    skipped_for_node: &BTreeMap<&str, String>,
+) -> (NotCandidate, String) {
+    if pod.namespace != target.namespace {
+        return (
+            NotCandidate::OtherNamespace,
+            format!(
+                "in namespace {}, not the Service's {}: a Service publishes pods of its own \
+                 namespace only",
+                pod.namespace, target.namespace
+            ),
+        );
+    }
+    if let Some(reason) = skipped_for_node.get(pod.name.as_str()) {
+        return (NotCandidate::NodeMissing, reason.clone());
+    }
+    match &pod.attachments {
+        Err(e) => (NotCandidate::Unreadable, e.to_string()),
+        Ok(_) => match pod.attachment(&target.network) {
+            Some(Err(e)) => (NotCandidate::Unusable, e.to_string()),
+            Some(Ok(_)) => (
+                NotCandidate::Unusable,
+                "not a candidate (the host left it out)".to_owned(),
+            ),
+            None if !pod
+                .annotations
+                .iter()
+                .any(|(k, _)| k == network_status::ANNOTATION) =>
+            {
+                (
+                    NotCandidate::NoAnnotation,
+                    format!(
+                        "{} (Multus attached it to no secondary network)",
+                        StatusError::Missing
+                    ),
+                )
+            }
+            None => {
+                let networks: Vec<&str> = pod.networks().collect();
+                (
+                    NotCandidate::NotAttached,
+                    format!(
+                        "annotation {} has no entry for network {} (it lists: {})",
+                        network_status::ANNOTATION,
+                        target.network,
+                        if networks.is_empty() {
+                            "only the cluster network".to_owned()
+                        } else {
+                            networks.join(", ")
+                        }
+                    ),
+                )
+            }
+        },
+    }
+}
+
+/// Labels and annotations of the candidates that the plugin does not receive.
+fn undeclared(observation: &Observation, plugin: &plugin::Plugin) -> Undeclared {
+    let mut found = Undeclared::default();
+    for candidate in &observation.candidates {
+        for (key, _) in candidate.pod.labels.iter() {
+            if !plugin.reads_label(key) {
+                *found.labels.entry(key.clone()).or_default() += 1;
+            }
+        }
+        for (key, _) in candidate.pod.annotations.iter() {
+            if !plugin.reads_annotation(key) && !HOST_ANNOTATIONS.contains(&key.as_str()) {
+                *found.annotations.entry(key.clone()).or_default() += 1;
+            }
+        }
+    }
+    found
+}

@@ -1,0 +1,229 @@
+//! `plugin test`: fixture directories run through a plugin and compared with their expected
+//! output (golden files).
+//!
+//! A case is a directory with `service.yaml` and `pods.yaml`, optionally `nodes.yaml` and
+//! `config.json` (the plugin's configuration), and the expectations: `decisions.txt` (as
+//! `plugin eval -o decisions` prints it), `slices.yaml` (as `-o slices` prints it), or
+//! `error.txt` (the message when the plugin refuses the configuration or the Service).
+
+use std::{
+    collections::HashMap,
+    io::Write,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context as _, bail};
+
+use super::{TestArgs, eval, files, render, source};
+
+const SERVICE: &str = "service.yaml";
+const PODS: &str = "pods.yaml";
+const NODES: &str = "nodes.yaml";
+const CONFIG: &str = "config.json";
+const DECISIONS: &str = "decisions.txt";
+const SLICES: &str = "slices.yaml";
+const ERROR: &str = "error.txt";
+
+/// The cases under `dir`: itself, or its subdirectories that are cases, sorted.
+fn cases(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    if dir.join(SERVICE).is_file() {
+        return Ok(vec![dir.to_owned()]);
+    }
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("{}: cannot read it", dir.display()))?;
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.join(SERVICE).is_file())
+        .collect();
+    found.sort();
+    if found.is_empty() {
+        bail!(
+            "{}: no fixture case in it (a case is a directory with {SERVICE} and {PODS})",
+            dir.display()
+        );
+    }
+    Ok(found)
+}
+
+/// What a case produced: its files' would-be contents.
+struct Produced {
+    files: Vec<(&'static str, String)>,
+}
+
+fn produce(
+    runtime: &crate::plugin::Runtime,
+    args: &TestArgs,
+    loaded: &mut HashMap<String, source::Loaded>,
+    case: &Path,
+) -> anyhow::Result<Produced> {
+    let config_path = case.join(CONFIG);
+    let config = source::config(config_path.is_file().then_some(config_path.as_path()))?;
+    let outcome = (|| {
+        if !loaded.contains_key(&config) {
+            let plugin = source::load(runtime, &args.plugin, &config)?;
+            loaded.insert(config.clone(), plugin);
+        }
+        let plugin = &loaded[&config];
+        let nodes = case.join(NODES);
+        let inputs = files::case(
+            &case.join(SERVICE),
+            &case.join(PODS),
+            nodes.is_file().then_some(nodes.as_path()),
+        )?;
+        eval::evaluate(
+            plugin,
+            &inputs,
+            crate::reconcile::slices::DEFAULT_MAX_ENDPOINTS_PER_SLICE,
+        )
+    })();
+    Ok(match outcome {
+        Ok(evaluation) => Produced {
+            files: vec![
+                (DECISIONS, render::decisions(&evaluation)),
+                (SLICES, render::slices(&evaluation)?),
+            ],
+        },
+        Err(e) => Produced {
+            files: vec![(ERROR, format!("{}\n", error_text(&e)))],
+        },
+    })
+}
+
+/// An error as a fixture expects it: without the plugin's file, name and hash, which differ
+/// between builds and copies of one plugin.
+fn error_text(e: &anyhow::Error) -> String {
+    match e.downcast_ref::<source::Failed>() {
+        Some(source::Failed(_, failed)) => {
+            format!("{} check failed: {}", failed.step.as_str(), failed.message)
+        }
+        None => format!("{e:#}"),
+    }
+}
+
+/// Runs every case; fails when one differs from its expectations.
+pub fn test(args: &TestArgs, out: &mut impl Write) -> anyhow::Result<()> {
+    let runtime = args.sandbox.runtime()?;
+    let mut loaded = HashMap::new();
+    let mut all = Vec::new();
+    for dir in &args.dirs {
+        all.extend(cases(dir)?);
+    }
+    let mut failed = 0;
+    for case in &all {
+        let produced = produce(&runtime, args, &mut loaded, case)?;
+        if args.update {
+            update(case, &produced)?;
+            writeln!(out, "updated {}", case.display())?;
+            continue;
+        }
+        let problems = compare(case, &produced)?;
+        if problems.is_empty() {
+            writeln!(out, "ok      {}", case.display())?;
+        } else {
+            failed += 1;
+            writeln!(out, "FAIL    {}", case.display())?;
+            for problem in problems {
+                writeln!(out, "{problem}")?;
+            }
+        }
+    }
+    if args.update {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{} {}: {} passed, {failed} failed",
+        all.len(),
+        if all.len() == 1 { "case" } else { "cases" },
+        all.len() - failed
+    )?;
+    if failed > 0 {
+        bail!(
+            "{failed} of {} fixture {} differ from their expectations (above); if the new \
+             output is right, rerun with --update",
+            all.len(),
+            if all.len() == 1 { "case" } else { "cases" }
+        );
+    }
+    Ok(())
+}
+
+/// Every difference between the case's expected files and what it produced.
+fn compare(case: &Path, produced: &Produced) -> anyhow::Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for name in [DECISIONS, SLICES, ERROR] {
+        let path = case.join(name);
+        let got = produced.files.iter().find(|(n, _)| *n == name);
+        if !path.is_file() {
+            continue;
+        }
+        checked += 1;
+        let expected = files::read(&path)?;
+        match got {
+            Some((_, got)) if *got == expected => {}
+            Some((_, got)) => problems.push(diff(name, &expected, got)),
+            None => {
+                let (other, got) = &produced.files[0];
+                problems.push(format!(
+                    "  expected {name}, but the case produced {other}:\n{}",
+                    indent(got)
+                ));
+            }
+        }
+    }
+    if checked == 0 {
+        problems.push(format!(
+            "  no {DECISIONS}, {SLICES} or {ERROR} to compare with: run with --update to \
+             write them"
+        ));
+    }
+    Ok(problems)
+}
+
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("    {l}\n"))
+        .collect::<String>()
+}
+
+/// A unified diff of the expected file against what the plugin produced.
+fn diff(name: &str, expected: &str, got: &str) -> String {
+    let diff = similar::TextDiff::from_lines(expected, got);
+    let text = diff
+        .unified_diff()
+        .context_radius(2)
+        .header(&format!("expected {name}"), "produced")
+        .to_string();
+    indent(&text)
+}
+
+/// Writes what the case produced: the expected files it had, or all of them for a new case;
+/// an error replaces the decisions and slices, and the other way round.
+fn update(case: &Path, produced: &Produced) -> anyhow::Result<()> {
+    let existing: Vec<&str> = [DECISIONS, SLICES]
+        .into_iter()
+        .filter(|n| case.join(n).is_file())
+        .collect();
+    for (name, text) in &produced.files {
+        if *name == ERROR || existing.is_empty() || existing.contains(name) {
+            let path = case.join(name);
+            std::fs::write(&path, text)
+                .with_context(|| format!("{}: cannot write it", path.display()))?;
+        }
+    }
+    let stale: &[&str] = if produced.files.iter().any(|(n, _)| *n == ERROR) {
+        &[DECISIONS, SLICES]
+    } else {
+        &[ERROR]
+    };
+    for name in stale {
+        let path = case.join(name);
+        if path.is_file() {
+            std::fs::remove_file(&path)
+                .with_context(|| format!("{}: cannot remove it", path.display()))?;
+        }
+    }
+    Ok(())
+}

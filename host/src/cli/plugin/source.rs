@@ -1,0 +1,97 @@
+//! `--plugin`: a component file, or `default` for the plugin built into this binary, run
+//! through the controller's load pipeline.
+
+use std::{
+    fmt,
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context as _;
+
+use crate::plugin::{self, BUILT_IN, Configured, DEFAULT_PLUGIN_WASM, PipelineError, Runtime};
+
+/// Where a plugin comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginArg {
+    /// The plugin built into this binary (`--plugin default`).
+    BuiltIn,
+    File(PathBuf),
+}
+
+impl PluginArg {
+    /// `default` names the built-in plugin; anything else is a file (`./default` for a file
+    /// of that name).
+    pub fn parse(value: &str) -> Result<Self, String> {
+        match value {
+            "" => Err("give a .wasm file, or `default` for the built-in plugin".to_owned()),
+            BUILT_IN => Ok(PluginArg::BuiltIn),
+            path => Ok(PluginArg::File(PathBuf::from(path))),
+        }
+    }
+
+    /// The name Services select it by: the file name without `.wasm`.
+    pub fn name(&self) -> String {
+        match self {
+            PluginArg::BuiltIn => BUILT_IN.to_owned(),
+            PluginArg::File(path) => path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        }
+    }
+
+    pub fn bytes(&self) -> anyhow::Result<Vec<u8>> {
+        match self {
+            PluginArg::BuiltIn => Ok(DEFAULT_PLUGIN_WASM.to_vec()),
+            PluginArg::File(path) => {
+                std::fs::read(path).with_context(|| format!("{}: cannot read it", path.display()))
+            }
+        }
+    }
+}
+
+impl fmt::Display for PluginArg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PluginArg::BuiltIn => f.write_str("the built-in plugin"),
+            PluginArg::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// A plugin that passed the pipeline, with what an author should hear about it.
+pub struct Loaded {
+    /// The name Services select it by.
+    pub name: String,
+    pub configured: Configured,
+    pub warnings: Vec<String>,
+}
+
+/// The configuration document: the file's contents, or none.
+pub fn config(path: Option<&Path>) -> anyhow::Result<String> {
+    path.map(super::files::read)
+        .transpose()
+        .map(Option::unwrap_or_default)
+}
+
+/// Runs the plugin through the load pipeline with `config`.
+pub fn load(runtime: &Runtime, plugin: &PluginArg, config: &str) -> anyhow::Result<Loaded> {
+    let name = plugin.name();
+    let bytes = plugin.bytes()?;
+    let configured = plugin::prepare(runtime, &name, &bytes, config)
+        .map_err(|e| anyhow::Error::new(Failed(plugin.to_string(), e)))?;
+    let warnings = plugin::name_mismatch(&name, configured.plugin.info())
+        .into_iter()
+        .collect();
+    Ok(Loaded {
+        name,
+        configured,
+        warnings,
+    })
+}
+
+/// A plugin that failed the pipeline; the CLI shows the details (e.g. a trap's wasm frames)
+/// with `-v`.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}: {1}")]
+pub struct Failed(pub String, pub PipelineError);
