@@ -301,3 +301,466 @@ fn inspect_reports_a_plugin_that_fails_and_survives_its_panic() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// ---- the author's kit ----------------------------------------------------------------------
+
+const PREFERRED_ZONES: &str = env!("NSC_EXAMPLE_PREFERRED_ZONES_WASM");
+const STALE_WIT: &str = env!("NSC_TEST_STALE_WIT_WASM");
+const IMPORTS_FILESYSTEM: &str = env!("NSC_TEST_IMPORTS_FILESYSTEM_WASM");
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+}
+
+/// A directory of its own for one test, removed when it ends.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("nsc-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    fn write(&self, name: &str, text: &str) -> String {
+        let path = self.path(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The repository's own plugins pass their fixtures: the same cases a plugin author's
+/// `plugin test` runs.
+#[test]
+fn the_repositorys_plugins_pass_their_fixtures() {
+    for (plugin, dir) in [
+        ("default", "plugins/default/testdata"),
+        (DEFAULT, "plugins/default/testdata"),
+        (OPT_OUT, "plugins/examples/opt-out/testdata"),
+        (PREFERRED_ZONES, "plugins/examples/preferred-zones/testdata"),
+    ] {
+        let out = run(&[
+            "plugin",
+            "test",
+            "--plugin",
+            plugin,
+            repo(dir).to_str().unwrap(),
+        ]);
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{plugin}: {stdout}{}",
+            text(&out.stderr)
+        );
+        assert!(
+            stdout.contains(" failed") && stdout.contains(", 0 failed"),
+            "{stdout}"
+        );
+        assert!(
+            stdout.lines().filter(|l| l.starts_with("ok ")).count() >= 2,
+            "{stdout}"
+        );
+    }
+}
+
+/// A difference fails with a diff naming the file; --update rewrites the expectation; a
+/// case without expectations fails and says how to write them.
+#[test]
+fn plugin_test_diffs_fails_and_updates() {
+    let scratch = Scratch::new("fixtures");
+    let case = repo("plugins/default/testdata/name-label");
+    for file in ["service.yaml", "pods.yaml"] {
+        std::fs::copy(case.join(file), scratch.path(&format!("case/{file}")))
+            .or_else(|_| {
+                std::fs::create_dir_all(scratch.path("case"))?;
+                std::fs::copy(case.join(file), scratch.path(&format!("case/{file}")))
+            })
+            .unwrap();
+    }
+    let dir = scratch.path("case");
+    let dir = dir.to_str().unwrap();
+    let out = run(&["plugin", "test", "--plugin", "default", dir]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stdout).contains("no decisions.txt, slices.yaml or error.txt to compare with: run with --update to write them"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = run(&["plugin", "test", "--plugin", "default", "--update", dir]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let written = std::fs::read_to_string(scratch.path("case/decisions.txt")).unwrap();
+    assert_eq!(
+        written,
+        std::fs::read_to_string(case.join("decisions.txt")).unwrap()
+    );
+    assert!(scratch.path("case/slices.yaml").is_file());
+    // Break the expectation: the run fails and shows the line that changed.
+    scratch.write(
+        "case/decisions.txt",
+        &written.replace("include  ready=true", "include  ready=false"),
+    );
+    let out = run(&["plugin", "test", "--plugin", "default", dir]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("FAIL    "), "{stdout}");
+    assert!(stdout.contains("--- expected decisions.txt"), "{stdout}");
+    assert!(
+        stdout.contains("-named-web    include  ready=false")
+            && stdout.contains("+named-web    include  ready=true"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("1 case: 0 passed, 1 failed"), "{stdout}");
+    assert!(
+        text(&out.stderr).contains("rerun with --update"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn eval_prints_one_decision_per_pod_in_the_files_order() {
+    let out = eval("default", &["-o", "decisions"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let rows: Vec<(&str, &str)> = stdout
+        .lines()
+        .map(|l| {
+            let mut parts = l.split_whitespace();
+            (parts.next().unwrap(), parts.next().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("nginx-nad-65c7f7c6dc-b4zg8", "include"),
+            ("nginx-nad-65c7f7c6dc-jkx5z", "include"),
+            ("nginx-nad-65c7f7c6dc-old01", "include"),
+            ("nginx-nad-65c7f7c6dc-done1", "exclude"),
+            ("netutils-nad-6d66668db6-kxhsj", "exclude"),
+            ("nginx-nad-65c7f7c6dc-broken", "skipped"),
+            ("nginx-basic-747cff5f4d-g4cwn", "skipped"),
+        ]
+    );
+    assert!(
+        stdout.contains(
+            "nginx-nad-65c7f7c6dc-old01     include  ready=false serving=true terminating=true"
+        ),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn eval_prints_everything_as_json_for_scripts() {
+    let out = eval("default", &["-o", "json", "--show-inputs"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["plugin"]["name"], "default");
+    assert_eq!(doc["plugin"]["decisions"], "per-pod");
+    assert_eq!(doc["service"], "default/nginx-nad");
+    assert_eq!(doc["candidates"], 5);
+    let pods = doc["pods"].as_array().unwrap();
+    assert_eq!(pods.len(), 7);
+    assert_eq!(pods[0]["decision"], "include");
+    assert_eq!(pods[0]["conditions"]["serving"], true);
+    assert_eq!(pods[3]["decision"], "exclude");
+    assert_eq!(pods[3]["reason"], "pod phase is Succeeded");
+    assert_eq!(pods[6]["decision"], "skipped");
+    assert_eq!(doc["endpointSlices"].as_array().unwrap().len(), 1);
+    assert_eq!(doc["calls"][0]["pods"], 5);
+    // What crossed the boundary: the declared labels only.
+    let inputs = doc["inputs"]["pods"].as_array().unwrap();
+    assert_eq!(inputs.len(), 5);
+    assert_eq!(
+        inputs[0]["labels"],
+        serde_json::json!({"app": "netutils-nad"})
+    );
+    assert_eq!(doc["inputs"]["service"]["network"], "default/macvlan");
+}
+
+/// A plugin that reads an annotation it forgot to declare sees nothing: --show-inputs shows
+/// what it got, and warns about the keys the pods carry that it never receives.
+#[test]
+fn show_inputs_prints_the_records_and_warns_about_undeclared_keys() {
+    let scratch = Scratch::new("inputs");
+    let pods = scratch.write(
+        "pods.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: web-1
+  labels: {app: nginx-nad, team: red}
+  annotations:
+    example.com/tier: gold
+    k8s.v1.cni.cncf.io/network-status: '[{"name": "default/macvlan", "ips": ["10.1.0.1"]}]'
+spec: {nodeName: node-a}
+status: {phase: Running, conditions: [{type: Ready, status: "True"}]}
+"#,
+    );
+    let service = testdata("20-nginx-nad.yaml");
+    let args = |extra: &[&str]| {
+        let mut args = vec![
+            "plugin",
+            "eval",
+            "--plugin",
+            "default",
+            "--service",
+            service.to_str().unwrap(),
+            "--pods",
+            &pods,
+            "-o",
+            "decisions",
+        ];
+        args.extend_from_slice(extra);
+        run(&args
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>())
+    };
+    let out = args(&[]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("note: the pods carry 2 label or annotation keys the plugin does not declare (it never sees them); --show-inputs lists them"),
+        "{stderr}"
+    );
+    let out = args(&["--show-inputs"]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("input service default/nginx-nad: network default/macvlan, publish-not-ready-addresses false"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("input pods: 1 (the plugin declares label keys: app.kubernetes.io/name, app; annotation keys: none)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("  web-1: uid \"\", phase running, ready true, terminating false, node \"node-a\", zone \"\", ips 10.1.0.1\n    labels:      app=\"nginx-nad\"\n    annotations: (none)\n"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("warning: the pods carry keys the plugin does not declare in plugin-info, so it never sees them: label team (1 pod), annotation example.com/tier (1 pod)"),
+        "{stderr}"
+    );
+}
+
+/// No candidate: the plugin is never called, and that is explained and fails.
+#[test]
+fn an_empty_candidate_set_is_explained_and_fails() {
+    let scratch = Scratch::new("empty");
+    let service = std::fs::read_to_string(testdata("20-nginx-nad.yaml"))
+        .unwrap()
+        .replace(
+            "isim.dev/network: macvlan",
+            "isim.dev/network: shop/macvlan",
+        );
+    let service = scratch.write("service.yaml", &service);
+    let pods = testdata("eval/pods.yaml");
+    let out = run(&[
+        "plugin",
+        "eval",
+        "--plugin",
+        "default",
+        "--service",
+        &service,
+        "--pods",
+        pods.to_str().unwrap(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error: 0 of 7 pods are candidates: 1 has no k8s.v1.cni.cncf.io/network-status annotation, 5 have no network-status entry for shop/macvlan, 1 has a network-status annotation that is not a JSON list; the plugin was not called"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("skipped pod nginx-nad-65c7f7c6dc-b4zg8: annotation k8s.v1.cni.cncf.io/network-status has no entry for network shop/macvlan (it lists: default/macvlan)"),
+        "{stderr}"
+    );
+}
+
+/// The Service names another plugin than the one evaluated: the controller would not use it.
+#[test]
+fn eval_warns_when_the_service_selects_another_plugin() {
+    let scratch = Scratch::new("selects");
+    let service = std::fs::read_to_string(testdata("20-nginx-nad.yaml"))
+        .unwrap()
+        .replace(
+            "\n    isim.dev/network: macvlan",
+            "\n    isim.dev/network: macvlan\n    isim.dev/endpoint-policy: zones",
+        );
+    let service = scratch.write("service.yaml", &service);
+    let pods = testdata("eval/pods.yaml");
+    let out = run(&[
+        "plugin",
+        "eval",
+        "--plugin",
+        "default",
+        "--service",
+        &service,
+        "--pods",
+        pods.to_str().unwrap(),
+        "-o",
+        "decisions",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: Service default/nginx-nad selects plugin \"zones\" (isim.dev/endpoint-policy), not \"default\": the controller would decide it with zones.wasm"),
+        "{stderr}"
+    );
+}
+
+/// A panic: the guest's message first, the wasm frames once and only with -v, no Rust
+/// backtrace even with RUST_BACKTRACE set.
+#[test]
+fn a_panic_shows_its_message_first_and_frames_only_with_verbose() {
+    let scratch = Scratch::new("panic");
+    let config = scratch.write("trap.json", "trap");
+    let service = testdata("20-nginx-nad.yaml");
+    let pods = testdata("eval/pods.yaml");
+    let args = [
+        "plugin",
+        "eval",
+        "--plugin",
+        MISBEHAVING,
+        "--config",
+        &config,
+        "--service",
+        service.to_str().unwrap(),
+        "--pods",
+        pods.to_str().unwrap(),
+    ];
+    let out = Command::new(BIN)
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("self-test check failed: call to evaluate panicked: deliberate trap (at plugins/testing/misbehaving/src/lib.rs:"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(" wasm frames: -v shows them)"), "{stderr}");
+    for noise in [
+        "wasm function",
+        "RUST_BACKTRACE",
+        "stack backtrace",
+        "Stack backtrace",
+    ] {
+        assert!(!stderr.contains(noise), "{noise:?} in {stderr}");
+    }
+    let mut verbose = args.to_vec();
+    verbose.push("-v");
+    let out = Command::new(BIN)
+        .args(&verbose)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("wasm backtrace (innermost first):\n   0: 0x"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("   0: 0x").count(),
+        1,
+        "the frames once: {stderr}"
+    );
+    assert!(!stderr.contains("Stack backtrace"), "{stderr}");
+}
+
+#[test]
+fn inspect_lists_imports_and_exports_the_config_and_the_self_test() {
+    let out = run(&["plugin", "inspect", "default"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    for line in [
+        "file:            the built-in plugin",
+        "imports:\n  isim:nad-endpoints/log@1.1.0\n",
+        "exports:\n  isim:nad-endpoints/decisions@1.1.0\n  isim:nad-endpoints/policy@1.1.0\n",
+        "config:          accepted (none: the empty document)",
+        "self-test:       a (ready, IPv4): include ready=true serving=true terminating=false; b (not ready, IPv6): include ready=false serving=false terminating=false",
+    ] {
+        assert!(stdout.contains(line), "missing {line:?} in:\n{stdout}");
+    }
+    assert!(!stdout.contains("warning:"), "{stdout}");
+    // The file name is not the plugin's own name.
+    let out = run(&["plugin", "inspect", OPT_OUT]);
+    assert!(
+        text(&out.stdout).contains("warning:         plugin file nad_plugin_opt_out.wasm calls itself \"opt-out\" in info()"),
+        "{}",
+        text(&out.stdout)
+    );
+    // A plugin that imports the filesystem: the imports are listed, and the error names them.
+    let out = run(&["plugin", "inspect", IMPORTS_FILESYSTEM]);
+    let stdout = text(&out.stdout);
+    assert!(!out.status.success());
+    assert!(
+        stdout.contains("  wasi:filesystem/preopens@0.2"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("runs here:       no (link step failed)"),
+        "{stdout}"
+    );
+    assert!(
+        text(&out.stderr).contains("which this host does not provide; a plugin may import only"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(&["plugin", "inspect", STALE_WIT]);
+    assert!(
+        text(&out.stderr).contains("record pod has field owner, which the host's does not"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn wit_prints_or_writes_the_package_this_host_speaks() {
+    let out = run(&["plugin", "wit"]);
+    assert!(out.status.success());
+    let wit = std::fs::read_to_string(repo("wit/nad-endpoints.wit")).unwrap();
+    assert_eq!(text(&out.stdout), wit);
+    let scratch = Scratch::new("wit");
+    let dir = scratch.path("wit");
+    let out = run(&["plugin", "wit", "--out-dir", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("nad-endpoints.wit")).unwrap(),
+        wit
+    );
+}
+
+#[test]
+fn subcommand_help_shows_only_its_own_flags() {
+    let out = run(&["plugin", "eval", "--help"]);
+    let help = text(&out.stdout);
+    assert!(
+        help.contains("--show-inputs") && help.contains("--output"),
+        "{help}"
+    );
+    for flag in [
+        "--metrics-address",
+        "--leader-election",
+        "--plugin-dir",
+        "--log-format",
+    ] {
+        assert!(!help.contains(flag), "{flag} in {help}");
+    }
+}

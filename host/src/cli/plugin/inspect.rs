@@ -33,11 +33,11 @@ pub fn inspect(args: &InspectArgs, out: &mut impl Write) -> anyhow::Result<()> {
         HOST_WIT_VERSION.0, HOST_WIT_VERSION.0, HOST_WIT_VERSION.1
     )?;
     for (title, names) in [("imports:", &report.imports), ("exports:", &report.exports)] {
-        writeln!(
-            out,
-            "{title:<17}{}",
-            if names.is_empty() { "(none)" } else { "" }
-        )?;
+        if names.is_empty() {
+            writeln!(out, "{title:<17}(none)")?;
+        } else {
+            writeln!(out, "{title}")?;
+        }
         for name in names {
             writeln!(out, "  {name}")?;
         }
