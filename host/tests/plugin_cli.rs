@@ -764,3 +764,136 @@ fn subcommand_help_shows_only_its_own_flags() {
         assert!(!help.contains(flag), "{flag} in {help}");
     }
 }
+
+#[test]
+fn bench_times_instantiation_and_evaluation_on_generated_pods() {
+    let out = run(&[
+        "plugin",
+        "bench",
+        "--plugin",
+        "default",
+        "--pods",
+        "300",
+        "--iterations",
+        "20",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["pods"], 300);
+    // The generated pods carry the declared label keys, and the Service selects on them.
+    assert_eq!(doc["included"], 300);
+    for series in ["instantiate", "evaluate", "total"] {
+        let (p50, p99) = (
+            doc[series]["p50_us"].as_f64().unwrap(),
+            doc[series]["p99_us"].as_f64().unwrap(),
+        );
+        assert!(p50 > 0.0 && p50 <= p99, "{series}: {doc}");
+    }
+    let per_pod = doc["evaluate_per_pod_us"].as_f64().unwrap();
+    let evaluate = doc["evaluate"]["p50_us"].as_f64().unwrap();
+    assert!((per_pod * 300.0 - evaluate).abs() < 1e-6, "{doc}");
+    let peak = doc["memory_peak_bytes"].as_u64().unwrap();
+    assert!(
+        peak >= 64 * 1024 && peak < doc["memory_limit_bytes"].as_u64().unwrap(),
+        "{doc}"
+    );
+    let out = run(&[
+        "plugin",
+        "bench",
+        "--plugin",
+        "default",
+        "--pods",
+        "10",
+        "--iterations",
+        "5",
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("instantiate ") && stdout.contains("per pod (p50)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("guest memory peak: "), "{stdout}");
+}
+
+/// `plugin new` makes a project of its own that builds and passes its own `plugin test` on the
+/// first try, from a directory outside this repository.
+#[test]
+fn plugin_new_makes_a_rust_project_that_builds_and_passes_its_own_test() {
+    let scratch = Scratch::new("new-rust");
+    let dir = scratch.path("my-policy");
+    let out = run(&["plugin", "new", "my-policy", "--dir", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("next: cd "),
+        "{}",
+        text(&out.stdout)
+    );
+    for file in [
+        "Cargo.toml",
+        "Makefile",
+        "src/lib.rs",
+        "src/policy.rs",
+        "wit/nad-endpoints.wit",
+        "testdata/basic/decisions.txt",
+    ] {
+        assert!(dir.join(file).is_file(), "{file}");
+    }
+    // A second time into the same place is refused.
+    let again = run(&["plugin", "new", "my-policy", "--dir", dir.to_str().unwrap()]);
+    assert!(!again.status.success());
+    assert!(text(&again.stderr).contains("the directory exists and is not empty"));
+    let bad = run(&[
+        "plugin",
+        "new",
+        "My_Policy",
+        "--dir",
+        scratch.path("x").to_str().unwrap(),
+    ]);
+    assert!(
+        text(&bad.stderr).contains("is not a plugin name"),
+        "{}",
+        text(&bad.stderr)
+    );
+
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(|t| PathBuf::from(t).join("plugin-new"))
+        .unwrap_or_else(|| scratch.path("target"));
+    let out = Command::new("make")
+        .current_dir(&dir)
+        .arg("test")
+        .arg(format!("NSC={BIN}"))
+        .env("CARGO_TARGET_DIR", &target)
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "make test failed:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("test result: ok."),
+        "the unit tests ran: {stdout}"
+    );
+    assert!(stdout.contains("1 case: 1 passed, 0 failed"), "{stdout}");
+    let inspect = run(&[
+        "plugin",
+        "inspect",
+        dir.join("build/my-policy.wasm").to_str().unwrap(),
+    ]);
+    let inspected = text(&inspect.stdout);
+    assert!(
+        inspected.contains("name:            my-policy"),
+        "{inspected}"
+    );
+    assert!(
+        inspected.contains("decisions:       per-pod"),
+        "{inspected}"
+    );
+    assert!(
+        !inspected.contains("warning:"),
+        "the file and the plugin agree on the name: {inspected}"
+    );
+}

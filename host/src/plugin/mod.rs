@@ -31,7 +31,7 @@ pub use registry::{
     SharedPlugins, UnknownPlugin,
 };
 pub use reload::{PluginDir, Scan};
-pub use runtime::{DecisionScope, Plugin, Runtime};
+pub use runtime::{CallStats, DecisionScope, Plugin, Runtime};
 
 /// The default plugin, built from `plugins/default` by the build script.
 pub const DEFAULT_PLUGIN_WASM: &[u8] = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));

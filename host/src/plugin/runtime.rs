@@ -297,6 +297,22 @@ impl Plugin {
         Ok(Ok(answer.into_iter().map(convert::decision).collect()))
     }
 
+    /// `evaluate`, with what the call cost (for `plugin bench`): the guest's answer as it
+    /// gave it.
+    pub fn evaluate_with_stats(
+        &self,
+        service: &wit::Service,
+        pods: &[wit::Pod],
+        config: &str,
+    ) -> (
+        Result<Result<Vec<wit::Decision>, String>, CallError>,
+        CallStats,
+    ) {
+        self.call_with_stats("evaluate", Some(service), |exports, store| {
+            exports.policy.call_evaluate(store, service, pods, config)
+        })
+    }
+
     /// Runs `f` on a fresh instance in a fresh Store under the deadline and memory limit.
     fn call<R>(
         &self,
@@ -304,8 +320,18 @@ impl Plugin {
         service: Option<&wit::Service>,
         f: impl FnOnce(Exports<'_>, &mut Store<CallState>) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
+        self.call_with_stats(function, service, f).0
+    }
+
+    fn call_with_stats<R>(
+        &self,
+        function: &'static str,
+        service: Option<&wit::Service>,
+        f: impl FnOnce(Exports<'_>, &mut Store<CallState>) -> wasmtime::Result<R>,
+    ) -> (Result<R, CallError>, CallStats) {
         let mut sandbox = Sandbox::new(&self.engine, self.name.clone(), self.limits, service);
         let started = Instant::now();
+        let mut instantiated = started;
         let store = &mut sandbox.store;
         let result = self
             .pre
@@ -314,14 +340,33 @@ impl Plugin {
             .and_then(|raw| Ok((bindings::EndpointPolicy::new(&mut *store, &raw)?, raw)))
             .map_err(|e| (true, e))
             .and_then(|(typed, raw)| {
+                instantiated = Instant::now();
                 let exports = Exports {
                     policy: typed.isim_nad_endpoints_policy(),
                     raw: &raw,
                 };
                 f(exports, store).map_err(|e| (false, e))
             });
+        let stats = CallStats {
+            instantiate: instantiated - started,
+            run: instantiated.elapsed(),
+            memory_peak: sandbox.memory_peak(),
+        };
         sandbox.finish();
         tracing::trace!(plugin = &*self.name, function, elapsed = ?started.elapsed(), "plugin call");
-        result.map_err(|(instantiating, source)| sandbox.failure(function, instantiating, source))
+        let result = result
+            .map_err(|(instantiating, source)| sandbox.failure(function, instantiating, source));
+        (result, stats)
     }
+}
+
+/// What one call cost.
+#[derive(Debug, Clone, Copy)]
+pub struct CallStats {
+    /// Making the instance (a fresh store, the component's start, its memory).
+    pub instantiate: std::time::Duration,
+    /// The call itself, arguments and results included.
+    pub run: std::time::Duration,
+    /// The most linear memory the instance had, in bytes.
+    pub memory_peak: usize,
 }

@@ -110,12 +110,15 @@ impl bindings::isim::nad_endpoints::types::Host for CallState {}
 struct MemoryLimiter {
     limit: usize,
     hit: bool,
+    /// The linear memory of the call's instance (all its memories), and its most.
+    total: usize,
+    peak: usize,
 }
 
 impl wasmtime::ResourceLimiter for MemoryLimiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
@@ -126,6 +129,8 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
                 self.limit
             ));
         }
+        self.total += desired.saturating_sub(current);
+        self.peak = self.peak.max(self.total);
         Ok(true)
     }
 
@@ -166,6 +171,8 @@ impl Sandbox {
                 limiter: MemoryLimiter {
                     limit: limits.memory_bytes,
                     hit: false,
+                    total: 0,
+                    peak: 0,
                 },
                 plugin: plugin.clone(),
                 service: service.map(|s| format!("{}/{}", s.namespace, s.name)),
@@ -186,6 +193,11 @@ impl Sandbox {
             plugin,
             limits,
         }
+    }
+
+    /// The most linear memory the call's instance had, in bytes.
+    pub fn memory_peak(&self) -> usize {
+        self.store.data().limiter.peak
     }
 
     /// Reports log lines over the limit, once per call.
