@@ -93,7 +93,7 @@ lint: lint-rust lint-workflows deny ## All linters: lint-rust, lint-workflows, d
 lint-rust: wasm-target ## cargo fmt --check and clippy (host and wasm32 guests) with warnings as errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
-	$(CARGO) clippy --locked --target $(WASM_TARGET) -p nad-plugin-sdk -p nad-default-plugin -p nad-plugin-opt-out -p nad-plugin-preferred-zones -p nad-test-misbehaving -p nad-test-contract-1-0 -- -D warnings
+	$(CARGO) clippy --locked --target $(WASM_TARGET) -p nad-plugin-sdk -p nad-default-plugin -p nad-plugin-opt-out -p nad-plugin-preferred-zones -p nad-test-misbehaving -p nad-test-contract-1-0 -p nad-test-stale-wit -p nad-test-imports-filesystem -- -D warnings
 
 .PHONY: lint-workflows
 lint-workflows: ## Lint .github/workflows: actionlint (with shellcheck, if installed), SHA pins, permissions, timeouts

@@ -36,7 +36,11 @@ fi
 echo "== deploy/ manifests: deploy.yaml up to date, server-side dry runs of every overlay" >&2
 hack/manifests.sh check
 
-echo "== cargo test (unit, plugin-runtime, cluster, data-plane and RBAC tests)" >&2
+echo "== the C plugin toolchain (hack/c-plugin-toolchain.sh: clang, wasi-libc, wit-bindgen, wasm-tools; minutes the first time)" >&2
+# The CLI tests build the C example and a `plugin new --lang c` project with it.
+hack/c-plugin-toolchain.sh >/dev/null
+
+echo "== cargo test (unit, plugin-runtime, plugin-CLI, cluster, data-plane and RBAC tests)" >&2
 # The fault tests kill the API server: they run on a control plane of their own
 # (make test-faults, hack/test-faults.sh).
 ${CARGO:-cargo} test --release --locked --workspace --exclude nad-fault-tests

@@ -1,17 +1,42 @@
 #!/usr/bin/env bash
 # Installs a pinned development tool into the shared cache (outside the clone, so fresh clones
 # reuse it) and prints its path:
-#   ${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/tools/bin/<tool>
-# Tools: actionlint (Go module proxy), cargo-deny (crates.io), kind (Go module proxy).
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/tools/bin/<tool>-<version>
+# Tools: actionlint (Go module proxy), cargo-deny, wasm-tools and wit-bindgen (crates.io, built
+# with cargo install --locked), kind (Go module proxy), and wasi-adapter: not a program but the
+# WASI preview1-to-preview2 reactor adapter of wasmtime (the .crate of
+# wasi-preview1-component-adapter-provider from crates.io, checked against a pinned sha256),
+# placed as tools/lib/wasi_snapshot_preview1.reactor-<version>.wasm. C plugins need the last
+# three (hack/c-plugin-toolchain.sh).
 set -euo pipefail
 
 ACTIONLINT_VERSION=v1.7.12
 CARGO_DENY_VERSION=0.20.2
 KIND_VERSION=v0.33.0
+# wasm-tools with the subcommands a plugin build and its checks use (component new/wit/embed,
+# validate, print, parse, strip, objdump, dump, metadata); the fuzzers and the rest are left out
+# to halve the build.
+WASM_TOOLS_VERSION=1.263.0
+WASM_TOOLS_FEATURES=component,validate,print,parse,strip,objdump,dump,metadata
+# The wit-bindgen of the Rust plugins (plugins/sdk), with its C generator only.
+WIT_BINDGEN_VERSION=0.63.0
+# The wasmtime version of the host (host/Cargo.toml), and the sha256 of that .crate (the
+# "cksum" of the crates.io index).
+WASI_ADAPTER_VERSION=48.0.8
+WASI_ADAPTER_SHA256=d3a1674fffec103c1d4367d4417a3bd5423cde3cfd56ff3b326b5fc72c0a8ebd
 
 root="${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/tools"
 bin="$root/bin"
 mkdir -p "$bin"
+
+# cargo install of one binary into a versioned name: <crate> <binary> <version> [cargo args].
+cargo_install() {
+  local crate="$1" binary="$2" version="$3" path="$bin/$2-$3"
+  shift 3
+  ${CARGO:-cargo} install --quiet --locked --version "$version" --root "$root/$crate-$version" "$@" "$crate"
+  mv "$root/$crate-$version/bin/$binary" "$path"
+  rm -rf "${root:?}/$crate-$version"
+}
 
 # Installs into a versioned name, so that a version bump here installs the new one.
 install() {
@@ -25,7 +50,31 @@ install() {
         mv "$root/go-$version/kind" "$path" ;;
       cargo-deny) ${CARGO:-cargo} install --quiet --locked --version "$version" --root "$root/cargo-deny-$version" cargo-deny
         mv "$root/cargo-deny-$version/bin/cargo-deny" "$path" ;;
+      wasm-tools) cargo_install wasm-tools wasm-tools "$version" --no-default-features --features "$WASM_TOOLS_FEATURES" ;;
+      wit-bindgen) cargo_install wit-bindgen-cli wit-bindgen "$version" --no-default-features --features c ;;
     esac
+  fi
+  echo "$path"
+}
+
+# The reactor adapter, extracted from the verified .crate into a versioned name.
+wasi_adapter() {
+  local version="$1" crate=wasi-preview1-component-adapter-provider
+  local path="$root/lib/wasi_snapshot_preview1.reactor-$version.wasm"
+  if [[ ! -f "$path" ]]; then
+    echo "tools: installing wasi-adapter $version into $root/lib" >&2
+    local tmp
+    tmp="$(mktemp -d "$root/wasi-adapter.XXXXXX")"
+    curl -fsSL --retry 3 -o "$tmp/adapter.crate" "https://static.crates.io/crates/$crate/$version/download"
+    if ! echo "$WASI_ADAPTER_SHA256  $tmp/adapter.crate" | sha256sum --check --quiet --status; then
+      echo "tools: $crate $version does not have the pinned sha256 $WASI_ADAPTER_SHA256" >&2
+      rm -rf "$tmp"
+      exit 1
+    fi
+    tar -xzf "$tmp/adapter.crate" -C "$tmp" "$crate-$version/artefacts/wasi_snapshot_preview1.reactor.wasm"
+    mkdir -p "$root/lib"
+    mv "$tmp/$crate-$version/artefacts/wasi_snapshot_preview1.reactor.wasm" "$path"
+    rm -rf "$tmp"
   fi
   echo "$path"
 }
@@ -34,5 +83,8 @@ case "${1:-}" in
   actionlint) install actionlint "$ACTIONLINT_VERSION" ;;
   cargo-deny) install cargo-deny "$CARGO_DENY_VERSION" ;;
   kind) install kind "$KIND_VERSION" ;;
-  *) echo "usage: hack/tools.sh actionlint|cargo-deny|kind" >&2; exit 2 ;;
+  wasm-tools) install wasm-tools "$WASM_TOOLS_VERSION" ;;
+  wit-bindgen) install wit-bindgen "$WIT_BINDGEN_VERSION" ;;
+  wasi-adapter) wasi_adapter "$WASI_ADAPTER_VERSION" ;;
+  *) echo "usage: hack/tools.sh actionlint|cargo-deny|kind|wasm-tools|wit-bindgen|wasi-adapter" >&2; exit 2 ;;
 esac

@@ -897,3 +897,112 @@ fn plugin_new_makes_a_rust_project_that_builds_and_passes_its_own_test() {
         "the file and the plugin agree on the name: {inspected}"
     );
 }
+
+/// The C toolchain as `hack/c-plugin-toolchain.sh` prints it (installing what is missing:
+/// `make test` runs it once before the tests).
+fn c_toolchain() -> Vec<String> {
+    let out = Command::new(repo("hack/c-plugin-toolchain.sh"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout).lines().map(str::to_owned).collect()
+}
+
+/// The C version of the default policy builds, and decides exactly as the Rust default plugin
+/// on the default plugin's fixtures (whose expectations the Rust plugin wrote).
+#[test]
+fn the_c_example_builds_and_decides_as_the_default_plugin() {
+    let scratch = Scratch::new("default-c");
+    let out = Command::new("make")
+        .arg("-C")
+        .arg(repo("plugins/examples/default-c"))
+        .arg("test")
+        .arg(format!("NSC={BIN}"))
+        .arg(format!("BUILD={}", scratch.path("build").display()))
+        .args(c_toolchain())
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("10 cases: 10 passed, 0 failed"), "{stdout}");
+    for case in [
+        "app-label",
+        "rules/app",
+        "rules/name-label",
+        "rules/publish-not-ready",
+        "default-c/testdata/config-refused",
+    ] {
+        assert!(
+            stdout.contains(&format!("{case}\n")),
+            "{case} ran: {stdout}"
+        );
+    }
+    let inspect = run(&[
+        "plugin",
+        "inspect",
+        scratch.path("build/default-c.wasm").to_str().unwrap(),
+    ]);
+    let inspected = text(&inspect.stdout);
+    assert!(inspected.contains("runs here:       yes"), "{inspected}");
+    assert!(
+        inspected.contains(
+            "imports:\n  isim:nad-endpoints/log@1.1.0\n  isim:nad-endpoints/types@1.1.0\nexports:"
+        ),
+        "no WASI import at all without stdio: {inspected}"
+    );
+}
+
+#[test]
+fn plugin_new_makes_a_c_project_that_builds_and_passes_its_own_test() {
+    let scratch = Scratch::new("new-c");
+    let dir = scratch.path("c-policy");
+    let out = run(&[
+        "plugin",
+        "new",
+        "c-policy",
+        "--lang",
+        "c",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for file in [
+        "Makefile",
+        "policy.c",
+        "rust_str.h",
+        "wit/nad-endpoints.wit",
+        "adapter/wasi_snapshot_preview1.reactor.wasm",
+        "testdata/basic/slices.yaml",
+    ] {
+        assert!(dir.join(file).is_file(), "{file}");
+    }
+    let out = Command::new("make")
+        .current_dir(&dir)
+        .arg("test")
+        .arg(format!("NSC={BIN}"))
+        .args(
+            c_toolchain()
+                .iter()
+                .filter(|v| !v.starts_with("WASI_ADAPTER=")),
+        )
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "make test failed:\n{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(stdout.contains("1 case: 1 passed, 0 failed"), "{stdout}");
+    let inspect = run(&[
+        "plugin",
+        "inspect",
+        dir.join("build/c-policy.wasm").to_str().unwrap(),
+    ]);
+    let inspected = text(&inspect.stdout);
+    assert!(
+        inspected.contains("name:            c-policy"),
+        "{inspected}"
+    );
+    assert!(!inspected.contains("warning:"), "{inspected}");
+}

@@ -4,7 +4,9 @@
 //! A case is a directory with `service.yaml` and `pods.yaml`, optionally `nodes.yaml` and
 //! `config.json` (the plugin's configuration), and the expectations: `decisions.txt` (as
 //! `plugin eval -o decisions` prints it), `slices.yaml` (as `-o slices` prints it), or
-//! `error.txt` (the message when the plugin refuses the configuration or the Service).
+//! `error.txt` (the message when the plugin refuses the configuration or the Service). A case
+//! without `pods.yaml` or `nodes.yaml` takes the nearest one above it, so that cases sharing
+//! their pods keep them once.
 
 use std::{
     collections::HashMap,
@@ -24,19 +26,28 @@ const DECISIONS: &str = "decisions.txt";
 const SLICES: &str = "slices.yaml";
 const ERROR: &str = "error.txt";
 
-/// The cases under `dir`: itself, or its subdirectories that are cases, sorted.
+/// The cases under `dir`: itself, or the cases among its subdirectories (at any depth), sorted.
 fn cases(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    if dir.join(SERVICE).is_file() {
-        return Ok(vec![dir.to_owned()]);
+    fn walk(dir: &Path, found: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+        if dir.join(SERVICE).is_file() {
+            found.push(dir.to_owned());
+            return Ok(());
+        }
+        let entries =
+            std::fs::read_dir(dir).with_context(|| format!("{}: cannot read it", dir.display()))?;
+        let mut subdirs: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
+        subdirs.sort();
+        for sub in subdirs {
+            walk(&sub, found)?;
+        }
+        Ok(())
     }
-    let entries =
-        std::fs::read_dir(dir).with_context(|| format!("{}: cannot read it", dir.display()))?;
-    let mut found: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.join(SERVICE).is_file())
-        .collect();
-    found.sort();
+    let mut found = Vec::new();
+    walk(dir, &mut found)?;
     if found.is_empty() {
         bail!(
             "{}: no fixture case in it (a case is a directory with {SERVICE} and {PODS})",
@@ -44,6 +55,15 @@ fn cases(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         );
     }
     Ok(found)
+}
+
+/// An input file of a case: its own, or the nearest one in the directories above it, up to
+/// the directory given (cases that share their pods keep them once, beside them).
+fn input(case: &Path, root: &Path, name: &str) -> Option<PathBuf> {
+    case.ancestors()
+        .take_while(|dir| dir.starts_with(root))
+        .map(|dir| dir.join(name))
+        .find(|path| path.is_file())
 }
 
 /// What a case produced: its files' would-be contents.
@@ -55,7 +75,7 @@ fn produce(
     runtime: &crate::plugin::Runtime,
     args: &TestArgs,
     loaded: &mut HashMap<String, source::Loaded>,
-    case: &Path,
+    (root, case): (&Path, &Path),
 ) -> anyhow::Result<Produced> {
     let config_path = case.join(CONFIG);
     let config = source::config(config_path.is_file().then_some(config_path.as_path()))?;
@@ -65,12 +85,10 @@ fn produce(
             loaded.insert(config.clone(), plugin);
         }
         let plugin = &loaded[&config];
-        let nodes = case.join(NODES);
-        let inputs = files::case(
-            &case.join(SERVICE),
-            &case.join(PODS),
-            nodes.is_file().then_some(nodes.as_path()),
-        )?;
+        let pods = input(case, root, PODS)
+            .with_context(|| format!("{}: no {PODS} in it or above it", case.display()))?;
+        let nodes = input(case, root, NODES);
+        let inputs = files::case(&case.join(SERVICE), &pods, nodes.as_deref())?;
         eval::evaluate(
             plugin,
             &inputs,
@@ -107,11 +125,11 @@ pub fn test(args: &TestArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let mut loaded = HashMap::new();
     let mut all = Vec::new();
     for dir in &args.dirs {
-        all.extend(cases(dir)?);
+        all.extend(cases(dir)?.into_iter().map(|case| (dir.clone(), case)));
     }
     let mut failed = 0;
-    for case in &all {
-        let produced = produce(&runtime, args, &mut loaded, case)?;
+    for (root, case) in &all {
+        let produced = produce(&runtime, args, &mut loaded, (root, case))?;
         if args.update {
             update(case, &produced)?;
             writeln!(out, "updated {}", case.display())?;

@@ -39,8 +39,8 @@ pub enum PluginCommand {
     Bench(BenchArgs),
     /// Print the WIT package this host speaks, or write it to a directory.
     Wit(WitArgs),
-    /// Create a plugin project of its own (Rust) that builds and passes its `plugin test`
-    /// on the first try: the default policy, the WIT vendored, a fixture case.
+    /// Create a plugin project of its own (Rust or C) that builds and passes its `plugin
+    /// test` on the first try: the default policy, the WIT vendored, a fixture case.
     New(NewArgs),
 }
 

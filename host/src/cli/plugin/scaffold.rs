@@ -18,6 +18,9 @@ pub enum Lang {
     /// Rust, with wit-bindgen: `cargo`, and the `wasm32-wasip2` target.
     #[default]
     Rust,
+    /// C, with wit-bindgen's C generator, clang and wasi-libc, and `wasm-tools component new`
+    /// with the WASI reactor adapter (written into the project).
+    C,
 }
 
 /// The wit-bindgen version the Rust template pins: the one this repository builds with.
@@ -35,6 +38,30 @@ const RUST: &[(&str, &str)] = &[
         include_str!("templates/rust/src/policy.rs"),
     ),
 ];
+
+/// The C project: the repository's C example of the default policy, its name set by the
+/// Makefile.
+const C: &[(&str, &str)] = &[
+    ("Makefile", include_str!("templates/c/Makefile")),
+    ("README.md", include_str!("templates/c/README.md")),
+    (".gitignore", include_str!("templates/c/.gitignore")),
+    (
+        "policy.c",
+        include_str!("../../../../plugins/examples/default-c/policy.c"),
+    ),
+    (
+        "rust_str.h",
+        include_str!("../../../../plugins/examples/default-c/rust_str.h"),
+    ),
+    (
+        "rust_escapes.h",
+        include_str!("../../../../plugins/examples/default-c/rust_escapes.h"),
+    ),
+];
+
+/// Where a C project keeps wasmtime's WASI preview1 reactor adapter, which turns the module's
+/// (preview1) imports into a component's.
+const ADAPTER: &str = "adapter/wasi_snapshot_preview1.reactor.wasm";
 
 /// The fixture every project starts with: the default policy's `app-label` case, whose
 /// expectations the template's policy meets.
@@ -99,6 +126,7 @@ fn fill(template: &str, name: &str) -> String {
 pub fn files(name: &str, lang: Lang) -> Vec<(PathBuf, Vec<u8>)> {
     let template = match lang {
         Lang::Rust => RUST,
+        Lang::C => C,
     };
     let mut files: Vec<(PathBuf, Vec<u8>)> = template
         .iter()
@@ -106,6 +134,13 @@ pub fn files(name: &str, lang: Lang) -> Vec<(PathBuf, Vec<u8>)> {
         .map(|(path, text)| (PathBuf::from(path), fill(text, name).into_bytes()))
         .collect();
     files.push((Path::new("wit").join(WIT_FILE), WIT.as_bytes().to_vec()));
+    if lang == Lang::C {
+        files.push((
+            PathBuf::from(ADAPTER),
+            wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER
+                .to_vec(),
+        ));
+    }
     files
 }
 
@@ -179,7 +214,7 @@ mod tests {
 
     #[test]
     fn every_placeholder_is_filled() {
-        for lang in [Lang::Rust] {
+        for lang in [Lang::Rust, Lang::C] {
             for (path, contents) in files("my-policy", lang) {
                 let text = String::from_utf8_lossy(&contents);
                 for placeholder in [
