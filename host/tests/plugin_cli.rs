@@ -558,19 +558,17 @@ status: {phase: Running, conditions: [{type: Ready, status: "True"}]}
     );
 }
 
-/// No candidate: the plugin is never called, and that is explained and fails.
-#[test]
-fn an_empty_candidate_set_is_explained_and_fails() {
-    let scratch = Scratch::new("empty");
-    let service = std::fs::read_to_string(testdata("20-nginx-nad.yaml"))
-        .unwrap()
-        .replace(
-            "isim.dev/network: macvlan",
-            "isim.dev/network: shop/macvlan",
-        );
-    let service = scratch.write("service.yaml", &service);
+/// `plugin eval` of the built-in plugin on the demo's pods, for the demo's Service with `from`
+/// replaced by `to` in its manifest.
+fn eval_demo_service(scratch: &Scratch, from: &str, to: &str, extra: &[&str]) -> Output {
+    let manifest = std::fs::read_to_string(testdata("20-nginx-nad.yaml")).unwrap();
+    assert!(
+        manifest.contains(from),
+        "{from:?} is not in the demo's Service"
+    );
+    let service = scratch.write("service.yaml", &manifest.replace(from, to));
     let pods = testdata("eval/pods.yaml");
-    let out = run(&[
+    let mut args = vec![
         "plugin",
         "eval",
         "--plugin",
@@ -579,7 +577,21 @@ fn an_empty_candidate_set_is_explained_and_fails() {
         &service,
         "--pods",
         pods.to_str().unwrap(),
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+/// No candidate: the plugin is never called, and that is explained and fails.
+#[test]
+fn an_empty_candidate_set_is_explained_and_fails() {
+    let scratch = Scratch::new("empty");
+    let out = eval_demo_service(
+        &scratch,
+        "\n    isim.dev/network: macvlan",
+        "\n    isim.dev/network: shop/macvlan",
+        &[],
+    );
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
@@ -596,26 +608,12 @@ fn an_empty_candidate_set_is_explained_and_fails() {
 #[test]
 fn eval_warns_when_the_service_selects_another_plugin() {
     let scratch = Scratch::new("selects");
-    let service = std::fs::read_to_string(testdata("20-nginx-nad.yaml"))
-        .unwrap()
-        .replace(
-            "\n    isim.dev/network: macvlan",
-            "\n    isim.dev/network: macvlan\n    isim.dev/endpoint-policy: zones",
-        );
-    let service = scratch.write("service.yaml", &service);
-    let pods = testdata("eval/pods.yaml");
-    let out = run(&[
-        "plugin",
-        "eval",
-        "--plugin",
-        "default",
-        "--service",
-        &service,
-        "--pods",
-        pods.to_str().unwrap(),
-        "-o",
-        "decisions",
-    ]);
+    let out = eval_demo_service(
+        &scratch,
+        "\n    isim.dev/network: macvlan",
+        "\n    isim.dev/network: macvlan\n    isim.dev/endpoint-policy: zones",
+        &["-o", "decisions"],
+    );
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
