@@ -783,17 +783,17 @@ fn bench_times_instantiation_and_evaluation_on_generated_pods() {
     assert_eq!(doc["included"], 300);
     for series in ["instantiate", "evaluate", "total"] {
         let (p50, p99) = (
-            doc[series]["p50_us"].as_f64().unwrap(),
-            doc[series]["p99_us"].as_f64().unwrap(),
+            doc[series]["p50Micros"].as_f64().unwrap(),
+            doc[series]["p99Micros"].as_f64().unwrap(),
         );
         assert!(p50 > 0.0 && p50 <= p99, "{series}: {doc}");
     }
-    let per_pod = doc["evaluate_per_pod_us"].as_f64().unwrap();
-    let evaluate = doc["evaluate"]["p50_us"].as_f64().unwrap();
+    let per_pod = doc["evaluatePerPodMicros"].as_f64().unwrap();
+    let evaluate = doc["evaluate"]["p50Micros"].as_f64().unwrap();
     assert!((per_pod * 300.0 - evaluate).abs() < 1e-6, "{doc}");
-    let peak = doc["memory_peak_bytes"].as_u64().unwrap();
+    let peak = doc["memoryPeakBytes"].as_u64().unwrap();
     assert!(
-        peak >= 64 * 1024 && peak < doc["memory_limit_bytes"].as_u64().unwrap(),
+        peak >= 64 * 1024 && peak < doc["memoryLimitBytes"].as_u64().unwrap(),
         "{doc}"
     );
     let out = run(&[

@@ -139,7 +139,7 @@ pub fn bench(args: &BenchArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let per_pod = |d: Duration| micros(d) / n as f64;
     let limit = args.sandbox.plugin_memory_limit_mib as usize * 1024 * 1024;
     if args.json {
-        let series = |s: &[Duration]| json!({"p50_us": micros(quantile(s, 0.5)), "p99_us": micros(quantile(s, 0.99))});
+        let series = |s: &[Duration]| json!({"p50Micros": micros(quantile(s, 0.5)), "p99Micros": micros(quantile(s, 0.99))});
         let doc = json!({
             "plugin": loaded.name,
             "decisions": plugin.decision_scope().as_str(),
@@ -149,9 +149,9 @@ pub fn bench(args: &BenchArgs, out: &mut impl Write) -> anyhow::Result<()> {
             "instantiate": series(&instantiate),
             "evaluate": series(&run),
             "total": series(&total),
-            "evaluate_per_pod_us": per_pod(quantile(&run, 0.5)),
-            "memory_peak_bytes": peak,
-            "memory_limit_bytes": limit,
+            "evaluatePerPodMicros": per_pod(quantile(&run, 0.5)),
+            "memoryPeakBytes": peak,
+            "memoryLimitBytes": limit,
         });
         let text = serde_json::to_string_pretty(&doc).context("rendering JSON")?;
         return render::emit(out, &format!("{text}\n"));
