@@ -30,7 +30,7 @@ pub use registry::{
     BUILT_IN, Configured, FailurePolicy, MAX_PLUGIN_BYTES, POLICY_ANNOTATION, Plugins,
     SharedPlugins, UnknownPlugin,
 };
-pub use reload::{PluginDir, Scan};
+pub use reload::{Entry, Loader, PluginDir, Scan};
 pub use runtime::{CallStats, DecisionScope, Plugin, Runtime};
 
 /// The default plugin, built from `plugins/default` by the build script.

@@ -1,7 +1,11 @@
-//! The plugin directory: `<name>.wasm` files with optional `<name>.json` configuration, in a
-//! cluster a mounted ConfigMap. Scanned periodically, so that every way a file can change is
-//! seen: plain writes, deletions, and kubelet's atomic `..data` symlink swap (the resolved
-//! path of every file changes).
+//! Where plugins come from, and how a new set of them is loaded: a [`Loader`] takes every
+//! plugin a source holds (`<name>` with its component and configuration) and runs the new and
+//! changed ones through the pipeline, keeping the last good version of each.
+//!
+//! The plugin directory ([`PluginDir`]): `<name>.wasm` files with optional `<name>.json`
+//! configuration, in a cluster a mounted ConfigMap. Scanned periodically, so that every way a
+//! file can change is seen: plain writes, deletions, and kubelet's atomic `..data` symlink swap
+//! (the resolved path of every file changes).
 
 use std::{
     collections::BTreeMap,
@@ -34,10 +38,9 @@ fn file_id(path: &Path) -> std::io::Result<FileId> {
 
 #[derive(Debug, Clone)]
 struct Seen {
-    files: (FileId, Option<FileId>),
     /// sha256 of the component and of its configuration.
     content: (String, String),
-    /// When an unchanged file that failed transiently is tried again.
+    /// When an unchanged plugin that failed transiently is tried again.
     retry_at: Option<Instant>,
 }
 
@@ -72,18 +75,125 @@ impl Scan {
     }
 }
 
+/// One plugin as a source holds it.
+pub struct Entry {
+    pub name: String,
+    pub component: Vec<u8>,
+    /// Its configuration document ("" for none).
+    pub config: String,
+}
+
+/// Keeps the plugins of one source loaded: the last content seen of each, and when one that
+/// failed transiently is tried again.
+#[derive(Debug, Default)]
+pub struct Loader {
+    seen: BTreeMap<String, Seen>,
+}
+
+impl Loader {
+    /// Whether `name`'s transient failure is due for another try.
+    fn retry_due(&self, name: &str) -> bool {
+        self.seen
+            .get(name)
+            .and_then(|s| s.retry_at)
+            .is_some_and(|at| Instant::now() >= at)
+    }
+
+    /// Whether the source's plugin `name` is one this loader knows.
+    pub fn knows(&self, name: &str) -> bool {
+        self.seen.contains_key(name)
+    }
+
+    /// Loads `entries`, the source's plugins, into `plugins`: new and changed ones through the
+    /// pipeline (one that fails leaves its previous version serving), and removes those the
+    /// source no longer holds but for `keep` (seen unchanged by the caller, not re-read).
+    pub fn load(
+        &mut self,
+        runtime: &Runtime,
+        plugins: &mut Plugins,
+        entries: Vec<Entry>,
+        keep: &[String],
+    ) -> Scan {
+        let mut scan = Scan::default();
+        let mut present: Vec<String> = keep.to_vec();
+        for Entry {
+            name,
+            component,
+            config,
+        } in entries
+        {
+            present.push(name.clone());
+            let retry_due = self.retry_due(&name);
+            let content = (sha256_hex(&component), sha256_hex(config.as_bytes()));
+            if !retry_due && self.seen.get(&name).is_some_and(|s| s.content == content) {
+                continue;
+            }
+            let seen = self.seen.entry(name.clone()).or_insert_with(|| Seen {
+                content: content.clone(),
+                retry_at: None,
+            });
+            seen.content = content;
+            seen.retry_at = None;
+            match prepare(runtime, &name, &component, &config) {
+                Ok(configured) => {
+                    tracing::info!(
+                        plugin = %name,
+                        version = %configured.plugin.info().version,
+                        sha256 = %configured.hash,
+                        "plugin loaded"
+                    );
+                    if let Some(warning) = name_mismatch(&name, configured.plugin.info()) {
+                        tracing::warn!(plugin = %name, "{warning}");
+                    }
+                    plugins.insert(&name, configured);
+                    scan.loaded.push(name);
+                }
+                Err(e) => {
+                    tracing::error!(
+                        plugin = %name,
+                        step = e.step.as_str(),
+                        error = %e,
+                        "plugin refused; the previous version (if any) keeps serving"
+                    );
+                    if e.timed_out {
+                        seen.retry_at = Some(Instant::now() + TIMEOUT_RETRY);
+                    }
+                    plugins.record_failure(&name, e.to_string());
+                    scan.failed.push(e);
+                }
+            }
+        }
+        let gone: Vec<String> = self
+            .seen
+            .keys()
+            .filter(|name| !present.contains(name))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.seen.remove(&name);
+            plugins.remove(&name);
+            tracing::info!(plugin = %name, "plugin removed");
+            scan.removed.push(name);
+        }
+        scan
+    }
+}
+
 /// Watches one directory of plugins.
 #[derive(Debug)]
 pub struct PluginDir {
     dir: PathBuf,
-    seen: BTreeMap<String, Seen>,
+    /// The component's and the configuration's files, as last read.
+    files: BTreeMap<String, (FileId, Option<FileId>)>,
+    loader: Loader,
 }
 
 impl PluginDir {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self {
             dir: dir.into(),
-            seen: BTreeMap::new(),
+            files: BTreeMap::new(),
+            loader: Loader::default(),
         }
     }
 
@@ -110,94 +220,49 @@ impl PluginDir {
         Ok(files)
     }
 
-    /// Brings `plugins` up to date with the directory. Only new or changed files go through
-    /// the pipeline; a file that fails leaves the previous version of its plugin serving.
+    /// Brings `plugins` up to date with the directory. Only new or changed files are read and
+    /// go through the pipeline; a file that fails leaves the previous version serving.
     pub fn scan(&mut self, runtime: &Runtime, plugins: &mut Plugins) -> Scan {
-        let mut scan = Scan::default();
         let files = match self.plugin_files() {
             Ok(files) => files,
             Err(e) => {
                 // A missing or unreadable directory changes nothing: better stale than empty.
                 tracing::warn!(dir = %self.dir.display(), error = %e, "cannot read the plugin directory");
-                return scan;
+                return Scan::default();
             }
         };
+        let mut entries = Vec::new();
+        let mut unchanged = Vec::new();
         for (name, path) in &files {
             let config_path = path.with_extension("json");
             let Ok(wasm_id) = file_id(path) else { continue };
-            let config_id = file_id(&config_path).ok();
-            let ids = (wasm_id, config_id);
-            let retry_due = self
-                .seen
-                .get(name)
-                .and_then(|s| s.retry_at)
-                .is_some_and(|at| Instant::now() >= at);
-            if !retry_due && self.seen.get(name).is_some_and(|s| s.files == ids) {
+            let ids = (wasm_id, file_id(&config_path).ok());
+            if !self.loader.retry_due(name)
+                && self.loader.knows(name)
+                && self.files.get(name) == Some(&ids)
+            {
+                unchanged.push(name.clone());
                 continue;
             }
-            let (bytes, config) = match (std::fs::read(path), read_config(&config_path)) {
-                (Ok(bytes), Ok(config)) => (bytes, config),
+            match (std::fs::read(path), read_config(&config_path)) {
+                (Ok(component), Ok(config)) => {
+                    self.files.insert(name.clone(), ids);
+                    entries.push(Entry {
+                        name: name.clone(),
+                        component,
+                        config,
+                    });
+                }
                 (Err(e), _) | (_, Err(e)) => {
-                    // Mid-swap: the next scan sees the settled state.
+                    // Mid-swap: the next scan sees the settled state, and this one changes
+                    // nothing of the plugin.
                     tracing::debug!(plugin = %name, error = %e, "plugin file not readable yet");
-                    continue;
-                }
-            };
-            let content = (sha256_hex(&bytes), sha256_hex(config.as_bytes()));
-            let unchanged = self.seen.get(name).is_some_and(|s| s.content == content);
-            let seen = self.seen.entry(name.clone()).or_insert_with(|| Seen {
-                files: ids.clone(),
-                content: content.clone(),
-                retry_at: None,
-            });
-            seen.files = ids;
-            seen.content = content;
-            if unchanged && !retry_due {
-                continue;
-            }
-            seen.retry_at = None;
-            match prepare(runtime, name, &bytes, &config) {
-                Ok(configured) => {
-                    tracing::info!(
-                        plugin = %name,
-                        version = %configured.plugin.info().version,
-                        sha256 = %configured.hash,
-                        "plugin loaded"
-                    );
-                    if let Some(warning) = name_mismatch(name, configured.plugin.info()) {
-                        tracing::warn!(plugin = %name, "{warning}");
-                    }
-                    plugins.insert(name, configured);
-                    scan.loaded.push(name.clone());
-                }
-                Err(e) => {
-                    tracing::error!(
-                        plugin = %name,
-                        step = e.step.as_str(),
-                        error = %e,
-                        "plugin file refused; the previous version (if any) keeps serving"
-                    );
-                    if e.timed_out {
-                        seen.retry_at = Some(Instant::now() + TIMEOUT_RETRY);
-                    }
-                    plugins.record_failure(name, e.to_string());
-                    scan.failed.push(e);
+                    unchanged.push(name.clone());
                 }
             }
         }
-        let gone: Vec<String> = self
-            .seen
-            .keys()
-            .filter(|name| !files.contains_key(*name))
-            .cloned()
-            .collect();
-        for name in gone {
-            self.seen.remove(&name);
-            plugins.remove(&name);
-            tracing::info!(plugin = %name, "plugin removed");
-            scan.removed.push(name);
-        }
-        scan
+        self.files.retain(|name, _| files.contains_key(name));
+        self.loader.load(runtime, plugins, entries, &unchanged)
     }
 }
 
