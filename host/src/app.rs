@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use kube::{Client, runtime::events::Reporter};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, Client, runtime::events::Reporter};
 use tokio::sync::watch;
 
 use crate::{
@@ -15,7 +16,7 @@ use crate::{
     plugin::{Limits, PluginDir, Plugins, Runtime, SharedPlugins},
     reconcile::{CONTROLLER_NAME, Settings},
     server::{self, Readiness},
-    watch::plugin_dir::PluginSource,
+    watch::plugin_dir::{ConfigMapSource, PluginSource},
 };
 
 /// Runs the command the flags name. The plugin commands run without an async runtime: a
@@ -75,7 +76,6 @@ fn identity() -> String {
 }
 
 async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
-    let source = plugin_source(&args).await?;
     let client = Client::try_default()
         .await
         .context("connecting to Kubernetes (in-cluster config, KUBECONFIG or ~/.kube/config)")?;
@@ -86,6 +86,7 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
         )
     })?;
     tracing::info!(server = %version.git_version, "connected to the API server");
+    let source = plugin_source(&args, &client).await?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -139,7 +140,7 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
 }
 
 /// The built-in plugin, the plugin directory's, and the failure policies.
-async fn plugin_source(args: &RunArgs) -> anyhow::Result<PluginSource> {
+async fn plugin_source(args: &RunArgs, client: &Client) -> anyhow::Result<PluginSource> {
     let runtime = Arc::new(runtime(args)?);
     let mut plugins = tokio::task::block_in_place(|| Plugins::built_in(&runtime))
         .context("checking the built-in default plugin")?;
@@ -170,6 +171,22 @@ async fn plugin_source(args: &RunArgs) -> anyhow::Result<PluginSource> {
             (Some(dir), plugins)
         }
     };
+    let (configmap, plugins) = match &args.plugin_configmap {
+        None => (None, plugins),
+        Some(name) => {
+            let source = ConfigMapSource::new(&args.plugin_configmap_namespace, name);
+            let found = first_configmap(client, &source).await;
+            let runtime = runtime.clone();
+            let (source, plugins) = tokio::task::spawn_blocking(move || {
+                let mut plugins = plugins;
+                source.load(&runtime, &mut plugins, found.as_ref());
+                (source, plugins)
+            })
+            .await
+            .context("loading the plugin ConfigMap")?;
+            (Some(source), plugins)
+        }
+    };
     if plugins.get(plugins.default_name()).is_err() {
         tracing::warn!(
             default = plugins.default_name(),
@@ -188,7 +205,26 @@ async fn plugin_source(args: &RunArgs) -> anyhow::Result<PluginSource> {
         plugins: Arc::new(SharedPlugins::new(plugins)),
         dir: dir.map(|d| Arc::new(std::sync::Mutex::new(d))),
         poll: args.plugin_poll_interval,
+        configmap,
     })
+}
+
+/// The plugin ConfigMap as it is at start-up; `None` (its watch loads it later) when it does
+/// not exist yet or cannot be read.
+async fn first_configmap(client: &Client, source: &ConfigMapSource) -> Option<ConfigMap> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &source.namespace);
+    let configmap = format!("{}/{}", source.namespace, source.name);
+    match api.get_opt(&source.name).await {
+        Ok(Some(found)) => Some(found),
+        Ok(None) => {
+            tracing::warn!(%configmap, "the plugin ConfigMap does not exist (yet); its plugins load when it is created");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(%configmap, error = %crate::error::describe(&e), "cannot read the plugin ConfigMap (its watch retries); check the controller's RBAC for it");
+            None
+        }
+    }
 }
 
 /// Serves health, readiness and metrics until `stopped`.

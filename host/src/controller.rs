@@ -137,6 +137,7 @@ fn watches(
     let node_triggers = watch::nodes::watch(Api::<Node>::all(client.clone()), shared.clone());
     let plugin_triggers = watch::plugin_dir::watch(
         plugins.clone(),
+        client.clone(),
         services,
         metrics.clone(),
         keys,

@@ -28,7 +28,7 @@ use nad_service_controller::{
     leader::LeaderElector,
     plugin::{FailurePolicy, Limits, PluginDir, Plugins, Runtime, SharedPlugins, prepare},
     reconcile::slices::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL},
-    watch::plugin_dir::PluginSource,
+    watch::plugin_dir::{ConfigMapSource, PluginSource},
 };
 use node_sim::Simulator;
 use serde_json::{Value, json};
@@ -91,15 +91,24 @@ async fn namespace(client: &Client, test: &str) -> String {
 }
 
 async fn env(test: &str) -> Env {
-    env_with(test, |_, _| {}, None).await
+    env_with(test, |_, _| {}, Followed::Nothing).await
+}
+
+/// A source of plugins the controller follows while it runs.
+enum Followed {
+    Nothing,
+    /// A plugin directory, rescanned every 200 ms.
+    Dir(PathBuf),
+    /// A ConfigMap of this name in the test's namespace, watched through the API.
+    ConfigMap(&'static str),
 }
 
 /// An environment whose plugins are the built-in one, `opt-out`, whatever `configure` adds,
-/// and what the plugin directory `dir` holds (rescanned every 200 ms).
+/// and what the source it follows holds.
 async fn env_with(
     test: &str,
     configure: impl FnOnce(&Runtime, &mut Plugins),
-    dir: Option<PathBuf>,
+    followed: Followed,
 ) -> Env {
     let client = client().await;
     let ns = namespace(&client, test).await;
@@ -110,16 +119,21 @@ async fn env_with(
         prepare(&runtime, "opt-out", OPT_OUT, "").unwrap(),
     );
     configure(&runtime, &mut plugins);
-    let dir = dir.map(|d| {
-        let mut dir = PluginDir::new(d);
-        dir.scan(&runtime, &mut plugins);
-        Arc::new(Mutex::new(dir))
-    });
+    let (dir, configmap) = match followed {
+        Followed::Nothing => (None, None),
+        Followed::Dir(d) => {
+            let mut dir = PluginDir::new(d);
+            dir.scan(&runtime, &mut plugins);
+            (Some(Arc::new(Mutex::new(dir))), None)
+        }
+        Followed::ConfigMap(name) => (None, Some(ConfigMapSource::new(&ns, name))),
+    };
     let source = PluginSource {
         runtime: runtime.clone(),
         plugins: Arc::new(SharedPlugins::new(plugins)),
         dir,
         poll: Duration::from_millis(200),
+        configmap,
     };
     let controller = support::Controller::start(&client, &ns, source);
     let (sim, heartbeat) = Simulator::for_tests(client.clone()).await.unwrap();
@@ -887,7 +901,7 @@ async fn a_plugin_directory_changed_while_running_changes_slices_and_never_serve
     let dir = std::env::temp_dir().join(format!("nsc-plugins-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let env = env_with("reload", |_, _| {}, Some(dir.clone())).await;
+    let env = env_with("reload", |_, _| {}, Followed::Dir(dir.clone())).await;
     env.service(
         "web",
         json!({}),
@@ -977,6 +991,118 @@ async fn a_plugin_directory_changed_while_running_changes_slices_and_never_serve
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The plugin ConfigMap read through the API (--plugin-configmap): a change serves as soon as
+/// the watch delivers it (no kubelet sync), through the same pipeline, keeping the last good
+/// version; a deleted ConfigMap unloads its plugins and the Services keep their slices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_configmap_changed_through_the_api_serves_at_once_and_keeps_the_last_good_version()
+{
+    use k8s_openapi::{ByteString, api::core::v1::ConfigMap};
+    let env = env_with("cmreload", |_, _| {}, Followed::ConfigMap("plugins")).await;
+    env.service(
+        "web",
+        json!({}),
+        json!({"isim.dev/network": "macvlan", "isim.dev/endpoint-policy": "tenant"}),
+        json!({"clusterIP": "None", "ports": [{"port": 80}]}),
+    )
+    .await;
+    env.pod(
+        "web-a",
+        json!({"endpoints.isim.dev/opt-out": "true"}),
+        "macvlan",
+        true,
+    )
+    .await;
+    env.pod("web-b", json!({}), "macvlan", true).await;
+    let unknown = "nad_service_controller_reconciles_total";
+    eventually("a reconcile naming the missing plugin", || async {
+        (metric_with(&env, unknown, "result=\"unknown_plugin\"") > 0).then_some(())
+    })
+    .await;
+    let configmaps = env.api::<ConfigMap>();
+    let with = |component: &[u8]| ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("plugins".into()),
+            ..Default::default()
+        },
+        binary_data: Some([("tenant.wasm".to_owned(), ByteString(component.to_vec()))].into()),
+        ..ConfigMap::default()
+    };
+    let replace = |component: &'static [u8]| {
+        let configmaps = configmaps.clone();
+        async move {
+            let patch = serde_json::to_value(with(component)).unwrap();
+            configmaps
+                .patch(
+                    "plugins",
+                    &PatchParams::apply("cluster-test").force(),
+                    &Patch::Apply(&patch),
+                )
+                .await
+                .unwrap();
+            std::time::Instant::now()
+        }
+    };
+
+    // Created: the opt-out example serves as "tenant".
+    let at = replace(OPT_OUT).await;
+    env.wait_slices("web", "web-b only, with tenant = opt-out", |s| {
+        pod_names(s) == ["web-b"]
+    })
+    .await;
+    eprintln!("plugin ConfigMap created -> served in {:?}", at.elapsed());
+
+    // Replaced with a new version: the default policy publishes both.
+    let at = replace(include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"))).await;
+    env.wait_slices("web", "both pods with the new version", |s| {
+        pod_names(s) == ["web-a", "web-b"]
+    })
+    .await;
+    eprintln!("plugin ConfigMap changed -> served in {:?}", at.elapsed());
+
+    // Replaced with a broken component: a Warning Event, and the previous version serves on.
+    replace(b"\0asm\x0d\0\x01\0 truncated").await;
+    let event = eventually("a PluginLoadFailed event", || async {
+        env.events_for("web")
+            .await
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("PluginLoadFailed"))
+    })
+    .await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains("compile check failed") && note.contains("previous version keeps serving"),
+        "{note}"
+    );
+    env.pod(
+        "web-c",
+        json!({"endpoints.isim.dev/opt-out": "true"}),
+        "macvlan",
+        true,
+    )
+    .await;
+    env.wait_slices("web", "web-c added by the version still serving", |s| {
+        pod_names(s).len() == 3
+    })
+    .await;
+
+    // Deleted: the plugin is unloaded; the Service keeps its slices (failure policy keep).
+    let before = metric_with(&env, unknown, "result=\"unknown_plugin\"");
+    configmaps
+        .delete("plugins", &Default::default())
+        .await
+        .unwrap();
+    eventually("a reconcile after the deletion", || async {
+        (metric_with(&env, unknown, "result=\"unknown_plugin\"") > before).then_some(())
+    })
+    .await;
+    assert_eq!(
+        pod_names(&env.slices("web").await),
+        ["web-a", "web-b", "web-c"]
+    );
+    env.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_plugin_keeps_the_last_slices_or_falls_back_as_configured() {
     let env = env_with(
@@ -993,7 +1119,7 @@ async fn a_failing_plugin_keeps_the_last_slices_or_falls_back_as_configured() {
                 [("buggy-fallback".to_string(), FailurePolicy::Fallback)].into(),
             );
         },
-        None,
+        Followed::Nothing,
     )
     .await;
     for (service, plugin) in [("keep", "buggy"), ("fall", "buggy-fallback")] {
@@ -1069,7 +1195,7 @@ async fn the_preferred_zones_example_keeps_a_service_zone_local() {
                 prepare(rt, "preferred-zones", PREFERRED_ZONES, "").unwrap(),
             )
         },
-        None,
+        Followed::Nothing,
     )
     .await;
     env.service(

@@ -93,6 +93,7 @@ impl Plane {
             plugins: Arc::new(SharedPlugins::new(plugins)),
             dir: None,
             poll: Duration::from_millis(200),
+            configmap: None,
         };
         let controller = support::Controller::start(&client, &ns, source);
         let plane = Self {

@@ -114,6 +114,16 @@ pub struct RunArgs {
     #[arg(long, env = "NSC_PLUGIN_DIR")]
     pub plugin_dir: Option<std::path::PathBuf>,
 
+    /// A ConfigMap (in --plugin-configmap-namespace) whose binaryData holds plugins
+    /// (`<name>.wasm`, optional `<name>.json`), watched through the API: a change serves
+    /// within a second, without kubelet's volume sync. Instead of --plugin-dir.
+    #[arg(long, env = "NSC_PLUGIN_CONFIGMAP", conflicts_with = "plugin_dir")]
+    pub plugin_configmap: Option<String>,
+
+    /// The namespace of --plugin-configmap: in a cluster, the controller's own.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub plugin_configmap_namespace: String,
+
     /// The plugin for Services without the isim.dev/endpoint-policy annotation.
     #[arg(long, env = "NSC_DEFAULT_PLUGIN")]
     pub default_plugin: Option<String>,

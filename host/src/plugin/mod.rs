@@ -8,6 +8,7 @@
 //! ([`Rejected`]). Every file goes through one load [`pipeline`] before it serves.
 
 mod bindings;
+pub mod configmap;
 mod convert;
 pub mod diagnose;
 mod errors;

@@ -1,17 +1,23 @@
-//! The plugin directory, rescanned every `poll`: new, changed and removed plugins go through
-//! the load pipeline off the async runtime; a change swaps the plugin set, widens the pod
-//! keys the index keeps when a plugin reads new ones, and asks every Service whose plugin
-//! changed to plan again.
+//! The plugins' sources, followed while the controller runs: the plugin directory, rescanned
+//! every `poll`, and the plugin ConfigMap, watched through the API. New, changed and removed
+//! plugins go through the load pipeline off the async runtime; a change swaps the plugin set,
+//! widens the pod keys the index keeps when a plugin reads new ones, and asks every Service
+//! whose plugin changed to plan again.
 
 use std::{
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
 
-use k8s_openapi::api::core::v1::Service;
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::{
-    ResourceExt,
-    runtime::reflector::{ObjectRef, Store},
+    Api, Client, ResourceExt,
+    runtime::{
+        WatchStreamExt as _,
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
 };
 use tokio::sync::watch;
 
@@ -19,12 +25,56 @@ use crate::{
     index::Keys,
     input::target,
     metrics::Metrics,
-    plugin::{POLICY_ANNOTATION, PluginDir, Runtime, SharedPlugins},
+    plugin::{
+        Loader, POLICY_ANNOTATION, PluginDir, Plugins, Runtime, Scan, SharedPlugins, configmap,
+    },
     reconcile::book::SharedBook,
 };
 
+/// How often a quiet ConfigMap watch checks whether this controller's term has ended.
+const TERM_CHECK: Duration = Duration::from_secs(1);
+
+/// The ConfigMap whose `binaryData` holds plugins, read through the API.
+#[derive(Clone)]
+pub struct ConfigMapSource {
+    pub namespace: String,
+    pub name: String,
+    pub loader: Arc<Mutex<Loader>>,
+}
+
+impl ConfigMapSource {
+    pub fn new(namespace: &str, name: &str) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            loader: Arc::default(),
+        }
+    }
+
+    /// Loads the ConfigMap's plugins (none when it is gone) into `plugins`.
+    pub fn load(
+        &self,
+        runtime: &Runtime,
+        plugins: &mut Plugins,
+        configmap: Option<&ConfigMap>,
+    ) -> Scan {
+        let (entries, ignored) = configmap.map(configmap::entries).unwrap_or_default();
+        if !ignored.is_empty() {
+            tracing::warn!(
+                configmap = %format!("{}/{}", self.namespace, self.name),
+                ignored = ?ignored,
+                "ConfigMap keys that are not plugins are ignored: put components in binaryData as <name>.wasm, configurations as <name>.json"
+            );
+        }
+        self.loader
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .load(runtime, plugins, entries, &[])
+    }
+}
+
 /// Where the controller's plugins come from. Cloned for each term as leader: the plugin set
-/// and the directory's scan state outlive a lost Lease.
+/// and the sources' load state outlive a lost Lease.
 #[derive(Clone)]
 pub struct PluginSource {
     pub runtime: Arc<Runtime>,
@@ -32,85 +82,182 @@ pub struct PluginSource {
     /// Scanned every `poll` for new, changed and deleted plugins.
     pub dir: Option<Arc<Mutex<PluginDir>>>,
     pub poll: Duration,
+    /// Watched through the API.
+    pub configmap: Option<ConfigMapSource>,
 }
 
-/// Rescans the plugin directory every `poll`; on a change swaps the plugin set and asks for a
-/// reconcile of every Service whose plugin changed.
+/// What a change of the plugin set updates, besides the set.
+struct Publisher {
+    plugins: Arc<SharedPlugins>,
+    services: Store<Service>,
+    metrics: Arc<Metrics>,
+    keys: watch::Sender<Keys>,
+    book: SharedBook,
+    tx: futures::channel::mpsc::UnboundedSender<ObjectRef<Service>>,
+}
+
+impl Publisher {
+    /// Swaps in `next` after `scan` changed it and asks every Service whose plugin changed to
+    /// plan again; `false` once this controller's term has ended.
+    fn publish(&self, scan: &Scan, next: Plugins) -> bool {
+        if scan.is_empty() {
+            return true;
+        }
+        for name in &scan.loaded {
+            self.metrics.plugin_loaded(name, "ok");
+        }
+        for failure in &scan.failed {
+            self.metrics
+                .plugin_loaded(&failure.plugin, failure.step.as_str());
+        }
+        let changed = scan.changed();
+        let refs: Vec<ObjectRef<Service>> = self
+            .services
+            .state()
+            .iter()
+            .filter(|svc| target::managed_network(svc).is_some())
+            .filter(|svc| {
+                let annotation = svc.annotations().get(POLICY_ANNOTATION).map(String::as_str);
+                changed.iter().any(|n| n == next.name_for(annotation))
+            })
+            .map(|svc| ObjectRef::from_obj(&**svc))
+            .collect();
+        let wanted = next.keys();
+        self.plugins.replace(next);
+        self.keys.send_if_modified(|kept| {
+            let wider = !kept.covers(&wanted);
+            if wider {
+                kept.union(&wanted);
+            }
+            wider
+        });
+        tracing::info!(plugins = ?changed, services = refs.len(), "plugins changed; reconciling their Services");
+        {
+            let mut book = self.book.lock();
+            for r in &refs {
+                book.scopes.everything_changed(r.clone());
+            }
+        }
+        refs.into_iter().all(|r| self.tx.unbounded_send(r).is_ok())
+    }
+}
+
+/// Follows the plugin directory and the plugin ConfigMap; on a change swaps the plugin set and
+/// asks for a reconcile of every Service whose plugin changed.
 pub fn watch(
     source: PluginSource,
+    client: Client,
     services: Store<Service>,
     metrics: Arc<Metrics>,
     keys: watch::Sender<Keys>,
     book: SharedBook,
 ) -> impl futures::Stream<Item = ObjectRef<Service>> + Send + 'static {
     let (tx, rx) = futures::channel::mpsc::unbounded::<ObjectRef<Service>>();
-    if let Some(dir) = source.dir {
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(source.poll).await;
-                if tx.is_closed() {
-                    // This controller's term ended; the next one scans.
-                    return;
-                }
-                let (runtime, shared, dir) =
-                    (source.runtime.clone(), source.plugins.clone(), dir.clone());
-                let scanned = tokio::task::spawn_blocking(move || {
-                    let mut next = (*shared.snapshot()).clone();
-                    let scan = dir
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .scan(&runtime, &mut next);
-                    (scan, next)
-                })
-                .await;
-                let Ok((scan, next)) = scanned else {
-                    tracing::error!("the plugin directory scan panicked; plugin reloading stopped");
-                    return;
-                };
-                if scan.is_empty() {
-                    continue;
-                }
-                for name in &scan.loaded {
-                    metrics.plugin_loaded(name, "ok");
-                }
-                for failure in &scan.failed {
-                    metrics.plugin_loaded(&failure.plugin, failure.step.as_str());
-                }
-                let changed = scan.changed();
-                let refs: Vec<ObjectRef<Service>> = services
-                    .state()
-                    .iter()
-                    .filter(|svc| target::managed_network(svc).is_some())
-                    .filter(|svc| {
-                        let annotation =
-                            svc.annotations().get(POLICY_ANNOTATION).map(String::as_str);
-                        changed.iter().any(|n| n == next.name_for(annotation))
-                    })
-                    .map(|svc| ObjectRef::from_obj(&**svc))
-                    .collect();
-                let wanted = next.keys();
-                source.plugins.replace(next);
-                keys.send_if_modified(|kept| {
-                    let wider = !kept.covers(&wanted);
-                    if wider {
-                        kept.union(&wanted);
-                    }
-                    wider
-                });
-                tracing::info!(plugins = ?changed, services = refs.len(), "plugins changed; reconciling their Services");
-                {
-                    let mut book = book.lock();
-                    for r in &refs {
-                        book.scopes.everything_changed(r.clone());
-                    }
-                }
-                for r in refs {
-                    if tx.unbounded_send(r).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
+    let publisher = Arc::new(Publisher {
+        plugins: source.plugins.clone(),
+        services,
+        metrics,
+        keys,
+        book,
+        tx,
+    });
+    if let Some(dir) = source.dir.clone() {
+        tokio::spawn(scan_dir(source.clone(), dir, publisher.clone()));
+    }
+    if let Some(configmap) = source.configmap.clone() {
+        tokio::spawn(watch_configmap(source, configmap, client, publisher));
     }
     rx
+}
+
+/// Rescans the directory every `poll`, until the term ends.
+async fn scan_dir(source: PluginSource, dir: Arc<Mutex<PluginDir>>, publisher: Arc<Publisher>) {
+    loop {
+        tokio::time::sleep(source.poll).await;
+        if publisher.tx.is_closed() {
+            // This controller's term ended; the next one scans.
+            return;
+        }
+        let (runtime, shared, dir) = (source.runtime.clone(), source.plugins.clone(), dir.clone());
+        let scanned = tokio::task::spawn_blocking(move || {
+            let mut next = (*shared.snapshot()).clone();
+            let scan = dir
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .scan(&runtime, &mut next);
+            (scan, next)
+        })
+        .await;
+        let Ok((scan, next)) = scanned else {
+            tracing::error!("the plugin directory scan panicked; plugin reloading stopped");
+            return;
+        };
+        if !publisher.publish(&scan, next) {
+            return;
+        }
+    }
+}
+
+/// Loads the ConfigMap's plugins at every change of it, until the term ends. A deleted
+/// ConfigMap unloads its plugins, as a deleted file does.
+async fn watch_configmap(
+    source: PluginSource,
+    configmap: ConfigMapSource,
+    client: Client,
+    publisher: Arc<Publisher>,
+) {
+    let api: Api<ConfigMap> = Api::namespaced(client, &configmap.namespace);
+    // Only this ConfigMap: the RBAC grants it by name.
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", configmap.name));
+    let mut events = watcher(api, config).default_backoff().boxed();
+    let mut listed: Option<ConfigMap> = None;
+    loop {
+        // The term's end shows on the channel; look at it while no event comes.
+        let Ok(event) = tokio::time::timeout(TERM_CHECK, events.next()).await else {
+            if publisher.tx.is_closed() {
+                return;
+            }
+            continue;
+        };
+        let latest = match event {
+            None => return,
+            Some(Err(e)) => {
+                tracing::warn!(
+                    configmap = %format!("{}/{}", configmap.namespace, configmap.name),
+                    error = %crate::error::describe_watch(&e),
+                    "cannot watch the plugin ConfigMap (retrying); the plugins loaded keep serving"
+                );
+                continue;
+            }
+            Some(Ok(watcher::Event::Init)) => {
+                listed = None;
+                continue;
+            }
+            Some(Ok(watcher::Event::InitApply(cm))) => {
+                listed = Some(cm);
+                continue;
+            }
+            Some(Ok(watcher::Event::InitDone)) => listed.take(),
+            Some(Ok(watcher::Event::Apply(cm))) => Some(cm),
+            Some(Ok(watcher::Event::Delete(_))) => None,
+        };
+        let (runtime, shared, cm_source) = (
+            source.runtime.clone(),
+            source.plugins.clone(),
+            configmap.clone(),
+        );
+        let loaded = tokio::task::spawn_blocking(move || {
+            let mut next = (*shared.snapshot()).clone();
+            let scan = cm_source.load(&runtime, &mut next, latest.as_ref());
+            (scan, next)
+        })
+        .await;
+        let Ok((scan, next)) = loaded else {
+            tracing::error!("loading the plugin ConfigMap panicked; plugin reloading stopped");
+            return;
+        };
+        if !publisher.publish(&scan, next) {
+            return;
+        }
+    }
 }
