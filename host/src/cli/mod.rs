@@ -318,6 +318,15 @@ mod tests {
     }
 
     #[test]
+    fn plugins_come_from_a_directory_or_a_configmap() {
+        let cli = Cli::try_parse_from(["nsc", "--plugin-configmap", "plugins"]).unwrap();
+        assert_eq!(cli.run.plugin_configmap.as_deref(), Some("plugins"));
+        let err = Cli::try_parse_from(["nsc", "--plugin-configmap", "p", "--plugin-dir", "/d"])
+            .unwrap_err();
+        assert!(err.to_string().contains("cannot be used with"), "{err}");
+    }
+
+    #[test]
     fn out_of_range_values_are_refused_with_the_limit() {
         let err = Cli::try_parse_from(["nsc", "--max-endpoints-per-slice", "1001"]).unwrap_err();
         assert!(err.to_string().contains("between 1 and 1000"), "{err}");
