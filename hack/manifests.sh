@@ -10,7 +10,7 @@
 #                                     that kubectl's kustomize instead of the pinned one.
 #   hack/manifests.sh plugins         put the example plugin into deploy/overlays/with-plugins
 #   hack/manifests.sh check           deploy/deploy.yaml matches the default overlay, and both
-#                                     overlays and deploy/deploy.yaml pass a server-side dry run
+#                                     overlay and deploy/deploy.yaml pass a server-side dry run
 #                                     on the cluster of KUBECONFIG, without warnings
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -95,6 +95,7 @@ check() {
   "$kubectl" apply -f deploy/base/namespace.yaml >/dev/null
   dry_run "$kubectl" -k deploy/overlays/default || status=1
   dry_run "$kubectl" -k deploy/overlays/with-plugins || status=1
+  dry_run "$kubectl" -k deploy/overlays/with-image-volume || status=1
   dry_run "$kubectl" -f deploy/deploy.yaml || status=1
   return "$status"
 }
