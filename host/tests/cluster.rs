@@ -896,12 +896,15 @@ fn pod_names(slices: &[EndpointSlice]) -> Vec<String> {
     names
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_plugin_directory_changed_while_running_changes_slices_and_never_serves_a_broken_file() {
-    let dir = std::env::temp_dir().join(format!("nsc-plugins-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let env = env_with("reload", |_, _| {}, Followed::Dir(dir.clone())).await;
+/// A plugin source changed while the controller runs, as both sources are: `tenant` added (the
+/// opt-out example), replaced (the default policy), replaced by a broken file (which never
+/// serves: the previous version does), and removed (the Service keeps its slices). `set`
+/// changes the source's `tenant` component, `None` removes it.
+async fn a_changing_plugin_source<F, Fut>(env: &Env, set: F)
+where
+    F: Fn(Option<&'static [u8]>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     env.service(
         "web",
         json!({}),
@@ -919,31 +922,31 @@ async fn a_plugin_directory_changed_while_running_changes_slices_and_never_serve
     env.pod("web-b", json!({}), "macvlan", true).await;
     let unknown = "nad_service_controller_reconciles_total";
     eventually("a reconcile naming the missing plugin", || async {
-        (metric_with(&env, unknown, "result=\"unknown_plugin\"") > 0).then_some(())
+        (metric_with(env, unknown, "result=\"unknown_plugin\"") > 0).then_some(())
     })
     .await;
     assert!(env.slices("web").await.is_empty());
 
     // Added: the opt-out example serves as "tenant".
-    std::fs::write(dir.join("tenant.wasm"), OPT_OUT).unwrap();
+    let at = std::time::Instant::now();
+    set(Some(OPT_OUT)).await;
     env.wait_slices("web", "web-b only, with tenant = opt-out", |s| {
         pod_names(s) == ["web-b"]
     })
     .await;
+    eprintln!("plugin added -> served in {:?}", at.elapsed());
 
     // Replaced with a new version: the default policy publishes both.
-    std::fs::write(
-        dir.join("tenant.wasm"),
-        include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM")),
-    )
-    .unwrap();
+    let at = std::time::Instant::now();
+    set(Some(include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM")))).await;
     env.wait_slices("web", "both pods with the new version", |s| {
         pod_names(s) == ["web-a", "web-b"]
     })
     .await;
+    eprintln!("plugin changed -> served in {:?}", at.elapsed());
 
     // Replaced with a broken file: a Warning Event, and the previous version keeps serving.
-    std::fs::write(dir.join("tenant.wasm"), b"\0asm\x0d\0\x01\0 truncated").unwrap();
+    set(Some(b"\0asm\x0d\0\x01\0 truncated")).await;
     let event = eventually("a PluginLoadFailed event", || async {
         env.events_for("web")
             .await
@@ -969,24 +972,41 @@ async fn a_plugin_directory_changed_while_running_changes_slices_and_never_serve
     .await;
     assert_eq!(
         metric_with(
-            &env,
+            env,
             "nad_service_controller_plugin_loads_total",
             "plugin=\"tenant\",result=\"compile\""
         ),
         1
     );
 
-    // Deleted: the Service keeps its slices (failure policy keep) and is told.
-    let before = metric_with(&env, unknown, "result=\"unknown_plugin\"");
-    std::fs::remove_file(dir.join("tenant.wasm")).unwrap();
-    eventually("a reconcile after the deletion", || async {
-        (metric_with(&env, unknown, "result=\"unknown_plugin\"") > before).then_some(())
+    // Removed: the Service keeps its slices (failure policy keep) and is told.
+    let before = metric_with(env, unknown, "result=\"unknown_plugin\"");
+    set(None).await;
+    eventually("a reconcile after the removal", || async {
+        (metric_with(env, unknown, "result=\"unknown_plugin\"") > before).then_some(())
     })
     .await;
     assert_eq!(
         pod_names(&env.slices("web").await),
         ["web-a", "web-b", "web-c"]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_directory_changed_while_running_changes_slices_and_never_serves_a_broken_file() {
+    let dir = std::env::temp_dir().join(format!("nsc-plugins-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let env = env_with("reload", |_, _| {}, Followed::Dir(dir.clone())).await;
+    let file = dir.join("tenant.wasm");
+    a_changing_plugin_source(&env, |component| {
+        match component {
+            Some(bytes) => std::fs::write(&file, bytes).unwrap(),
+            None => std::fs::remove_file(&file).unwrap(),
+        }
+        std::future::ready(())
+    })
+    .await;
     env.finish().await;
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -999,107 +1019,41 @@ async fn a_plugin_configmap_changed_through_the_api_serves_at_once_and_keeps_the
 {
     use k8s_openapi::{ByteString, api::core::v1::ConfigMap};
     let env = env_with("cmreload", |_, _| {}, Followed::ConfigMap("plugins")).await;
-    env.service(
-        "web",
-        json!({}),
-        json!({"isim.dev/network": "macvlan", "isim.dev/endpoint-policy": "tenant"}),
-        json!({"clusterIP": "None", "ports": [{"port": 80}]}),
-    )
-    .await;
-    env.pod(
-        "web-a",
-        json!({"endpoints.isim.dev/opt-out": "true"}),
-        "macvlan",
-        true,
-    )
-    .await;
-    env.pod("web-b", json!({}), "macvlan", true).await;
-    let unknown = "nad_service_controller_reconciles_total";
-    eventually("a reconcile naming the missing plugin", || async {
-        (metric_with(&env, unknown, "result=\"unknown_plugin\"") > 0).then_some(())
-    })
-    .await;
     let configmaps = env.api::<ConfigMap>();
-    let with = |component: &[u8]| ConfigMap {
-        metadata: kube::api::ObjectMeta {
-            name: Some("plugins".into()),
-            ..Default::default()
-        },
-        binary_data: Some([("tenant.wasm".to_owned(), ByteString(component.to_vec()))].into()),
-        ..ConfigMap::default()
-    };
-    let replace = |component: &'static [u8]| {
+    a_changing_plugin_source(&env, |component| {
         let configmaps = configmaps.clone();
         async move {
-            let patch = serde_json::to_value(with(component)).unwrap();
-            configmaps
-                .patch(
-                    "plugins",
-                    &PatchParams::apply("cluster-test").force(),
-                    &Patch::Apply(&patch),
-                )
-                .await
-                .unwrap();
-            std::time::Instant::now()
+            match component {
+                Some(bytes) => {
+                    let configmap = ConfigMap {
+                        metadata: kube::api::ObjectMeta {
+                            name: Some("plugins".into()),
+                            ..Default::default()
+                        },
+                        binary_data: Some(
+                            [("tenant.wasm".to_owned(), ByteString(bytes.to_vec()))].into(),
+                        ),
+                        ..ConfigMap::default()
+                    };
+                    configmaps
+                        .patch(
+                            "plugins",
+                            &PatchParams::apply("cluster-test").force(),
+                            &Patch::Apply(&configmap),
+                        )
+                        .await
+                        .unwrap();
+                }
+                None => {
+                    configmaps
+                        .delete("plugins", &Default::default())
+                        .await
+                        .unwrap();
+                }
+            }
         }
-    };
-
-    // Created: the opt-out example serves as "tenant".
-    let at = replace(OPT_OUT).await;
-    env.wait_slices("web", "web-b only, with tenant = opt-out", |s| {
-        pod_names(s) == ["web-b"]
     })
     .await;
-    eprintln!("plugin ConfigMap created -> served in {:?}", at.elapsed());
-
-    // Replaced with a new version: the default policy publishes both.
-    let at = replace(include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"))).await;
-    env.wait_slices("web", "both pods with the new version", |s| {
-        pod_names(s) == ["web-a", "web-b"]
-    })
-    .await;
-    eprintln!("plugin ConfigMap changed -> served in {:?}", at.elapsed());
-
-    // Replaced with a broken component: a Warning Event, and the previous version serves on.
-    replace(b"\0asm\x0d\0\x01\0 truncated").await;
-    let event = eventually("a PluginLoadFailed event", || async {
-        env.events_for("web")
-            .await
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("PluginLoadFailed"))
-    })
-    .await;
-    let note = event.note.unwrap_or_default();
-    assert!(
-        note.contains("compile check failed") && note.contains("previous version keeps serving"),
-        "{note}"
-    );
-    env.pod(
-        "web-c",
-        json!({"endpoints.isim.dev/opt-out": "true"}),
-        "macvlan",
-        true,
-    )
-    .await;
-    env.wait_slices("web", "web-c added by the version still serving", |s| {
-        pod_names(s).len() == 3
-    })
-    .await;
-
-    // Deleted: the plugin is unloaded; the Service keeps its slices (failure policy keep).
-    let before = metric_with(&env, unknown, "result=\"unknown_plugin\"");
-    configmaps
-        .delete("plugins", &Default::default())
-        .await
-        .unwrap();
-    eventually("a reconcile after the deletion", || async {
-        (metric_with(&env, unknown, "result=\"unknown_plugin\"") > before).then_some(())
-    })
-    .await;
-    assert_eq!(
-        pod_names(&env.slices("web").await),
-        ["web-a", "web-b", "web-c"]
-    );
     env.finish().await;
 }
 

@@ -10,11 +10,13 @@ use super::Entry;
 
 /// The ConfigMap's plugins, and the keys that are not one (to report once).
 pub fn entries(configmap: &ConfigMap) -> (Vec<Entry>, Vec<String>) {
-    let binary = configmap.binary_data.clone().unwrap_or_default();
-    let data = configmap.data.clone().unwrap_or_default();
+    let no_binary = BTreeMap::new();
+    let no_data = BTreeMap::new();
+    let binary = configmap.binary_data.as_ref().unwrap_or(&no_binary);
+    let data = configmap.data.as_ref().unwrap_or(&no_data);
     let mut configs: BTreeMap<&str, String> = BTreeMap::new();
     let mut ignored = Vec::new();
-    for (key, value) in &data {
+    for (key, value) in data {
         match key.strip_suffix(".json") {
             Some(name) if !name.is_empty() => {
                 configs.insert(name, value.clone());
@@ -24,7 +26,7 @@ pub fn entries(configmap: &ConfigMap) -> (Vec<Entry>, Vec<String>) {
             )),
         }
     }
-    for (key, value) in &binary {
+    for (key, value) in binary {
         if let Some(name) = key.strip_suffix(".json").filter(|n| !n.is_empty()) {
             match String::from_utf8(value.0.clone()) {
                 Ok(text) => {
@@ -35,7 +37,7 @@ pub fn entries(configmap: &ConfigMap) -> (Vec<Entry>, Vec<String>) {
         }
     }
     let mut entries = Vec::new();
-    for (key, value) in &binary {
+    for (key, value) in binary {
         if let Some(name) = key.strip_suffix(".wasm").filter(|n| !n.is_empty()) {
             entries.push(Entry {
                 name: name.to_owned(),

@@ -29,7 +29,7 @@ pub use pipeline::{
 };
 pub use registry::{
     BUILT_IN, Configured, FailurePolicy, MAX_PLUGIN_BYTES, POLICY_ANNOTATION, Plugins,
-    SharedPlugins, UnknownPlugin,
+    SharedPlugins, UnknownPlugin, annotated,
 };
 pub use reload::{Entry, Loader, PluginDir, Scan};
 pub use runtime::{CallStats, DecisionScope, Plugin, Runtime};

@@ -46,6 +46,12 @@ pub struct UnknownPlugin {
     pub loaded: String,
 }
 
+/// The plugin an `isim.dev/endpoint-policy` annotation names; `None` for no (or an empty)
+/// annotation, which means the default plugin.
+pub fn annotated(annotation: Option<&str>) -> Option<&str> {
+    annotation.map(str::trim).filter(|a| !a.is_empty())
+}
+
 /// An immutable set of plugins; the controller swaps whole sets when the directory changes.
 #[derive(Debug, Clone)]
 pub struct Plugins {
@@ -149,10 +155,7 @@ impl Plugins {
 
     /// The name of the plugin a Service uses: its annotation's, else the default.
     pub fn name_for<'a>(&'a self, annotation: Option<&'a str>) -> &'a str {
-        annotation
-            .map(str::trim)
-            .filter(|a| !a.is_empty())
-            .unwrap_or(&self.default_name)
+        annotated(annotation).unwrap_or(&self.default_name)
     }
 
     /// The plugin a Service uses.

@@ -296,11 +296,12 @@ pub fn evaluate(loaded: &Loaded, case: &Case, max_endpoints: usize) -> anyhow::R
 
 /// The plugin the Service's annotation names, if any.
 fn plugin_selected(target: &ServiceTarget) -> Option<&str> {
-    target
-        .annotations
-        .get(plugin::POLICY_ANNOTATION)
-        .map(|name| name.trim())
-        .filter(|name| !name.is_empty())
+    plugin::annotated(
+        target
+            .annotations
+            .get(plugin::POLICY_ANNOTATION)
+            .map(String::as_str),
+    )
 }
 
 /// Why a pod of the file is not one of the Service's candidates.
