@@ -122,6 +122,11 @@ release-manifest: ## Render deploy/overlays/default to $(RELEASE_MANIFEST) (RELE
 deploy-plugins: wasm-target ## Build the example plugin into deploy/overlays/with-plugins/plugins/
 	CARGO="$(CARGO)" hack/manifests.sh plugins
 
+.PHONY: plugin-push
+plugin-push: $(if $(wildcard $(BIN)),,build) ## Publish a plugin to a registry: PLUGIN=<file.wasm> REF=oci://<registry>/<repo>[:<tag>] (prints the @sha256 reference to pin)
+	@[[ -n "$(PLUGIN)" && -n "$(REF)" ]] || { echo "usage: make plugin-push PLUGIN=<file.wasm> REF=oci://<registry>/<repository>[:<tag>] [PUSH_ARGS=--plugin-registry-http=<host:port>]" >&2; exit 2; }
+	$(BIN) plugin push $(PLUGIN) $(REF) $(PUSH_ARGS)
+
 .PHONY: image-local
 image-local: ## Build the image for this machine into the local container engine (IMAGE=...)
 	IMAGE="$(IMAGE)" hack/image.sh local

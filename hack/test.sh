@@ -40,6 +40,9 @@ echo "== the C plugin toolchain (hack/c-plugin-toolchain.sh: clang, wasi-libc, w
 # The CLI tests build the C example and a `plugin new --lang c` project with it.
 hack/c-plugin-toolchain.sh >/dev/null
 
+echo "== the CNCF distribution registry (hack/tools.sh registry; built from its Go module the first time), for the OCI plugin tests" >&2
+hack/tools.sh registry >/dev/null
+
 echo "== cargo test (unit, plugin-runtime, plugin-CLI, cluster, data-plane and RBAC tests)" >&2
 # The fault tests kill the API server: they run on a control plane of their own
 # (make test-faults, hack/test-faults.sh).

@@ -3,7 +3,8 @@
 # reuse it) and prints its path:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/tools/bin/<tool>-<version>
 # Tools: actionlint (Go module proxy), cargo-deny, wasm-tools and wit-bindgen (crates.io, built
-# with cargo install --locked), kind (Go module proxy), and wasi-adapter: not a program but the
+# with cargo install --locked), kind and registry (the CNCF distribution registry, which the
+# OCI plugin tests run on loopback; Go module proxy), and wasi-adapter: not a program but the
 # WASI preview1-to-preview2 reactor adapter of wasmtime (the .crate of
 # wasi-preview1-component-adapter-provider from crates.io, checked against a pinned sha256),
 # placed as tools/lib/wasi_snapshot_preview1.reactor-<version>.wasm. C plugins need the last
@@ -13,6 +14,7 @@ set -euo pipefail
 ACTIONLINT_VERSION=v1.7.12
 CARGO_DENY_VERSION=0.20.2
 KIND_VERSION=v0.33.0
+REGISTRY_VERSION=v3.0.0
 # wasm-tools with the subcommands a plugin build and its checks use (component new/wit/embed,
 # validate, print, parse, strip, objdump, dump, metadata); the fuzzers and the rest are left out
 # to halve the build.
@@ -48,6 +50,9 @@ install() {
         mv "$root/go-$version/actionlint" "$path" ;;
       kind) GOBIN="$root/go-$version" go install "sigs.k8s.io/kind@$version"
         mv "$root/go-$version/kind" "$path" ;;
+      registry) GOBIN="$root/go-registry-$version" go install "github.com/distribution/distribution/v3/cmd/registry@$version"
+        mv "$root/go-registry-$version/registry" "$path"
+        rm -rf "${root:?}/go-registry-$version" ;;
       cargo-deny) ${CARGO:-cargo} install --quiet --locked --version "$version" --root "$root/cargo-deny-$version" cargo-deny
         mv "$root/cargo-deny-$version/bin/cargo-deny" "$path" ;;
       wasm-tools) cargo_install wasm-tools wasm-tools "$version" --no-default-features --features "$WASM_TOOLS_FEATURES" ;;
@@ -83,8 +88,9 @@ case "${1:-}" in
   actionlint) install actionlint "$ACTIONLINT_VERSION" ;;
   cargo-deny) install cargo-deny "$CARGO_DENY_VERSION" ;;
   kind) install kind "$KIND_VERSION" ;;
+  registry) install registry "$REGISTRY_VERSION" ;;
   wasm-tools) install wasm-tools "$WASM_TOOLS_VERSION" ;;
   wit-bindgen) install wit-bindgen "$WIT_BINDGEN_VERSION" ;;
   wasi-adapter) wasi_adapter "$WASI_ADAPTER_VERSION" ;;
-  *) echo "usage: hack/tools.sh actionlint|cargo-deny|kind|wasm-tools|wit-bindgen|wasi-adapter" >&2; exit 2 ;;
+  *) echo "usage: hack/tools.sh actionlint|cargo-deny|kind|registry|wasm-tools|wit-bindgen|wasi-adapter" >&2; exit 2 ;;
 esac

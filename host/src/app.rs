@@ -149,13 +149,18 @@ async fn plugin_source(args: &RunArgs, client: &Client) -> anyhow::Result<Plugin
     if let Some(name) = &args.default_plugin {
         plugins.set_default(name);
     }
+    let puller = Arc::new(
+        args.registry
+            .puller()
+            .context("setting up the OCI registry client")?,
+    );
     let (dir, plugins) = match args.plugin_dir.clone() {
         None => (None, plugins),
         Some(path) => {
             // Plugins run off the async runtime's threads (see `run`).
-            let runtime = runtime.clone();
+            let (runtime, puller) = (runtime.clone(), puller.clone());
             let (dir, plugins, scan) = tokio::task::spawn_blocking(move || {
-                let mut dir = PluginDir::new(path);
+                let mut dir = PluginDir::with_puller(path, Some(puller));
                 let scan = dir.scan(&runtime, &mut plugins);
                 (dir, plugins, scan)
             })
@@ -174,7 +179,7 @@ async fn plugin_source(args: &RunArgs, client: &Client) -> anyhow::Result<Plugin
     let (configmap, plugins) = match &args.plugin_configmap {
         None => (None, plugins),
         Some(name) => {
-            let source = ConfigMapSource::new(&args.plugin_configmap_namespace, name);
+            let source = ConfigMapSource::new(&args.plugin_configmap_namespace, name, Some(puller));
             let found = first_configmap(client, &source).await;
             let runtime = runtime.clone();
             let (source, plugins) = tokio::task::spawn_blocking(move || {

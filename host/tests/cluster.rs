@@ -26,7 +26,11 @@ use kube::{
 };
 use nad_service_controller::{
     leader::LeaderElector,
-    plugin::{FailurePolicy, Limits, PluginDir, Plugins, Runtime, SharedPlugins, prepare},
+    plugin::{
+        FailurePolicy, Limits, PluginDir, Plugins, Runtime, SharedPlugins,
+        oci::{OciRef, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryOptions},
+        prepare,
+    },
     reconcile::slices::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL},
     watch::plugin_dir::{ConfigMapSource, PluginSource},
 };
@@ -99,8 +103,9 @@ enum Followed {
     Nothing,
     /// A plugin directory, rescanned every 200 ms.
     Dir(PathBuf),
-    /// A ConfigMap of this name in the test's namespace, watched through the API.
-    ConfigMap(&'static str),
+    /// A ConfigMap of this name in the test's namespace, watched through the API, whose
+    /// `<name>.oci` entries the puller fetches.
+    ConfigMap(&'static str, Option<Arc<Puller>>),
 }
 
 /// An environment whose plugins are the built-in one, `opt-out`, whatever `configure` adds,
@@ -126,7 +131,7 @@ async fn env_with(
             dir.scan(&runtime, &mut plugins);
             (Some(Arc::new(Mutex::new(dir))), None)
         }
-        Followed::ConfigMap(name) => (None, Some(ConfigMapSource::new(&ns, name))),
+        Followed::ConfigMap(name, puller) => (None, Some(ConfigMapSource::new(&ns, name, puller))),
     };
     let source = PluginSource {
         runtime: runtime.clone(),
@@ -1018,7 +1023,7 @@ async fn a_plugin_directory_changed_while_running_changes_slices_and_never_serve
 async fn a_plugin_configmap_changed_through_the_api_serves_at_once_and_keeps_the_last_good_version()
 {
     use k8s_openapi::{ByteString, api::core::v1::ConfigMap};
-    let env = env_with("cmreload", |_, _| {}, Followed::ConfigMap("plugins")).await;
+    let env = env_with("cmreload", |_, _| {}, Followed::ConfigMap("plugins", None)).await;
     let configmaps = env.api::<ConfigMap>();
     a_changing_plugin_source(&env, |component| {
         let configmaps = configmaps.clone();
@@ -1055,6 +1060,122 @@ async fn a_plugin_configmap_changed_through_the_api_serves_at_once_and_keeps_the
     })
     .await;
     env.finish().await;
+}
+
+/// The plugin ConfigMap naming OCI artifacts (`tenant.oci: oci://…@sha256:…`), pushed to the
+/// distribution registry on loopback: each new digest is pulled, checked and served as a
+/// component in the ConfigMap is, through the same pipeline and keep-last-good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_configmap_naming_oci_artifacts_serves_each_pinned_digest() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let registry = support::registry::Registry::start("cluster");
+    let cache = std::env::temp_dir().join(format!("nsc-oci-cluster-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let puller = Arc::new(
+        Puller::new(&RegistryOptions {
+            http: vec![registry.host.clone()],
+            cache_dir: Some(cache.clone()),
+        })
+        .unwrap(),
+    );
+    let env = env_with(
+        "ocireload",
+        |_, _| {},
+        Followed::ConfigMap("plugins", Some(puller.clone())),
+    )
+    .await;
+    let configmaps = env.api::<ConfigMap>();
+    let repository = registry.reference("plugins/tenant");
+    a_changing_plugin_source(&env, |component| {
+        let (configmaps, puller, repository) =
+            (configmaps.clone(), puller.clone(), repository.clone());
+        async move {
+            match component {
+                Some(bytes) => {
+                    let target = OciRef::parse(&repository).unwrap();
+                    let digest = puller
+                        .push(&target, bytes, PUSH_LAYER_MEDIA_TYPE, Default::default())
+                        .await
+                        .unwrap();
+                    let configmap = ConfigMap {
+                        metadata: kube::api::ObjectMeta {
+                            name: Some("plugins".into()),
+                            ..Default::default()
+                        },
+                        data: Some(
+                            [("tenant.oci".to_owned(), format!("{repository}@{digest}"))].into(),
+                        ),
+                        ..ConfigMap::default()
+                    };
+                    configmaps
+                        .patch(
+                            "plugins",
+                            &PatchParams::apply("cluster-test").force(),
+                            &Patch::Apply(&configmap),
+                        )
+                        .await
+                        .unwrap();
+                }
+                None => {
+                    configmaps
+                        .delete("plugins", &Default::default())
+                        .await
+                        .unwrap();
+                }
+            }
+        }
+    })
+    .await;
+    assert!(captured().contains("plugin artifact pulled"));
+
+    // A new artifact whose registry is down: a Warning Event, and once the registry is back,
+    // the fetch tried again (every 30 s) serves it, with no change to the ConfigMap.
+    let target = OciRef::parse(&repository).unwrap();
+    let digest = puller
+        .push(&target, OPT_OUT, PUSH_LAYER_MEDIA_TYPE, Default::default())
+        .await
+        .unwrap();
+    let mut registry = registry;
+    registry.stop();
+    let configmap = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("plugins".into()),
+            ..Default::default()
+        },
+        data: Some([("tenant.oci".to_owned(), format!("{repository}@{digest}"))].into()),
+        ..ConfigMap::default()
+    };
+    configmaps
+        .create(&PostParams::default(), &configmap)
+        .await
+        .unwrap();
+    let event = eventually(
+        "a PluginLoadFailed event for the unreachable registry",
+        || async {
+            env.events_for("web").await.into_iter().find(|e| {
+                e.reason.as_deref() == Some("PluginLoadFailed")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("cannot fetch it"))
+            })
+        },
+    )
+    .await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains(&format!("cannot reach the registry {}", registry.host)),
+        "{note}"
+    );
+    registry.restart();
+    let at = std::time::Instant::now();
+    eventually("the artifact served once the registry is back", || async {
+        (pod_names(&env.slices("web").await) == ["web-b"]).then_some(())
+    })
+    .await;
+    eprintln!("registry back -> served in {:?}", at.elapsed());
+    env.finish().await;
+    drop(registry);
+    std::fs::remove_dir_all(&cache).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

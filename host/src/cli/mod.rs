@@ -5,6 +5,9 @@ use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 use clap::{Parser, Subcommand, ValueEnum};
 
 pub mod plugin;
+mod registry;
+
+pub use registry::RegistryArgs;
 
 use crate::{
     plugin::FailurePolicy,
@@ -46,7 +49,7 @@ pub enum Command {
     /// Work with plugins offline: evaluate, test, inspect, scaffold and benchmark them,
     /// through the same pipeline, sandbox and plan as the controller.
     #[command(subcommand)]
-    Plugin(plugin::PluginCommand),
+    Plugin(Box<plugin::PluginCommand>),
 }
 
 impl Command {
@@ -108,21 +111,26 @@ pub struct RunArgs {
           value_parser = clap::value_parser!(u16).range(1..=64))]
     pub concurrent_syncs: u16,
 
-    /// Directory of plugin components (`<name>.wasm`, optional `<name>.json` configuration);
-    /// in a cluster, a mounted ConfigMap. Services pick one with the annotation
-    /// isim.dev/endpoint-policy: <name>.
+    /// Directory of plugin components (`<name>.wasm`, or `<name>.oci` holding an
+    /// `oci://<registry>/<repository>@sha256:<digest>` reference; optional `<name>.json`
+    /// configuration); in a cluster, a mounted ConfigMap. Services pick one with the
+    /// annotation isim.dev/endpoint-policy: <name>.
     #[arg(long, env = "NSC_PLUGIN_DIR")]
     pub plugin_dir: Option<std::path::PathBuf>,
 
-    /// A ConfigMap (in --plugin-configmap-namespace) whose binaryData holds plugins
-    /// (`<name>.wasm`, optional `<name>.json`), watched through the API: a change serves
-    /// within a second, without kubelet's volume sync. Instead of --plugin-dir.
+    /// A ConfigMap (in --plugin-configmap-namespace) holding plugins (binaryData
+    /// `<name>.wasm`, or data `<name>.oci` with an oci:// reference; optional `<name>.json`),
+    /// watched through the API: a change serves within a second, without kubelet's volume
+    /// sync. Instead of --plugin-dir.
     #[arg(long, env = "NSC_PLUGIN_CONFIGMAP", conflicts_with = "plugin_dir")]
     pub plugin_configmap: Option<String>,
 
     /// The namespace of --plugin-configmap: in a cluster, the controller's own.
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub plugin_configmap_namespace: String,
+
+    #[command(flatten)]
+    pub registry: RegistryArgs,
 
     /// The plugin for Services without the isim.dev/endpoint-policy annotation.
     #[arg(long, env = "NSC_DEFAULT_PLUGIN")]
@@ -280,7 +288,10 @@ mod tests {
             "decisions",
         ])
         .unwrap();
-        let Some(Command::Plugin(PluginCommand::Eval(eval))) = cli.command else {
+        let Some(Command::Plugin(command)) = cli.command else {
+            panic!("expected plugin eval");
+        };
+        let PluginCommand::Eval(eval) = *command else {
             panic!("expected plugin eval");
         };
         assert_eq!(eval.plugin, PluginArg::File("p.wasm".into()));
@@ -289,7 +300,7 @@ mod tests {
         let cli = Cli::try_parse_from(["nsc", "plugin", "inspect", "default"]).unwrap();
         assert!(matches!(
             cli.command,
-            Some(Command::Plugin(PluginCommand::Inspect(ref i))) if i.plugin == PluginArg::BuiltIn
+            Some(Command::Plugin(ref c)) if matches!(**c, PluginCommand::Inspect(ref i) if i.plugin == PluginArg::BuiltIn)
         ));
         // The controller's flags are not the plugin commands'.
         let err = Cli::try_parse_from([

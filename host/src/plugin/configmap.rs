@@ -1,12 +1,13 @@
 //! Plugins held in a ConfigMap read through the API (`--plugin-configmap`): `binaryData`
-//! entries `<name>.wasm` are components, `<name>.json` (in `data` or `binaryData`) their
-//! configuration. Pure: the watch lives in `watch::plugin_dir`.
+//! entries `<name>.wasm` are components, `data` entries `<name>.oci` references to OCI
+//! artifacts (`oci://<registry>/<repository>@sha256:<digest>`), and `<name>.json` (in `data`
+//! or `binaryData`) their configuration. Pure: the watch lives in `watch::plugin_dir`.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use super::Entry;
+use super::{Component, Entry};
 
 /// The ConfigMap's plugins, and the keys that are not one (to report once).
 pub fn entries(configmap: &ConfigMap) -> (Vec<Entry>, Vec<String>) {
@@ -15,15 +16,17 @@ pub fn entries(configmap: &ConfigMap) -> (Vec<Entry>, Vec<String>) {
     let binary = configmap.binary_data.as_ref().unwrap_or(&no_binary);
     let data = configmap.data.as_ref().unwrap_or(&no_data);
     let mut configs: BTreeMap<&str, String> = BTreeMap::new();
+    let mut components: BTreeMap<&str, Component> = BTreeMap::new();
     let mut ignored = Vec::new();
     for (key, value) in data {
-        match key.strip_suffix(".json") {
-            Some(name) if !name.is_empty() => {
-                configs.insert(name, value.clone());
-            }
-            _ => ignored.push(format!(
-                "data.{key} (a component must be in binaryData as <name>.wasm, a configuration <name>.json)"
-            )),
+        if let Some(name) = key.strip_suffix(".json").filter(|n| !n.is_empty()) {
+            configs.insert(name, value.clone());
+        } else if let Some(name) = key.strip_suffix(".oci").filter(|n| !n.is_empty()) {
+            components.insert(name, Component::Reference(value.clone()));
+        } else {
+            ignored.push(format!(
+                "data.{key} (a component must be in binaryData as <name>.wasm; data holds <name>.oci references and <name>.json configurations)"
+            ));
         }
     }
     for (key, value) in binary {
@@ -34,24 +37,31 @@ pub fn entries(configmap: &ConfigMap) -> (Vec<Entry>, Vec<String>) {
                 }
                 Err(_) => ignored.push(format!("binaryData.{key} (not UTF-8 text)")),
             }
-        }
-    }
-    let mut entries = Vec::new();
-    for (key, value) in binary {
-        if let Some(name) = key.strip_suffix(".wasm").filter(|n| !n.is_empty()) {
-            entries.push(Entry {
-                name: name.to_owned(),
-                component: value.0.clone(),
-                config: configs.remove(name).unwrap_or_default(),
-            });
-        } else if !key.ends_with(".json") {
+        } else if let Some(name) = key.strip_suffix(".wasm").filter(|n| !n.is_empty()) {
+            if components.contains_key(name) {
+                ignored.push(format!(
+                    "data.{name}.oci (binaryData.{name}.wasm is loaded instead; remove one of them)"
+                ));
+            }
+            components.insert(name, Component::Wasm(value.0.clone()));
+        } else {
             ignored.push(format!(
                 "binaryData.{key} (neither <name>.wasm nor <name>.json)"
             ));
         }
     }
+    let entries = components
+        .into_iter()
+        .map(|(name, component)| Entry {
+            name: name.to_owned(),
+            component,
+            config: configs.remove(name).unwrap_or_default(),
+        })
+        .collect();
     for name in configs.keys() {
-        ignored.push(format!("{name}.json (no {name}.wasm beside it)"));
+        ignored.push(format!(
+            "{name}.json (no {name}.wasm or {name}.oci beside it)"
+        ));
     }
     (entries, ignored)
 }
@@ -75,22 +85,38 @@ mod tests {
                 ("opt-out.json".to_owned(), "{\"label\":\"x\"}".to_owned()),
                 ("lonely.json".to_owned(), "{}".to_owned()),
                 ("README".to_owned(), "hi".to_owned()),
+                (
+                    "pinned.oci".to_owned(),
+                    "oci://r.example/p@sha256:ab".to_owned(),
+                ),
+                ("zones.oci".to_owned(), "oci://r.example/zones:1".to_owned()),
             ])),
             ..ConfigMap::default()
         };
         let (entries, ignored) = entries(&configmap);
-        let got: Vec<(&str, &[u8], &str)> = entries
+        let got: Vec<(&str, &Component, &str)> = entries
             .iter()
-            .map(|e| (e.name.as_str(), e.component.as_slice(), e.config.as_str()))
+            .map(|e| (e.name.as_str(), &e.component, e.config.as_str()))
             .collect();
+        let wasm = |b: &[u8]| Component::Wasm(b.to_vec());
         assert_eq!(
             got,
             vec![
-                ("opt-out", &b"\0asm-1"[..], "{\"label\":\"x\"}"),
-                ("zones", &b"\0asm-2"[..], "{\"a\":1}"),
+                ("opt-out", &wasm(b"\0asm-1"), "{\"label\":\"x\"}"),
+                (
+                    "pinned",
+                    &Component::Reference("oci://r.example/p@sha256:ab".into()),
+                    ""
+                ),
+                ("zones", &wasm(b"\0asm-2"), "{\"a\":1}"),
             ]
         );
-        assert_eq!(ignored.len(), 3, "{ignored:?}");
+        assert_eq!(ignored.len(), 4, "{ignored:?}");
+        assert!(
+            ignored
+                .iter()
+                .any(|i| i.starts_with("data.zones.oci (binaryData.zones.wasm is loaded"))
+        );
         assert!(ignored.iter().any(|i| i.starts_with("data.README")));
         assert!(
             ignored
@@ -100,7 +126,7 @@ mod tests {
         assert!(
             ignored
                 .iter()
-                .any(|i| i.starts_with("lonely.json (no lonely.wasm"))
+                .any(|i| i.starts_with("lonely.json (no lonely.wasm or lonely.oci"))
         );
         assert!(entries_of_nothing_is_empty());
     }

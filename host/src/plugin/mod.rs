@@ -12,6 +12,7 @@ pub mod configmap;
 mod convert;
 pub mod diagnose;
 mod errors;
+pub mod oci;
 mod pipeline;
 mod registry;
 mod reload;
@@ -31,7 +32,7 @@ pub use registry::{
     BUILT_IN, Configured, FailurePolicy, MAX_PLUGIN_BYTES, POLICY_ANNOTATION, Plugins,
     SharedPlugins, UnknownPlugin, annotated,
 };
-pub use reload::{Entry, Loader, PluginDir, Scan};
+pub use reload::{Component, Entry, Loader, PluginDir, Scan};
 pub use runtime::{CallStats, DecisionScope, Plugin, Runtime};
 
 /// The default plugin, built from `plugins/default` by the build script.

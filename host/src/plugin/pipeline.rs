@@ -20,6 +20,8 @@ const POLICY_INTERFACE: &str = "isim:nad-endpoints/policy";
 /// The step of the pipeline a plugin failed at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
+    /// An OCI artifact could not be had: its reference, the registry, or the artifact.
+    Fetch,
     Size,
     Parse,
     Compile,
@@ -35,6 +37,7 @@ pub enum Step {
 impl Step {
     pub fn as_str(self) -> &'static str {
         match self {
+            Step::Fetch => "fetch",
             Step::Size => "size",
             Step::Parse => "parse",
             Step::Compile => "compile",
@@ -50,7 +53,6 @@ impl Step {
 
 /// A plugin file that cannot serve, with the step and the cause.
 #[derive(Debug, thiserror::Error)]
-#[error("plugin {plugin} (sha256 {hash}): {step} check failed: {message}", step = step.as_str())]
 pub struct PipelineError {
     pub plugin: String,
     pub hash: String,
@@ -62,7 +64,35 @@ pub struct PipelineError {
     pub frames: Vec<String>,
 }
 
+impl std::fmt::Display for PipelineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (plugin, message) = (&self.plugin, &self.message);
+        match self.step {
+            // Nothing was read: there is no content to name.
+            Step::Fetch => write!(f, "plugin {plugin}: cannot fetch it: {message}"),
+            step => write!(
+                f,
+                "plugin {plugin} (sha256 {}): {} check failed: {message}",
+                self.hash,
+                step.as_str()
+            ),
+        }
+    }
+}
+
 impl PipelineError {
+    /// A plugin whose component could not be fetched.
+    pub fn fetch(plugin: &str, message: String) -> Self {
+        PipelineError {
+            plugin: plugin.to_owned(),
+            hash: String::new(),
+            step: Step::Fetch,
+            message,
+            timed_out: false,
+            frames: Vec::new(),
+        }
+    }
+
     /// The failure of a call made while loading: the memory limit is a step of its own.
     fn call(step: Step, e: &CallError, fail: impl Fn(Step, String) -> Self, plugin: &str) -> Self {
         let step = if matches!(e, CallError::MemoryLimit { .. }) {

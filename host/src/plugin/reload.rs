@@ -2,21 +2,30 @@
 //! plugin a source holds (`<name>` with its component and configuration) and runs the new and
 //! changed ones through the pipeline, keeping the last good version of each.
 //!
-//! The plugin directory ([`PluginDir`]): `<name>.wasm` files with optional `<name>.json`
-//! configuration, in a cluster a mounted ConfigMap. Scanned periodically, so that every way a
+//! The plugin directory ([`PluginDir`]): `<name>.wasm` files (or `<name>.oci` files holding an
+//! `oci://` reference) with optional `<name>.json` configuration, in a cluster a mounted
+//! ConfigMap. Scanned periodically, so that every way a
 //! file can change is seen: plain writes, deletions, and kubelet's atomic `..data` symlink swap
 //! (the resolved path of every file changes).
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
+    sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
 
 /// A file whose self-test timed out is tried again after this long, even if unchanged.
 const TIMEOUT_RETRY: Duration = Duration::from_secs(60);
+/// An artifact that could not be fetched is tried again after this long, even if unchanged.
+pub const FETCH_RETRY: Duration = Duration::from_secs(30);
 
-use super::{PipelineError, Plugins, Runtime, name_mismatch, pipeline::sha256_hex, prepare};
+use super::{
+    PipelineError, Plugins, Runtime, name_mismatch,
+    oci::{OciRef, Puller},
+    pipeline::sha256_hex,
+    prepare,
+};
 
 /// Identity of a file as the filesystem reports it: resolved path, size and mtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,10 +84,29 @@ impl Scan {
     }
 }
 
+/// What a source holds of one plugin: its component, or where to fetch it from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Component {
+    Wasm(Vec<u8>),
+    /// The text of an `oci://` reference (a `<name>.oci` entry).
+    Reference(String),
+}
+
+impl Component {
+    /// What identifies this version: the component's hash, or the reference (a pinned
+    /// digest, or a tag resolved once while it stays the same).
+    fn identity(&self) -> String {
+        match self {
+            Component::Wasm(bytes) => sha256_hex(bytes),
+            Component::Reference(text) => text.trim().to_owned(),
+        }
+    }
+}
+
 /// One plugin as a source holds it.
 pub struct Entry {
     pub name: String,
-    pub component: Vec<u8>,
+    pub component: Component,
     /// Its configuration document ("" for none).
     pub config: String,
 }
@@ -88,9 +116,52 @@ pub struct Entry {
 #[derive(Debug, Default)]
 pub struct Loader {
     seen: BTreeMap<String, Seen>,
+    /// Fetches the plugins a source names by `oci://` reference.
+    puller: Option<Arc<Puller>>,
 }
 
 impl Loader {
+    /// A loader that fetches `oci://` references with `puller`.
+    pub fn new(puller: Option<Arc<Puller>>) -> Self {
+        Self {
+            seen: BTreeMap::new(),
+            puller,
+        }
+    }
+
+    /// Whether any plugin's failure is due for another try.
+    pub fn any_retry_due(&self) -> bool {
+        let now = Instant::now();
+        self.seen
+            .values()
+            .any(|s| s.retry_at.is_some_and(|at| now >= at))
+    }
+
+    /// The component of `component`: fetched when it is a reference (on this blocking thread,
+    /// through the async runtime it was called from).
+    fn fetch(&self, name: &str, component: Component) -> Result<Vec<u8>, (PipelineError, bool)> {
+        let text = match component {
+            Component::Wasm(bytes) => return Ok(bytes),
+            Component::Reference(text) => text,
+        };
+        let refused = |message: String| (PipelineError::fetch(name, message), false);
+        let reference = OciRef::parse(&text).map_err(refused)?;
+        let Some(puller) = &self.puller else {
+            return Err(refused(format!(
+                "{reference}: this source cannot fetch OCI artifacts"
+            )));
+        };
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|e| refused(format!("{reference}: no async runtime to fetch it on: {e}")))?;
+        handle
+            .block_on(puller.pull(&reference))
+            .map(|pulled| pulled.component)
+            .map_err(|e| {
+                let message = format!("{e} (tried again in {} s)", FETCH_RETRY.as_secs());
+                (PipelineError::fetch(name, message), true)
+            })
+    }
+
     /// Whether `name`'s transient failure is due for another try.
     fn retry_due(&self, name: &str) -> bool {
         self.seen
@@ -124,16 +195,34 @@ impl Loader {
         {
             present.push(name.clone());
             let retry_due = self.retry_due(&name);
-            let content = (sha256_hex(&component), sha256_hex(config.as_bytes()));
+            let content = (component.identity(), sha256_hex(config.as_bytes()));
             if !retry_due && self.seen.get(&name).is_some_and(|s| s.content == content) {
                 continue;
             }
+            let fetched = self.fetch(&name, component);
             let seen = self.seen.entry(name.clone()).or_insert_with(|| Seen {
                 content: content.clone(),
                 retry_at: None,
             });
             seen.content = content;
             seen.retry_at = None;
+            let component = match fetched {
+                Ok(component) => component,
+                Err((e, retry)) => {
+                    tracing::error!(
+                        plugin = %name,
+                        step = e.step.as_str(),
+                        error = %e,
+                        "plugin not fetched; the previous version (if any) keeps serving"
+                    );
+                    if retry {
+                        seen.retry_at = Some(Instant::now() + FETCH_RETRY);
+                    }
+                    plugins.record_failure(&name, e.to_string());
+                    scan.failed.push(e);
+                    continue;
+                }
+            };
             match prepare(runtime, &name, &component, &config) {
                 Ok(configured) => {
                     tracing::info!(
@@ -183,17 +272,25 @@ impl Loader {
 #[derive(Debug)]
 pub struct PluginDir {
     dir: PathBuf,
-    /// The component's and the configuration's files, as last read.
+    /// The component's (or reference's) and the configuration's files, as last read.
     files: BTreeMap<String, (FileId, Option<FileId>)>,
+    /// Plugins with both a `.wasm` and a `.oci` file, reported once.
+    both: BTreeSet<String>,
     loader: Loader,
 }
 
 impl PluginDir {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self::with_puller(dir, None)
+    }
+
+    /// A directory whose `<name>.oci` files are fetched with `puller`.
+    pub fn with_puller(dir: impl Into<PathBuf>, puller: Option<Arc<Puller>>) -> Self {
         Self {
             dir: dir.into(),
             files: BTreeMap::new(),
-            loader: Loader::default(),
+            both: BTreeSet::new(),
+            loader: Loader::new(puller),
         }
     }
 
@@ -201,22 +298,38 @@ impl PluginDir {
         &self.dir
     }
 
-    /// `<name>.wasm` files; kubelet's hidden `..data` entries are skipped.
-    fn plugin_files(&self) -> std::io::Result<BTreeMap<String, PathBuf>> {
-        let mut files = BTreeMap::new();
+    /// `<name>.wasm` and `<name>.oci` files (a `.wasm` wins over a `.oci` of the same name);
+    /// kubelet's hidden `..data` entries are skipped.
+    fn plugin_files(&mut self) -> std::io::Result<BTreeMap<String, PathBuf>> {
+        let mut files: BTreeMap<String, PathBuf> = BTreeMap::new();
+        let mut both = BTreeSet::new();
         for entry in std::fs::read_dir(&self.dir)? {
             let path = entry?.path();
             let Some(file_name) = path.file_name().and_then(|n| n.to_str()) else {
                 continue;
             };
-            if let Some(name) = file_name.strip_suffix(".wasm")
-                && !name.is_empty()
-                && !name.starts_with('.')
-                && path.is_file()
-            {
-                files.insert(name.to_owned(), path);
+            let Some((name, wasm)) = file_name
+                .strip_suffix(".wasm")
+                .map(|n| (n, true))
+                .or_else(|| file_name.strip_suffix(".oci").map(|n| (n, false)))
+            else {
+                continue;
+            };
+            if name.is_empty() || name.starts_with('.') || !path.is_file() {
+                continue;
             }
+            if files.contains_key(name) {
+                both.insert(name.to_owned());
+                if !wasm {
+                    continue;
+                }
+            }
+            files.insert(name.to_owned(), path);
         }
+        for name in both.difference(&self.both) {
+            tracing::warn!(dir = %self.dir.display(), plugin = %name, "both {name}.wasm and {name}.oci exist: {name}.wasm is loaded; remove one of them");
+        }
+        self.both = both;
         Ok(files)
     }
 
@@ -244,7 +357,12 @@ impl PluginDir {
                 unchanged.push(name.clone());
                 continue;
             }
-            match (std::fs::read(path), read_config(&config_path)) {
+            let component = if path.extension().is_some_and(|e| e == "oci") {
+                std::fs::read_to_string(path).map(Component::Reference)
+            } else {
+                std::fs::read(path).map(Component::Wasm)
+            };
+            match (component, read_config(&config_path)) {
                 (Ok(component), Ok(config)) => {
                     self.files.insert(name.clone(), ids);
                     entries.push(Entry {

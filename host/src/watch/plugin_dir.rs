@@ -27,6 +27,7 @@ use crate::{
     metrics::Metrics,
     plugin::{
         Loader, POLICY_ANNOTATION, PluginDir, Plugins, Runtime, Scan, SharedPlugins, configmap,
+        oci::Puller,
     },
     reconcile::book::SharedBook,
 };
@@ -43,12 +44,21 @@ pub struct ConfigMapSource {
 }
 
 impl ConfigMapSource {
-    pub fn new(namespace: &str, name: &str) -> Self {
+    /// A ConfigMap source whose `<name>.oci` entries are fetched with `puller`.
+    pub fn new(namespace: &str, name: &str, puller: Option<Arc<Puller>>) -> Self {
         Self {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
-            loader: Arc::default(),
+            loader: Arc::new(Mutex::new(Loader::new(puller))),
         }
+    }
+
+    /// Whether a plugin that failed (a fetch, a timed-out self-test) is due another try.
+    fn retry_due(&self) -> bool {
+        self.loader
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .any_retry_due()
     }
 
     /// Loads the ConfigMap's plugins (none when it is gone) into `plugins`.
@@ -198,8 +208,9 @@ async fn scan_dir(source: PluginSource, dir: Arc<Mutex<PluginDir>>, publisher: A
     }
 }
 
-/// Loads the ConfigMap's plugins at every change of it, until the term ends. A deleted
-/// ConfigMap unloads its plugins, as a deleted file does.
+/// Loads the ConfigMap's plugins at every change of it, and again while a plugin that failed
+/// (an artifact not fetched) is due another try, until the term ends. A deleted ConfigMap
+/// unloads its plugins, as a deleted file does.
 async fn watch_configmap(
     source: PluginSource,
     configmap: ConfigMapSource,
@@ -211,36 +222,38 @@ async fn watch_configmap(
     let config = watcher::Config::default().fields(&format!("metadata.name={}", configmap.name));
     let mut events = watcher(api, config).default_backoff().boxed();
     let mut listed: Option<ConfigMap> = None;
+    // The ConfigMap as last loaded, for retries.
+    let mut current: Option<ConfigMap> = None;
     loop {
         // The term's end shows on the channel; look at it while no event comes.
-        let Ok(event) = tokio::time::timeout(TERM_CHECK, events.next()).await else {
-            if publisher.tx.is_closed() {
-                return;
-            }
-            continue;
+        let latest = match tokio::time::timeout(TERM_CHECK, events.next()).await {
+            Err(_) if publisher.tx.is_closed() => return,
+            Err(_) if configmap.retry_due() => current.clone(),
+            Err(_) => continue,
+            Ok(event) => match event {
+                None => return,
+                Some(Err(e)) => {
+                    tracing::warn!(
+                        configmap = %format!("{}/{}", configmap.namespace, configmap.name),
+                        error = %crate::error::describe_watch(&e),
+                        "cannot watch the plugin ConfigMap (retrying); the plugins loaded keep serving"
+                    );
+                    continue;
+                }
+                Some(Ok(watcher::Event::Init)) => {
+                    listed = None;
+                    continue;
+                }
+                Some(Ok(watcher::Event::InitApply(cm))) => {
+                    listed = Some(cm);
+                    continue;
+                }
+                Some(Ok(watcher::Event::InitDone)) => listed.take(),
+                Some(Ok(watcher::Event::Apply(cm))) => Some(cm),
+                Some(Ok(watcher::Event::Delete(_))) => None,
+            },
         };
-        let latest = match event {
-            None => return,
-            Some(Err(e)) => {
-                tracing::warn!(
-                    configmap = %format!("{}/{}", configmap.namespace, configmap.name),
-                    error = %crate::error::describe_watch(&e),
-                    "cannot watch the plugin ConfigMap (retrying); the plugins loaded keep serving"
-                );
-                continue;
-            }
-            Some(Ok(watcher::Event::Init)) => {
-                listed = None;
-                continue;
-            }
-            Some(Ok(watcher::Event::InitApply(cm))) => {
-                listed = Some(cm);
-                continue;
-            }
-            Some(Ok(watcher::Event::InitDone)) => listed.take(),
-            Some(Ok(watcher::Event::Apply(cm))) => Some(cm),
-            Some(Ok(watcher::Event::Delete(_))) => None,
-        };
+        current.clone_from(&latest);
         let (runtime, shared, cm_source) = (
             source.runtime.clone(),
             source.plugins.clone(),

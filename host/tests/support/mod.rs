@@ -1,4 +1,7 @@
-//! What the tests on the local control plane share: the admin client, polling, namespaces.
+//! What the tests on the local control plane share: the admin client, polling, namespaces,
+//! and a registry on loopback.
+
+pub mod registry;
 
 use std::{
     path::PathBuf,

@@ -92,7 +92,7 @@ fn micros(d: Duration) -> f64 {
 pub fn bench(args: &BenchArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let runtime = args.sandbox.runtime()?;
     let config = source::config(args.config.as_deref())?;
-    let loaded = source::load(&runtime, &args.plugin, &config)?;
+    let loaded = source::load(&runtime, &args.sandbox.registry, &args.plugin, &config)?;
     let plugin = &loaded.configured.plugin;
     let iterations = args.iterations as usize;
     let n = args.pods as usize;

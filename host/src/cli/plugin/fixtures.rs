@@ -81,7 +81,7 @@ fn produce(
     let config = source::config(config_path.is_file().then_some(config_path.as_path()))?;
     let outcome = (|| {
         if !loaded.contains_key(&config) {
-            let plugin = source::load(runtime, &args.plugin, &config)?;
+            let plugin = source::load(runtime, &args.sandbox.registry, &args.plugin, &config)?;
             loaded.insert(config.clone(), plugin);
         }
         let plugin = &loaded[&config];

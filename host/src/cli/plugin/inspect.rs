@@ -14,7 +14,7 @@ use crate::{
 pub fn inspect(args: &InspectArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let runtime = args.sandbox.runtime()?;
     let name = args.plugin.name();
-    let bytes = args.plugin.bytes()?;
+    let bytes = args.plugin.bytes(&args.sandbox.registry)?;
     let config = source::config(args.config.as_deref())?;
     let report = plugin::inspect(&runtime, &name, &bytes, &config);
     writeln!(out, "file:            {}", args.plugin)?;

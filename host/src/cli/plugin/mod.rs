@@ -6,6 +6,7 @@ mod eval;
 mod files;
 mod fixtures;
 mod inspect;
+mod push;
 mod render;
 mod scaffold;
 mod source;
@@ -19,7 +20,10 @@ pub use render::Output;
 pub use source::PluginArg;
 
 use crate::{
-    plugin::{Limits, Runtime, WIT_PACKAGE},
+    plugin::{
+        Limits, Runtime, WIT_PACKAGE,
+        oci::{LAYER_MEDIA_TYPES, OciRef},
+    },
     reconcile::slices::DEFAULT_MAX_ENDPOINTS_PER_SLICE,
 };
 
@@ -42,6 +46,9 @@ pub enum PluginCommand {
     /// Create a plugin project of its own (Rust or C) that builds and passes its `plugin
     /// test` on the first try: the default policy, the WIT vendored, a fixture case.
     New(NewArgs),
+    /// Publish a plugin to an OCI registry (one application/wasm layer) once it passes the
+    /// load pipeline, and print the oci://…@sha256:… reference a plugin source names.
+    Push(PushArgs),
 }
 
 impl PluginCommand {
@@ -51,6 +58,7 @@ impl PluginCommand {
             PluginCommand::Test(a) => Some(&a.sandbox),
             PluginCommand::Inspect(a) => Some(&a.sandbox),
             PluginCommand::Bench(a) => Some(&a.sandbox),
+            PluginCommand::Push(a) => Some(&a.sandbox),
             PluginCommand::Wit(_) | PluginCommand::New(_) => None,
         }
     }
@@ -86,6 +94,9 @@ pub struct SandboxArgs {
     /// Show more: the plugin's debug log lines and every wasm frame of a trap (-vv: all logs).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// For `--plugin oci://…`.
+    #[command(flatten)]
+    pub registry: crate::cli::RegistryArgs,
 }
 
 impl SandboxArgs {
@@ -183,6 +194,27 @@ pub struct BenchArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct PushArgs {
+    /// The plugin component (`.wasm`).
+    pub file: PathBuf,
+    /// Where to publish it: oci://<registry>/<repository>[:<tag>]; without a tag it is
+    /// pushed by digest only.
+    #[arg(value_parser = oci_ref)]
+    pub reference: OciRef,
+    /// The layer's media type: the CNCF Wasm layout's (the default), wasm-to-oci's
+    /// (Kubewarden's) or Istio's compat one; the controller reads all three.
+    #[arg(long, default_value = LAYER_MEDIA_TYPES[0],
+          value_parser = clap::builder::PossibleValuesParser::new(LAYER_MEDIA_TYPES))]
+    pub layer_media_type: String,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+fn oci_ref(value: &str) -> Result<OciRef, String> {
+    OciRef::parse(value)
+}
+
+#[derive(Debug, clap::Args)]
 pub struct WitArgs {
     /// Write the package as `<DIR>/nad-endpoints.wit` (for a plugin's `wit/` directory)
     /// instead of printing it.
@@ -221,6 +253,7 @@ pub fn run(
         PluginCommand::Bench(args) => bench::bench(args, out),
         PluginCommand::Wit(args) => wit(args, out),
         PluginCommand::New(args) => scaffold::new(args, out),
+        PluginCommand::Push(args) => push::push(args, out),
     }
 }
 
@@ -247,7 +280,7 @@ fn wit(args: &WitArgs, out: &mut impl Write) -> anyhow::Result<()> {
 fn eval_command(args: &EvalArgs, out: &mut impl Write, err: &mut impl Write) -> anyhow::Result<()> {
     let runtime = args.sandbox.runtime()?;
     let config = source::config(args.config.as_deref())?;
-    let loaded = source::load(&runtime, &args.plugin, &config)?;
+    let loaded = source::load(&runtime, &args.sandbox.registry, &args.plugin, &config)?;
     let case = files::case(&args.service, &args.pods, args.nodes.as_deref())?;
     let evaluation = eval::evaluate(&loaded, &case, args.max_endpoints_per_slice)?;
     let summary = evaluation.candidate_summary();

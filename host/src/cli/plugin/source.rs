@@ -1,5 +1,5 @@
-//! `--plugin`: a component file, or `default` for the plugin built into this binary, run
-//! through the controller's load pipeline.
+//! `--plugin`: a component file, an `oci://` reference, or `default` for the plugin built into
+//! this binary, run through the controller's load pipeline.
 
 use std::{
     fmt,
@@ -8,7 +8,13 @@ use std::{
 
 use anyhow::Context as _;
 
-use crate::plugin::{self, BUILT_IN, Configured, DEFAULT_PLUGIN_WASM, PipelineError, Runtime};
+use crate::{
+    cli::RegistryArgs,
+    plugin::{
+        self, BUILT_IN, Configured, DEFAULT_PLUGIN_WASM, PipelineError, Runtime,
+        oci::{OciRef, SCHEME},
+    },
+};
 
 /// Where a plugin comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,23 +22,31 @@ pub enum PluginArg {
     /// The plugin built into this binary (`--plugin default`).
     BuiltIn,
     File(PathBuf),
+    /// An artifact in an OCI registry, pulled (or read from the cache) as the controller does.
+    Oci(OciRef),
 }
 
 impl PluginArg {
-    /// `default` names the built-in plugin; anything else is a file (`./default` for a file
-    /// of that name).
+    /// `default` names the built-in plugin, `oci://…` an artifact; anything else is a file
+    /// (`./default` for a file of that name).
     pub fn parse(value: &str) -> Result<Self, String> {
         match value {
-            "" => Err("give a .wasm file, or `default` for the built-in plugin".to_owned()),
+            "" => Err(
+                "give a .wasm file, an oci:// reference, or `default` for the built-in plugin"
+                    .to_owned(),
+            ),
             BUILT_IN => Ok(PluginArg::BuiltIn),
+            oci if oci.starts_with(SCHEME) => OciRef::parse(oci).map(PluginArg::Oci),
             path => Ok(PluginArg::File(PathBuf::from(path))),
         }
     }
 
-    /// The name Services select it by: the file name without `.wasm`.
+    /// The name Services select it by: the file name without `.wasm`, or the repository's
+    /// last segment.
     pub fn name(&self) -> String {
         match self {
             PluginArg::BuiltIn => BUILT_IN.to_owned(),
+            PluginArg::Oci(reference) => reference.name().to_owned(),
             PluginArg::File(path) => path
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
@@ -40,11 +54,26 @@ impl PluginArg {
         }
     }
 
-    pub fn bytes(&self) -> anyhow::Result<Vec<u8>> {
+    pub fn bytes(&self, registry: &RegistryArgs) -> anyhow::Result<Vec<u8>> {
         match self {
             PluginArg::BuiltIn => Ok(DEFAULT_PLUGIN_WASM.to_vec()),
             PluginArg::File(path) => {
                 std::fs::read(path).with_context(|| format!("{}: cannot read it", path.display()))
+            }
+            PluginArg::Oci(reference) => {
+                let puller = registry.puller()?;
+                // The plugin commands run without an async runtime; this one is for the pull.
+                let pulled = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?
+                    .block_on(puller.pull(reference))?;
+                tracing::info!(
+                    digest = %pulled.digest,
+                    cached = pulled.cached,
+                    bytes = pulled.component.len(),
+                    "{reference}"
+                );
+                Ok(pulled.component)
             }
         }
     }
@@ -55,6 +84,7 @@ impl fmt::Display for PluginArg {
         match self {
             PluginArg::BuiltIn => f.write_str("the built-in plugin"),
             PluginArg::File(path) => write!(f, "{}", path.display()),
+            PluginArg::Oci(reference) => write!(f, "{reference}"),
         }
     }
 }
@@ -75,9 +105,14 @@ pub fn config(path: Option<&Path>) -> anyhow::Result<String> {
 }
 
 /// Runs the plugin through the load pipeline with `config`.
-pub fn load(runtime: &Runtime, plugin: &PluginArg, config: &str) -> anyhow::Result<Loaded> {
+pub fn load(
+    runtime: &Runtime,
+    registry: &RegistryArgs,
+    plugin: &PluginArg,
+    config: &str,
+) -> anyhow::Result<Loaded> {
     let name = plugin.name();
-    let bytes = plugin.bytes()?;
+    let bytes = plugin.bytes(registry)?;
     let configured = plugin::prepare(runtime, &name, &bytes, config)
         .map_err(|e| anyhow::Error::new(Failed(plugin.to_string(), e)))?;
     let warnings = plugin::name_mismatch(&name, configured.plugin.info())

@@ -1,0 +1,62 @@
+//! `plugin push`: publishes a plugin as an OCI artifact (the CNCF Wasm layout: one
+//! `application/wasm` layer), after it passes the load pipeline, and prints the reference
+//! pinned by digest that a plugin source names.
+
+use std::{collections::BTreeMap, io::Write};
+
+use anyhow::Context as _;
+
+use super::{PushArgs, source};
+use crate::plugin::oci::OciRef;
+
+pub fn push(args: &PushArgs, out: &mut impl Write) -> anyhow::Result<()> {
+    if let Some(digest) = args.reference.digest() {
+        anyhow::bail!(
+            "{}: push to a repository or a tag, not a digest ({digest}): the digest is the content's, printed once pushed",
+            args.reference
+        );
+    }
+    let runtime = args.sandbox.runtime()?;
+    // Only a plugin this host runs is published.
+    let plugin = super::PluginArg::File(args.file.clone());
+    let loaded = source::load(&runtime, &args.sandbox.registry, &plugin, "")?;
+    let component = plugin.bytes(&args.sandbox.registry)?;
+    let info = loaded.configured.plugin.info();
+    let annotations = BTreeMap::from([
+        (
+            "org.opencontainers.image.title".to_owned(),
+            format!("{}.wasm", loaded.name),
+        ),
+        (
+            "org.opencontainers.image.version".to_owned(),
+            info.version.clone(),
+        ),
+        (
+            "org.opencontainers.image.description".to_owned(),
+            format!(
+                "nad-service-controller plugin {} ({})",
+                info.name,
+                super::WIT_PACKAGE
+            ),
+        ),
+    ]);
+    let puller = args.sandbox.registry.puller()?;
+    let digest = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(puller.push(
+            &args.reference,
+            &component,
+            &args.layer_media_type,
+            annotations,
+        ))
+        .with_context(|| format!("pushing {}", args.file.display()))?;
+    let pinned = OciRef::parse(&format!(
+        "oci://{}/{}@{digest}",
+        args.reference.registry(),
+        args.reference.repository()
+    ))
+    .map_err(anyhow::Error::msg)?;
+    writeln!(out, "{pinned}")?;
+    Ok(())
+}

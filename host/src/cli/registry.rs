@@ -1,0 +1,38 @@
+//! How plugins named by `oci://` reference are fetched: shared by the controller and the
+//! plugin commands.
+
+use std::path::PathBuf;
+
+use crate::plugin::oci::{Puller, RegistryOptions};
+
+/// Where a pulled plugin is cached: the user's cache directory, or (in a container, without
+/// one) `/var/cache/nad-service-controller/plugins`, which the Deployment mounts.
+fn default_cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/var/cache"));
+    base.join("nad-service-controller").join("plugins")
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RegistryArgs {
+    /// Where plugins pulled from OCI registries are kept by digest: a pinned plugin pulled
+    /// once loads again with its registry unreachable.
+    #[arg(long, env = "NSC_PLUGIN_CACHE_DIR", default_value_os_t = default_cache_dir())]
+    pub plugin_cache_dir: PathBuf,
+
+    /// A registry (`host[:port]`) reached over plain HTTP instead of HTTPS, such as one on
+    /// loopback; repeat the flag (or separate with commas) for several.
+    #[arg(long, env = "NSC_PLUGIN_REGISTRY_HTTP", value_delimiter = ',')]
+    pub plugin_registry_http: Vec<String>,
+}
+
+impl RegistryArgs {
+    pub fn puller(&self) -> anyhow::Result<Puller> {
+        Puller::new(&RegistryOptions {
+            http: self.plugin_registry_http.clone(),
+            cache_dir: Some(self.plugin_cache_dir.clone()),
+        })
+    }
+}

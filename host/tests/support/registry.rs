@@ -1,0 +1,116 @@
+//! The CNCF distribution registry (built from its Go module by `hack/tools.sh registry`),
+//! serving plain HTTP on a free loopback port from a storage directory of its own; stopped,
+//! and its directory removed, when dropped.
+
+#![allow(dead_code)] // not every test binary uses every part
+
+use std::{
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+pub struct Registry {
+    /// `127.0.0.1:<port>`.
+    pub host: String,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+/// The registry binary, installed into the tool cache on first use.
+fn binary() -> PathBuf {
+    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack/tools.sh");
+    let out = Command::new(tools)
+        .arg("registry")
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("running hack/tools.sh registry");
+    assert!(out.status.success(), "hack/tools.sh registry failed");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// A loopback port no one listens on now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Registry {
+    pub fn start(test: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("nsc-registry-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let host = format!("127.0.0.1:{}", free_port());
+        let config = format!(
+            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: false\n\
+             storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
+             http:\n  addr: {host}\n  secret: nsc-test\n",
+            dir.join("data").display()
+        );
+        std::fs::write(dir.join("config.yml"), config).unwrap();
+        let mut registry = Registry {
+            host,
+            dir,
+            child: None,
+        };
+        registry.restart();
+        registry
+    }
+
+    /// Starts it (again, after `stop`) on the same port, with the same storage.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "the registry is running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("log"))
+            .unwrap();
+        let child = Command::new(binary())
+            .arg("serve")
+            .arg(self.dir.join("config.yml"))
+            .env("OTEL_TRACES_EXPORTER", "none")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting the registry");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(&self.host).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the registry did not start: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Its log: warnings and one access-log line per request.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
+    }
+
+    /// `oci://<host>/<path>`.
+    pub fn reference(&self, path: &str) -> String {
+        format!("oci://{}/{path}", self.host)
+    }
+
+    /// Stops it: the registry is unreachable from now on.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
