@@ -1028,38 +1028,56 @@ async fn a_plugin_configmap_changed_through_the_api_serves_at_once_and_keeps_the
     a_changing_plugin_source(&env, |component| {
         let configmaps = configmaps.clone();
         async move {
-            match component {
-                Some(bytes) => {
-                    let configmap = ConfigMap {
-                        metadata: kube::api::ObjectMeta {
-                            name: Some("plugins".into()),
-                            ..Default::default()
-                        },
-                        binary_data: Some(
-                            [("tenant.wasm".to_owned(), ByteString(bytes.to_vec()))].into(),
-                        ),
-                        ..ConfigMap::default()
-                    };
-                    configmaps
-                        .patch(
-                            "plugins",
-                            &PatchParams::apply("cluster-test").force(),
-                            &Patch::Apply(&configmap),
-                        )
-                        .await
-                        .unwrap();
-                }
-                None => {
-                    configmaps
-                        .delete("plugins", &Default::default())
-                        .await
-                        .unwrap();
-                }
-            }
+            let entries = component.map(|bytes| ConfigMap {
+                binary_data: Some([("tenant.wasm".to_owned(), ByteString(bytes.to_vec()))].into()),
+                ..ConfigMap::default()
+            });
+            set_plugin_configmap(&configmaps, entries).await;
         }
     })
     .await;
     env.finish().await;
+}
+
+/// Sets the test's plugin ConfigMap `plugins` to `entries` (its data and binaryData), or
+/// deletes it.
+async fn set_plugin_configmap(
+    configmaps: &Api<k8s_openapi::api::core::v1::ConfigMap>,
+    entries: Option<k8s_openapi::api::core::v1::ConfigMap>,
+) {
+    match entries {
+        Some(entries) => {
+            let configmap = k8s_openapi::api::core::v1::ConfigMap {
+                metadata: kube::api::ObjectMeta {
+                    name: Some("plugins".into()),
+                    ..Default::default()
+                },
+                ..entries
+            };
+            configmaps
+                .patch(
+                    "plugins",
+                    &PatchParams::apply("cluster-test").force(),
+                    &Patch::Apply(&configmap),
+                )
+                .await
+                .unwrap();
+        }
+        None => {
+            configmaps
+                .delete("plugins", &Default::default())
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// A ConfigMap's `tenant.oci` entry naming `repository@digest`.
+fn oci_entry(repository: &str, digest: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+    k8s_openapi::api::core::v1::ConfigMap {
+        data: Some([("tenant.oci".to_owned(), format!("{repository}@{digest}"))].into()),
+        ..Default::default()
+    }
 }
 
 /// The plugin ConfigMap naming OCI artifacts (`tenant.oci: oci://…@sha256:…`), pushed to the
@@ -1090,39 +1108,18 @@ async fn a_plugin_configmap_naming_oci_artifacts_serves_each_pinned_digest() {
         let (configmaps, puller, repository) =
             (configmaps.clone(), puller.clone(), repository.clone());
         async move {
-            match component {
+            let entries = match component {
                 Some(bytes) => {
                     let target = OciRef::parse(&repository).unwrap();
                     let digest = puller
                         .push(&target, bytes, PUSH_LAYER_MEDIA_TYPE, Default::default())
                         .await
                         .unwrap();
-                    let configmap = ConfigMap {
-                        metadata: kube::api::ObjectMeta {
-                            name: Some("plugins".into()),
-                            ..Default::default()
-                        },
-                        data: Some(
-                            [("tenant.oci".to_owned(), format!("{repository}@{digest}"))].into(),
-                        ),
-                        ..ConfigMap::default()
-                    };
-                    configmaps
-                        .patch(
-                            "plugins",
-                            &PatchParams::apply("cluster-test").force(),
-                            &Patch::Apply(&configmap),
-                        )
-                        .await
-                        .unwrap();
+                    Some(oci_entry(&repository, &digest))
                 }
-                None => {
-                    configmaps
-                        .delete("plugins", &Default::default())
-                        .await
-                        .unwrap();
-                }
-            }
+                None => None,
+            };
+            set_plugin_configmap(&configmaps, entries).await;
         }
     })
     .await;
@@ -1137,18 +1134,7 @@ async fn a_plugin_configmap_naming_oci_artifacts_serves_each_pinned_digest() {
         .unwrap();
     let mut registry = registry;
     registry.stop();
-    let configmap = ConfigMap {
-        metadata: kube::api::ObjectMeta {
-            name: Some("plugins".into()),
-            ..Default::default()
-        },
-        data: Some([("tenant.oci".to_owned(), format!("{repository}@{digest}"))].into()),
-        ..ConfigMap::default()
-    };
-    configmaps
-        .create(&PostParams::default(), &configmap)
-        .await
-        .unwrap();
+    set_plugin_configmap(&configmaps, Some(oci_entry(&repository, &digest))).await;
     let event = eventually(
         "a PluginLoadFailed event for the unreachable registry",
         || async {

@@ -4,9 +4,9 @@
 //!
 //! The plugin directory ([`PluginDir`]): `<name>.wasm` files (or `<name>.oci` files holding an
 //! `oci://` reference) with optional `<name>.json` configuration, in a cluster a mounted
-//! ConfigMap. Scanned periodically, so that every way a
-//! file can change is seen: plain writes, deletions, and kubelet's atomic `..data` symlink swap
-//! (the resolved path of every file changes).
+//! ConfigMap. Scanned periodically, so that every way a file can change is seen: plain writes,
+//! deletions, and kubelet's atomic `..data` symlink swap (the resolved path of every file
+//! changes).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
