@@ -168,6 +168,11 @@ async fn populate(client: &Client, layout: Layout, t: Instant) -> f64 {
     node_sim::create_test_namespace(client, NAMESPACE)
         .await
         .unwrap();
+    let networks: Vec<String> = (0..layout.networks()).map(|s| layout.network(s)).collect();
+    let networks: Vec<&str> = networks.iter().map(String::as_str).collect();
+    node_sim::define_networks(client, NAMESPACE, &networks)
+        .await
+        .unwrap();
     let services: Api<Service> = Api::namespaced(client.clone(), NAMESPACE);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let done = AtomicUsize::new(0);

@@ -31,6 +31,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Plugin(command) => {
             crate::cli::plugin::run(&command, &mut std::io::stdout(), &mut std::io::stderr())
         }
+        Command::Explain(args) => crate::cli::explain(&args, &mut std::io::stdout()),
     }
 }
 

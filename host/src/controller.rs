@@ -56,6 +56,7 @@ pub async fn run(
         zones: shared.zones.clone(),
         slices,
         slice_names: shared.slice_names.clone(),
+        definitions: shared.definitions.clone(),
         candidates: Arc::default(),
         plugins: plugins.plugins,
         settings,
@@ -135,6 +136,7 @@ fn watches(
     };
     let pod_triggers = watch::pods::watch(pod_api, shared.clone(), screen, kept);
     let node_triggers = watch::nodes::watch(Api::<Node>::all(client.clone()), shared.clone());
+    let network_triggers = watch::networks::watch(client.clone(), shared.clone());
     let plugin_triggers = watch::plugin_dir::watch(
         plugins.clone(),
         client.clone(),
@@ -156,6 +158,7 @@ fn watches(
         slice_triggers.boxed(),
         pod_triggers.boxed(),
         node_triggers.boxed(),
+        network_triggers.boxed(),
         plugin_triggers.boxed(),
         recovery_triggers.boxed(),
     ]);

@@ -1164,6 +1164,203 @@ async fn a_plugin_configmap_naming_oci_artifacts_serves_each_pinned_digest() {
     std::fs::remove_dir_all(&cache).unwrap();
 }
 
+/// `explain` on the live cluster: every pod of the namespace with its candidacy, decision,
+/// conditions and publishing slice, the plugin read from the controller's plugin ConfigMap,
+/// in text and JSON; an invalid Service is explained by its validation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_tells_for_every_pod_what_the_controller_made_of_it() {
+    use k8s_openapi::{ByteString, api::core::v1::ConfigMap};
+    let env = env("explain").await;
+    let ns = env.ns.clone();
+    env.service(
+        "web",
+        json!({"app": "web"}),
+        json!({"isim.dev/network": "macvlan", "isim.dev/endpoint-policy": "opt-out"}),
+        json!({"clusterIP": "None", "ports": [{"port": 80}]}),
+    )
+    .await;
+    env.pod("web-a", json!({"app": "web"}), "macvlan", true)
+        .await;
+    env.pod(
+        "web-b",
+        json!({"app": "web", "endpoints.isim.dev/opt-out": "true"}),
+        "macvlan",
+        true,
+    )
+    .await;
+    env.pod("web-c", json!({"app": "web"}), "macvlan", false)
+        .await;
+    env.pod("db", json!({"app": "web"}), "sriov", true).await;
+    let slices = env
+        .wait_slices("web", "web-a and web-c", |s| {
+            pod_names(s) == ["web-a", "web-c"]
+        })
+        .await;
+    let slice = slices[0].name_any();
+    set_plugin_configmap(
+        &env.api::<ConfigMap>(),
+        Some(ConfigMap {
+            binary_data: Some([("opt-out.wasm".to_owned(), ByteString(OPT_OUT.to_vec()))].into()),
+            ..ConfigMap::default()
+        }),
+    )
+    .await;
+    let explain = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_nad-service-controller"))
+            .arg("explain")
+            .args(args)
+            .args([
+                "--plugin-configmap",
+                "plugins",
+                "--plugin-configmap-namespace",
+                &ns,
+            ])
+            .env("KUBECONFIG", support::kubeconfig_path())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, text, err) = explain(&[&format!("{ns}/web")]);
+    assert!(ok, "{err}");
+    let line = |pod: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(pod))
+            .unwrap_or_else(|| panic!("no line for {pod}:\n{text}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert!(
+        text.starts_with(&format!(
+            "Service {ns}/web: valid; network {ns}/macvlan; plugin opt-out "
+        )) && text.contains(&format!(
+            "(ConfigMap {ns}/plugins, opt-out.wasm); 1 EndpointSlices"
+        )),
+        "{text}"
+    );
+    assert_eq!(
+        line("web-a"),
+        format!("web-a include ready=true serving=true terminating=false {slice}")
+    );
+    assert_eq!(
+        line("web-c"),
+        format!("web-c include ready=false serving=false terminating=false {slice}")
+    );
+    assert_eq!(
+        line("web-b"),
+        "web-b exclude: pod opted out with label endpoints.isim.dev/opt-out=\"true\" - -"
+    );
+    let db = line("db");
+    assert!(
+        db.starts_with(&format!(
+            "db not a candidate: has no entry for network {ns}/macvlan"
+        )),
+        "{db}"
+    );
+    assert!(
+        text.contains("4 of 4 pods") || text.contains("3 of 4 pods are candidates"),
+        "{text}"
+    );
+
+    let (ok, json, err) = explain(&[&format!("{ns}/web"), "-o", "json"]);
+    assert!(ok, "{err}");
+    let doc: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(doc["plugin"]["name"], "opt-out");
+    assert_eq!(doc["included"], 2);
+    let pods = doc["pods"].as_array().unwrap();
+    let web_a = pods.iter().find(|p| p["name"] == "web-a").unwrap();
+    assert_eq!(web_a["conditions"]["ready"], true);
+    assert_eq!(web_a["slices"], json!([slice]));
+    let db = pods.iter().find(|p| p["name"] == "db").unwrap();
+    assert_eq!(db["candidate"], false);
+
+    env.service(
+        "clustered",
+        json!({}),
+        json!({"isim.dev/network": "macvlan"}),
+        json!({"ports": [{"port": 80}]}),
+    )
+    .await;
+    let (ok, _, err) = explain(&[&format!("{ns}/clustered")]);
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("Service {ns}/clustered is invalid")),
+        "{err}"
+    );
+    let (ok, _, err) = explain(&[&format!("{ns}/nothing")]);
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("there is no Service {ns}/nothing")),
+        "{err}"
+    );
+    env.finish().await;
+}
+
+/// A misspelt network (no NetworkAttachmentDefinition of that name): a Warning Event naming
+/// it and the closest existing one, and the slices the Service had are kept; once the
+/// definition exists, the Service is reconciled again and follows its network (no pod is on
+/// it: its slices go), with no Event any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_that_does_not_exist_is_warned_about_and_cleared_when_it_is_created() {
+    let env = env("nonetwork").await;
+    env.headless("web").await;
+    env.pod("web-a", json!({"app": "web"}), "macvlan", true)
+        .await;
+    env.wait_slices("web", "web-a published", |s| pod_names(s) == ["web-a"])
+        .await;
+    let misspelt = json!({"metadata": {"annotations": {"isim.dev/network": "macvlann"}}});
+    env.api::<Service>()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&misspelt))
+        .await
+        .unwrap();
+    let event = eventually("a NetworkNotFound Event", || async {
+        env.events_for("web")
+            .await
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("NetworkNotFound"))
+    })
+    .await;
+    let ns = &env.ns;
+    assert_eq!(
+        event.note.as_deref(),
+        Some(
+            format!(
+                "web: network {ns}/macvlann names no NetworkAttachmentDefinition (did you mean \
+                 {ns}/macvlan?): set the annotation isim.dev/network to {ns}/macvlan, or create \
+                 the NetworkAttachmentDefinition; its EndpointSlices are kept until then"
+            )
+            .as_str()
+        )
+    );
+    // Another pod change plans again: the slices stay, and no second Event is sent.
+    env.pod("web-b", json!({"app": "web"}), "macvlan", true)
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(pod_names(&env.slices("web").await), ["web-a"]);
+    node_sim::define_networks(&env.client, ns, &["macvlann"])
+        .await
+        .unwrap();
+    env.wait_slices(
+        "web",
+        "the slices of the now existing, empty network",
+        |s| pod_names(s).is_empty(),
+    )
+    .await;
+    let warnings = env
+        .events_for("web")
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("NetworkNotFound"))
+        .map(|e| e.series.map_or(1, |s| s.count))
+        .sum::<i32>();
+    assert_eq!(warnings, 1, "told once while it lasted");
+    env.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_plugin_keeps_the_last_slices_or_falls_back_as_configured() {
     let env = env_with(

@@ -268,6 +268,31 @@ async fn the_shipped_rbac_is_enough_to_run_the_controller_cluster_wide() {
             .get("someone-else")
             .await,
     );
+    assert_forbidden(
+        "creating a NetworkAttachmentDefinition",
+        Api::<kube::api::DynamicObject>::namespaced_with(
+            account.clone(),
+            "default",
+            &kube::discovery::ApiResource::from_gvk_with_plural(
+                &kube::api::GroupVersionKind::gvk(
+                    "k8s.cni.cncf.io",
+                    "v1",
+                    "NetworkAttachmentDefinition",
+                ),
+                "network-attachment-definitions",
+            ),
+        )
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            },
+            &serde_json::from_value(json!({"apiVersion": "k8s.cni.cncf.io/v1",
+                "kind": "NetworkAttachmentDefinition", "metadata": {"name": "x"}}))
+            .unwrap(),
+        )
+        .await,
+    );
     // Of the ConfigMaps, only the plugins' one, by name.
     assert_forbidden(
         "reading another ConfigMap in its own namespace",
@@ -423,6 +448,33 @@ async fn the_shipped_rbac_is_enough_to_run_the_controller_cluster_wide() {
         warning().await.filter(|e| e.series.is_some()).map(|_| ())
     })
     .await;
+    // NetworkAttachmentDefinitions (list, watch): a Service whose network names none is told.
+    services
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "misspelt", "annotations": {"isim.dev/network": "macvlann"}},
+                "spec": {"clusterIP": "None", "ports": [{"port": 80}]},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let not_found = eventually("a NetworkNotFound Event", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("NetworkNotFound"))
+    })
+    .await;
+    let note = not_found.note.unwrap_or_default();
+    assert!(
+        note.contains(&format!("network {ns}/macvlann names no NetworkAttachmentDefinition (did you mean {ns}/macvlan?)")),
+        "{note}"
+    );
     // The plugin ConfigMap (get, list and watch by name): a plugin it brings serves a Service.
     services
         .create(

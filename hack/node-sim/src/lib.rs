@@ -551,7 +551,49 @@ pub const SIMULATED_NAMESPACE_LABEL: &str = "node-sim.isim.dev/simulated";
 /// [`SIMULATED_NAMESPACE_LABEL`]) and waits for its `default` ServiceAccount, without which pods
 /// cannot be created.
 pub async fn create_test_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
-    create_namespace(client, name, true).await
+    create_namespace(client, name, true).await?;
+    define_networks(client, name, TEST_NETWORKS).await
+}
+
+/// The networks a test namespace has (as its cluster admin would have defined them for
+/// Multus): the tests' pods attach to these.
+pub const TEST_NETWORKS: &[&str] = &["macvlan", "sriov"];
+
+/// Creates a NetworkAttachmentDefinition for each of `networks` in `namespace` (a macvlan
+/// configuration; the simulator never runs it), as Multus needs before it attaches a pod. A
+/// control plane without the CRD gets none (the controller then checks no network).
+pub async fn define_networks(
+    client: &Client,
+    namespace: &str,
+    networks: &[&str],
+) -> anyhow::Result<()> {
+    let resource = kube::discovery::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition"),
+        "network-attachment-definitions",
+    );
+    let api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &resource);
+    for network in networks {
+        let config = json!({"cniVersion": "0.3.1", "name": network, "type": "macvlan",
+                            "ipam": {"type": "whereabouts", "range": "192.168.2.0/24"}});
+        let nad: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "k8s.cni.cncf.io/v1",
+            "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": network},
+            "spec": {"config": config.to_string()},
+        }))?;
+        match api.create(&PostParams::default(), &nad).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("creating the NetworkAttachmentDefinition {namespace}/{network}")
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Like [`create_test_namespace`]; `simulated: false` leaves its pods to the pod agent.

@@ -4,9 +4,11 @@ use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod explain;
 pub mod plugin;
 mod registry;
 
+pub use explain::{ExplainArgs, explain};
 pub use registry::RegistryArgs;
 
 use crate::{
@@ -50,6 +52,10 @@ pub enum Command {
     /// through the same pipeline, sandbox and plan as the controller.
     #[command(subcommand)]
     Plugin(Box<plugin::PluginCommand>),
+    /// Explain a Service on the live cluster (read-only, through the current kubeconfig): for
+    /// every pod of its namespace, whether it is a candidate, the plugin's decision and
+    /// reason, the conditions and the EndpointSlice that publishes it.
+    Explain(Box<ExplainArgs>),
 }
 
 impl Command {
@@ -59,6 +65,7 @@ impl Command {
         match self {
             Command::Run(args) => (args.log_format, args.log_filter.clone()),
             Command::Plugin(command) => (LogFormat::Text, command.log_filter()),
+            Command::Explain(_) => (LogFormat::Text, "warn".to_owned()),
         }
     }
 }

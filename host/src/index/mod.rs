@@ -1,9 +1,10 @@
 //! In-memory indexes the watches feed and reconciles read: pods reduced to what planning and
 //! plugins need ([`pod`]), by `(namespace, network)` ([`pods`]); nodes as a zone map
 //! ([`nodes`]); managed Services by network ([`services`]); this controller's slices by
-//! Service ([`slices`]). Pure and synchronous: no I/O.
+//! Service ([`slices`]); the NetworkAttachmentDefinitions that exist ([`networks`]). Pure and synchronous: no I/O.
 
 pub mod keys;
+pub mod networks;
 pub mod nodes;
 pub mod pod;
 pub mod pods;
@@ -11,6 +12,7 @@ pub mod services;
 pub mod slices;
 
 pub use keys::{Kept, KeySet, Keys};
+pub use networks::{Missing, NetworkDefinitions};
 pub use nodes::{NodeZones, ZONE_LABEL};
 pub use pod::{Phase, PodRecord};
 pub use pods::{NetworkKey, PodChange, PodIndex};

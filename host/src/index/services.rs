@@ -48,6 +48,17 @@ impl ServiceNetworks {
         }
     }
 
+    /// The Services on `network` (`<namespace>/<name>`), in any namespace.
+    pub fn on_network(&self, network: &str) -> Vec<ObjectRef<Service>> {
+        let keys: Vec<NetworkKey> = self
+            .services
+            .keys()
+            .filter(|(_, n)| n == network)
+            .cloned()
+            .collect();
+        self.on(&keys)
+    }
+
     /// The Services on any of the `(namespace, network)` pairs.
     pub fn on(&self, networks: &[NetworkKey]) -> Vec<ObjectRef<Service>> {
         let mut out: Vec<ObjectRef<Service>> = networks

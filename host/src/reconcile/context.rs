@@ -23,7 +23,7 @@ use super::{
 };
 use crate::{
     error::{Error, describe},
-    index::{NodeZones, PodIndex, SliceNames},
+    index::{Missing, NetworkDefinitions, NodeZones, PodIndex, SliceNames},
     input::target::ServiceTarget,
     metrics::Metrics,
     plugin::SharedPlugins,
@@ -50,6 +50,8 @@ pub struct Context {
     pub zones: Arc<RwLock<NodeZones>>,
     pub slices: Store<EndpointSlice>,
     pub slice_names: Arc<RwLock<SliceNames>>,
+    /// The NetworkAttachmentDefinitions that exist.
+    pub definitions: Arc<RwLock<NetworkDefinitions>>,
     /// Each network's candidates, shared by its Services.
     pub candidates: Arc<CandidateCache>,
     pub plugins: Arc<SharedPlugins>,
@@ -88,6 +90,11 @@ impl Context {
             .filter_map(|name| self.slices.get(&ObjectRef::new(name).within(namespace)))
             .filter(|s| slices::is_managed_slice_of(s, &service.name))
             .collect()
+    }
+
+    /// Whether `network` is known to name no NetworkAttachmentDefinition.
+    pub fn network_missing(&self, network: &str) -> Option<Missing> {
+        read(&self.definitions).missing(network)
     }
 
     /// What observes the Service's candidates later, on any thread.

@@ -233,7 +233,23 @@ async fn plan_and_write(
     }
     let included = verdicts.included();
     let desired = plan::desired(&target, &included);
-    report::problems(ctx, service, &key, &target, observation, &desired).await;
+    let missing = ctx.network_missing(&target.network);
+    report::problems(
+        ctx,
+        service,
+        &key,
+        (&target, missing.as_ref()),
+        observation,
+        &desired,
+    )
+    .await;
+    if missing.is_some() && desired.endpoint_count() == 0 && !existing.is_empty() {
+        // A misspelt network: better the slices of the network it had than none.
+        tracing::debug!(
+            "no NetworkAttachmentDefinition for the network and no endpoint on it; slices kept"
+        );
+        return Ok(Action::requeue(next_resync(ctx, &key)));
+    }
     let max = ctx.settings.max_endpoints_per_slice;
     let mut changes = slices::place(&target, &desired, existing, max, begun.taken.changed_at);
     ctx.metrics.sync.planned(changes.added, changes.removed);

@@ -5,7 +5,10 @@ use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::ObjectRef;
 
 use super::{Context, decide::Decided, observe::Observation, plan::Desired, state::Problem};
-use crate::input::target::ServiceTarget;
+use crate::{
+    index::Missing,
+    input::target::{NETWORK_ANNOTATION, ServiceTarget},
+};
 
 /// Publishes what `decide` found: a load failure of the Service's plugin, a fallback to the
 /// built-in plugin, and the calls made (metrics).
@@ -30,12 +33,12 @@ pub async fn decided(ctx: &Context, service: &Service, decided: &Decided) {
 
 /// Tells the operator about the Service's input problems, each once while it lasts: a log
 /// line naming the pod, the address or field and the rule; a Warning Event for an address
-/// two pods claim.
+/// two pods claim, and for a network that names no NetworkAttachmentDefinition.
 pub async fn problems(
     ctx: &Context,
     service: &Service,
     key: &ObjectRef<Service>,
-    target: &ServiceTarget,
+    (target, missing): (&ServiceTarget, Option<&Missing>),
     observation: &Observation,
     desired: &Desired,
 ) {
@@ -55,7 +58,11 @@ pub async fn problems(
             })
         }))
         .chain(desired.conflicts.iter().cloned().map(Problem::from))
-        .chain(desired.dropped.iter().cloned().map(Problem::from));
+        .chain(desired.dropped.iter().cloned().map(Problem::from))
+        .chain(missing.map(|m| Problem::NetworkNotFound {
+            network: m.network.clone(),
+            closest: m.closest.clone(),
+        }));
     let new = ctx.book.lock().state(key).report(problems);
     let network = target.network.as_str();
     for problem in new {
@@ -92,6 +99,23 @@ pub async fn problems(
                     conflict.address, conflict.kept, conflict.left_out, conflict.kept
                 );
                 ctx.warn(service, "DuplicateAddress", "Plan", note).await;
+            }
+            Problem::NetworkNotFound { network, closest } => {
+                let missing = Missing { network, closest };
+                tracing::warn!(%missing, "the Service's network does not exist; its EndpointSlices are kept");
+                let fix = match &missing.closest {
+                    Some(closest) => format!(
+                        "set the annotation {NETWORK_ANNOTATION} to {closest}, or create the NetworkAttachmentDefinition"
+                    ),
+                    None => format!(
+                        "create the NetworkAttachmentDefinition, or fix the annotation {NETWORK_ANNOTATION}"
+                    ),
+                };
+                let note = format!(
+                    "{}: {missing}: {fix}; its EndpointSlices are kept until then",
+                    key.name
+                );
+                ctx.warn(service, "NetworkNotFound", "Validate", note).await;
             }
         }
     }

@@ -39,6 +39,11 @@ pub enum Problem {
         address: String,
         violations: String,
     },
+    /// The Service's network names no NetworkAttachmentDefinition.
+    NetworkNotFound {
+        network: String,
+        closest: Option<String>,
+    },
 }
 
 impl From<Conflict> for Problem {

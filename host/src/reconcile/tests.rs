@@ -139,6 +139,7 @@ impl Harness {
             zones: Arc::new(RwLock::new(zones)),
             slices,
             slice_names: Arc::default(),
+            definitions: Arc::default(),
             candidates: Arc::default(),
             plugins: Arc::new(SharedPlugins::new(plugins)),
             settings: Settings {
@@ -583,4 +584,58 @@ async fn a_slice_edited_by_hand_is_restored_without_asking_the_plugin() {
         h.metric("nad_service_controller_plugin_evaluated_pods_total"),
         evaluated
     );
+}
+
+/// A network that names no NetworkAttachmentDefinition: one Warning Event naming it and the
+/// closest existing one, and the slices of the network the Service had are kept (no pod is on
+/// the misspelt one); once the definition exists, the Service is planned as any other.
+#[tokio::test]
+async fn a_missing_network_is_warned_about_once_and_the_slices_are_kept() {
+    let mut h = Harness::new(built_in());
+    h.store_slice(a_slice("web-ipv4-0"));
+    {
+        let mut definitions = h.ctx.definitions.write().unwrap();
+        definitions.on_event::<Pod>(&Event::Init);
+        for name in ["macvlan", "sriov"] {
+            let nad: Pod =
+                serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns"}}))
+                    .unwrap();
+            definitions.on_event(&Event::InitApply(nad));
+        }
+        definitions.on_event::<Pod>(&Event::InitDone);
+    }
+    let misspelt = headless(json!({"isim.dev/network": "macvlann"}));
+    h.everything_changed();
+    let (result, sent) = h
+        .reconcile(&misspelt, vec![Call::Event("NetworkNotFound")])
+        .await;
+    result.unwrap();
+    assert_eq!(
+        sent[0]["note"],
+        "web: network ns/macvlann names no NetworkAttachmentDefinition (did you mean ns/macvlan?): \
+         set the annotation isim.dev/network to ns/macvlan, or create the NetworkAttachmentDefinition; \
+         its EndpointSlices are kept until then"
+    );
+    // Told once while it lasts: the next reconcile writes nothing and sends no Event.
+    h.everything_changed();
+    let (result, _) = h.reconcile(&misspelt, vec![]).await;
+    result.unwrap();
+    // The definition created: the Service is planned again, and its slices follow its pods
+    // (there are none on macvlann).
+    let created: Pod =
+        serde_json::from_value(json!({"metadata": {"name": "macvlann", "namespace": "ns"}}))
+            .unwrap();
+    assert_eq!(
+        h.ctx
+            .definitions
+            .write()
+            .unwrap()
+            .on_event(&Event::Apply(created)),
+        ["ns/macvlann"]
+    );
+    h.everything_changed();
+    let (result, _) = h
+        .reconcile(&misspelt, vec![Call::Delete("web-ipv4-0")])
+        .await;
+    result.unwrap();
 }

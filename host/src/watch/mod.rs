@@ -6,6 +6,7 @@
 //! - [`pods`]: the pod index, relisted when the plugins start to read new pod keys; pod
 //!   changes screened ([`screen`]) so that only the Services they can move reconcile;
 //! - [`nodes`]: the node zones;
+//! - [`networks`]: which NetworkAttachmentDefinitions exist;
 //! - [`slices`]: this controller's slices, telling its own writes from anyone else's;
 //! - [`plugin_dir`]: the plugin directory, rescanned for new, changed and removed plugins;
 //! - [`recovery`]: after an outage, the Services that failed meanwhile.
@@ -14,6 +15,7 @@
 //! relist triggers waits until the relist is complete ([`relist`]).
 
 pub mod health;
+pub mod networks;
 pub mod nodes;
 pub mod plugin_dir;
 pub mod pods;
@@ -32,7 +34,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::{
-    index::{NodeZones, PodIndex, ServiceNetworks, SliceNames},
+    index::{NetworkDefinitions, NodeZones, PodIndex, ServiceNetworks, SliceNames},
     metrics::Metrics,
     reconcile::book::SharedBook,
 };
@@ -45,6 +47,7 @@ pub struct Shared {
     pub pods: Arc<RwLock<PodIndex>>,
     pub zones: Arc<RwLock<NodeZones>>,
     pub networks: Arc<RwLock<ServiceNetworks>>,
+    pub definitions: Arc<RwLock<NetworkDefinitions>>,
     pub slice_names: Arc<RwLock<SliceNames>>,
     pub recovery: Arc<Recovery>,
     pub metrics: Arc<Metrics>,

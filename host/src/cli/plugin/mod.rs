@@ -2,14 +2,14 @@
 //! load pipeline, sandbox, observation and plan as the controller.
 
 mod bench;
-mod eval;
+pub(crate) mod eval;
 mod files;
 mod fixtures;
 mod inspect;
 mod push;
 mod render;
 mod scaffold;
-mod source;
+pub(crate) mod source;
 
 use std::{io::Write, path::PathBuf, time::Duration};
 

@@ -111,15 +111,26 @@ pub fn load(
     plugin: &PluginArg,
     config: &str,
 ) -> anyhow::Result<Loaded> {
-    let name = plugin.name();
     let bytes = plugin.bytes(registry)?;
-    let configured = plugin::prepare(runtime, &name, &bytes, config)
-        .map_err(|e| anyhow::Error::new(Failed(plugin.to_string(), e)))?;
-    let warnings = plugin::name_mismatch(&name, configured.plugin.info())
+    load_bytes(runtime, &plugin.name(), &bytes, config, &plugin.to_string())
+}
+
+/// Runs the component `bytes`, which Services select as `name` and which came from `origin`,
+/// through the load pipeline with `config`.
+pub fn load_bytes(
+    runtime: &Runtime,
+    name: &str,
+    bytes: &[u8],
+    config: &str,
+    origin: &str,
+) -> anyhow::Result<Loaded> {
+    let configured = plugin::prepare(runtime, name, bytes, config)
+        .map_err(|e| anyhow::Error::new(Failed(origin.to_owned(), e)))?;
+    let warnings = plugin::name_mismatch(name, configured.plugin.info())
         .into_iter()
         .collect();
     Ok(Loaded {
-        name,
+        name: name.to_owned(),
         configured,
         warnings,
     })

@@ -1,0 +1,424 @@
+//! `explain <namespace>/<service>`: what the controller makes of a Service on the live cluster,
+//! read-only through the current kubeconfig. For every pod of the namespace: whether it is a
+//! candidate (and why not), the plugin's decision and reason, the conditions, and which
+//! EndpointSlice publishes it; plus the Service's validation and the plugin in use. The same
+//! observation, `decide`, plan and placement as the controller and `plugin eval`.
+
+use std::{collections::BTreeMap, io::Write, sync::Arc};
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Node, Pod, Service},
+    discovery::v1::EndpointSlice,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DynamicObject, GroupVersionKind, ListParams},
+};
+use serde_json::{Value, json};
+
+use super::plugin::{
+    PluginArg, SandboxArgs,
+    eval::{self, Case, Evaluation, Verdict},
+    source::{self, Loaded},
+};
+use crate::{
+    index::{Keys, PodRecord, ZONE_LABEL},
+    input::target::{self, NETWORK_ANNOTATION, Target},
+    plugin::{BUILT_IN, Component, DEFAULT_PLUGIN_WASM, POLICY_ANNOTATION, annotated, configmap},
+    reconcile::slices::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, SERVICE_NAME_LABEL},
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExplainOutput {
+    Text,
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// The Service: `<namespace>/<name>`, or `<name>` in the kubeconfig's namespace.
+    pub service: String,
+    /// `text` (a table) or `json` (for scripts).
+    #[arg(short, long, value_enum, default_value_t = ExplainOutput::Text)]
+    pub output: ExplainOutput,
+    /// Decide with this plugin (a `.wasm` file, an `oci://` reference, or `default`) instead
+    /// of the one the Service names.
+    #[arg(long, value_parser = PluginArg::parse)]
+    pub plugin: Option<PluginArg>,
+    /// The controller's plugin ConfigMap, where the plugin a Service names is read from.
+    #[arg(long, default_value = "nad-service-controller-plugins")]
+    pub plugin_configmap: String,
+    /// The namespace of --plugin-configmap (the controller's).
+    #[arg(long, default_value = "nad-service-controller")]
+    pub plugin_configmap_namespace: String,
+    /// As the controller's flag of the same name.
+    #[arg(long, default_value_t = DEFAULT_MAX_ENDPOINTS_PER_SLICE)]
+    pub max_endpoints_per_slice: usize,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+/// What was read from the cluster.
+struct Live {
+    service: Service,
+    pods: Vec<Pod>,
+    /// `None`: the nodes could not be listed (zones unknown).
+    nodes: Option<Vec<Node>>,
+    slices: Vec<EndpointSlice>,
+    plugin_configmap: Option<ConfigMap>,
+    /// Whether the network's NetworkAttachmentDefinition exists (`None`: unknown).
+    network_defined: Option<bool>,
+}
+
+/// Explains the Service; fails when it is not one the controller serves.
+pub fn explain(args: &ExplainArgs, out: &mut impl Write) -> anyhow::Result<()> {
+    // The reads run on an async runtime; the plugin runs after it, on this thread (its WASI
+    // calls block).
+    let live = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(read(args))?;
+    let key = format!(
+        "{}/{}",
+        live.service.namespace().unwrap_or_default(),
+        live.service.name_any()
+    );
+    let target = match target::classify(&live.service) {
+        Target::Managed(target) => target,
+        Target::Unmanaged => bail!(
+            "Service {key} has no {NETWORK_ANNOTATION} annotation: the controller does not manage it"
+        ),
+        Target::Invalid(problems) => bail!(
+            "Service {key} is invalid, so the controller publishes no slices for it (and removes \
+             its old ones): {}",
+            problems.join("; ")
+        ),
+    };
+    let runtime = args.sandbox.runtime()?;
+    let (loaded, origin) = plugin(
+        args,
+        &runtime,
+        &live,
+        target.annotations.get(POLICY_ANNOTATION),
+    )?;
+    let keys = Keys::all();
+    let pods: Vec<Arc<PodRecord>> = live
+        .pods
+        .iter()
+        .map(|p| Arc::new(PodRecord::from_pod(p, &keys)))
+        .collect();
+    let zones = live.nodes.as_ref().map(|nodes| {
+        nodes
+            .iter()
+            .map(|n| (n.name_any(), n.labels().get(ZONE_LABEL).cloned()))
+            .collect()
+    });
+    let case = Case {
+        target: target.clone(),
+        pods,
+        zones,
+    };
+    let evaluation = eval::evaluate(&loaded, &case, args.max_endpoints_per_slice)?;
+    let published = published(&live.slices);
+    let mut notes = evaluation.notes.clone();
+    match live.network_defined {
+        Some(false) => notes.push(format!(
+            "network {} names no NetworkAttachmentDefinition: the controller warns \
+             (NetworkNotFound) and keeps the Service's slices",
+            target.network
+        )),
+        None => notes.push(
+            "the NetworkAttachmentDefinition of the network was not checked (no CRD, or not \
+             readable)"
+                .to_owned(),
+        ),
+        Some(true) => {}
+    }
+    if live.nodes.is_none() {
+        notes.push("the nodes could not be listed: zones are left out".to_owned());
+    }
+    let report = Report {
+        key: &key,
+        network: &target.network,
+        plugin: (&loaded, &origin),
+        evaluation: &evaluation,
+        published: &published,
+        slices: live.slices.len(),
+        notes: &notes,
+    };
+    match args.output {
+        ExplainOutput::Text => write!(out, "{}", report.text())?,
+        ExplainOutput::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report.json())?)?,
+    }
+    Ok(())
+}
+
+async fn read(args: &ExplainArgs) -> anyhow::Result<Live> {
+    let client = Client::try_default()
+        .await
+        .context("connecting to the cluster of the current kubeconfig")?;
+    let (namespace, name) = match args.service.split_once('/') {
+        Some((ns, name)) => (ns.to_owned(), name.to_owned()),
+        None => (client.default_namespace().to_owned(), args.service.clone()),
+    };
+    let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
+    let service = services
+        .get_opt(&name)
+        .await
+        .with_context(|| format!("reading Service {namespace}/{name}"))?
+        .with_context(|| format!("there is no Service {namespace}/{name}"))?;
+    let pods = Api::<Pod>::namespaced(client.clone(), &namespace)
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("listing the pods of {namespace}"))?
+        .items;
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .ok()
+        .map(|l| l.items);
+    let slices = Api::<EndpointSlice>::namespaced(client.clone(), &namespace)
+        .list(&ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}={name}")))
+        .await
+        .with_context(|| format!("listing the EndpointSlices of {namespace}/{name}"))?
+        .items;
+    let plugin_configmap =
+        Api::<ConfigMap>::namespaced(client.clone(), &args.plugin_configmap_namespace)
+            .get_opt(&args.plugin_configmap)
+            .await
+            .ok()
+            .flatten();
+    let network_defined = match target::managed_network(&service) {
+        Some(network) => network_defined(&client, &network).await,
+        None => None,
+    };
+    Ok(Live {
+        service,
+        pods,
+        nodes,
+        slices,
+        plugin_configmap,
+        network_defined,
+    })
+}
+
+/// Whether `<namespace>/<name>` names an existing NetworkAttachmentDefinition.
+async fn network_defined(client: &Client, network: &str) -> Option<bool> {
+    let (namespace, name) = network.split_once('/')?;
+    let gvk = GroupVersionKind::gvk("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition");
+    let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await.ok()?;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    api.get_opt(name).await.ok().map(|found| found.is_some())
+}
+
+/// The plugin that decides, and where it came from.
+fn plugin(
+    args: &ExplainArgs,
+    runtime: &crate::plugin::Runtime,
+    live: &Live,
+    annotation: Option<&String>,
+) -> anyhow::Result<(Loaded, String)> {
+    if let Some(plugin) = &args.plugin {
+        let loaded = source::load(runtime, &args.sandbox.registry, plugin, "")?;
+        return Ok((loaded, format!("{plugin} (--plugin)")));
+    }
+    let name = annotated(annotation.map(String::as_str)).unwrap_or(BUILT_IN);
+    let configmap = format!(
+        "{}/{}",
+        args.plugin_configmap_namespace, args.plugin_configmap
+    );
+    let entry = live
+        .plugin_configmap
+        .as_ref()
+        .map(configmap::entries)
+        .and_then(|(entries, _)| entries.into_iter().find(|e| e.name == name));
+    let Some(entry) = entry else {
+        if name == BUILT_IN {
+            let loaded = source::load_bytes(
+                runtime,
+                BUILT_IN,
+                DEFAULT_PLUGIN_WASM,
+                "",
+                "the built-in plugin",
+            )?;
+            return Ok((loaded, "built in".to_owned()));
+        }
+        bail!(
+            "Service names plugin {name:?} ({POLICY_ANNOTATION}), which ConfigMap {configmap} does \
+             not hold (or cannot be read): give the controller's plugin source with \
+             --plugin-configmap, or the plugin with --plugin"
+        );
+    };
+    let (bytes, origin) = match entry.component {
+        Component::Wasm(bytes) => (bytes, format!("ConfigMap {configmap}, {name}.wasm")),
+        Component::Reference(text) => {
+            let plugin = PluginArg::parse(text.trim()).map_err(anyhow::Error::msg)?;
+            (
+                plugin.bytes(&args.sandbox.registry)?,
+                format!("ConfigMap {configmap}, {name}.oci: {}", text.trim()),
+            )
+        }
+    };
+    let loaded = source::load_bytes(runtime, name, &bytes, &entry.config, &origin)?;
+    Ok((loaded, origin))
+}
+
+/// Which slice publishes each pod (by its targetRef), as the cluster has them now.
+fn published(slices: &[EndpointSlice]) -> BTreeMap<String, Vec<String>> {
+    let mut by_pod: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for slice in slices {
+        for endpoint in slice.endpoints.iter().flatten() {
+            if let Some(pod) = endpoint.target_ref.as_ref().and_then(|r| r.name.clone()) {
+                let names = by_pod.entry(pod).or_default();
+                if !names.contains(&slice.name_any()) {
+                    names.push(slice.name_any());
+                }
+            }
+        }
+    }
+    by_pod
+}
+
+struct Report<'a> {
+    key: &'a str,
+    network: &'a str,
+    plugin: (&'a Loaded, &'a str),
+    evaluation: &'a Evaluation,
+    published: &'a BTreeMap<String, Vec<String>>,
+    slices: usize,
+    notes: &'a [String],
+}
+
+impl Report<'_> {
+    fn slices_of(&self, pod: &str) -> String {
+        self.published
+            .get(pod)
+            .map_or_else(|| "-".to_owned(), |names| names.join(","))
+    }
+
+    fn text(&self) -> String {
+        let (loaded, origin) = self.plugin;
+        let info = loaded.configured.plugin.info();
+        let mut text = format!(
+            "Service {}: valid; network {}; plugin {} {} ({origin}); {} EndpointSlices\n\n",
+            self.key, self.network, loaded.name, info.version, self.slices
+        );
+        let rows: Vec<[String; 4]> = self
+            .evaluation
+            .rows
+            .iter()
+            .map(|row| {
+                let (decision, conditions) = match &row.verdict {
+                    Verdict::Include(c) => (
+                        "include".to_owned(),
+                        format!(
+                            "ready={} serving={} terminating={}",
+                            c.ready, c.serving, c.terminating
+                        ),
+                    ),
+                    Verdict::Exclude(reason) => (format!("exclude: {reason}"), "-".to_owned()),
+                    Verdict::Skipped(_, reason) => {
+                        (format!("not a candidate: {reason}"), "-".to_owned())
+                    }
+                };
+                [
+                    row.name.clone(),
+                    decision,
+                    conditions,
+                    self.slices_of(&row.name),
+                ]
+            })
+            .collect();
+        let header = [
+            "POD".to_owned(),
+            "DECISION".to_owned(),
+            "CONDITIONS".to_owned(),
+            "SLICE".to_owned(),
+        ];
+        let widths: Vec<usize> = (0..4)
+            .map(|i| {
+                std::iter::once(&header)
+                    .chain(&rows)
+                    .map(|r| r[i].chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        for row in std::iter::once(&header).chain(&rows) {
+            let line = format!(
+                "{:<w0$}  {:<w1$}  {:<w2$}  {}",
+                row[0],
+                row[1],
+                row[2],
+                row[3],
+                w0 = widths[0],
+                w1 = widths[1],
+                w2 = widths[2]
+            );
+            text.push_str(line.trim_end());
+            text.push('\n');
+        }
+        text.push('\n');
+        text.push_str(&self.evaluation.candidate_summary());
+        text.push_str(&format!("; {} included\n", self.evaluation.included()));
+        for row in &self.evaluation.rows {
+            let included = matches!(row.verdict, Verdict::Include(_));
+            if included != self.published.contains_key(&row.name) {
+                text.push_str(&format!(
+                    "note: pod {} is {} by the plan but {} by a slice: the controller has not \
+                     reconciled this yet (or is not running)\n",
+                    row.name,
+                    if included { "included" } else { "not included" },
+                    if included {
+                        "not published"
+                    } else {
+                        "published"
+                    },
+                ));
+            }
+        }
+        for note in self.notes.iter().chain(&self.evaluation.warnings) {
+            text.push_str(&format!("note: {note}\n"));
+        }
+        text
+    }
+
+    fn json(&self) -> Value {
+        let (loaded, origin) = self.plugin;
+        let info = loaded.configured.plugin.info();
+        let pods: Vec<Value> = self
+            .evaluation
+            .rows
+            .iter()
+            .map(|row| {
+                let slices = self.published.get(&row.name).cloned().unwrap_or_default();
+                match &row.verdict {
+                    Verdict::Include(c) => json!({
+                        "name": row.name, "candidate": true, "decision": "include",
+                        "conditions": {"ready": c.ready, "serving": c.serving, "terminating": c.terminating},
+                        "slices": slices,
+                    }),
+                    Verdict::Exclude(reason) => json!({
+                        "name": row.name, "candidate": true, "decision": "exclude",
+                        "reason": reason, "slices": slices,
+                    }),
+                    Verdict::Skipped(_, reason) => json!({
+                        "name": row.name, "candidate": false, "reason": reason, "slices": slices,
+                    }),
+                }
+            })
+            .collect();
+        json!({
+            "service": self.key,
+            "valid": true,
+            "network": self.network,
+            "plugin": {"name": loaded.name, "version": info.version, "source": origin},
+            "endpointSlices": self.slices,
+            "candidates": self.evaluation.candidates,
+            "included": self.evaluation.included(),
+            "pods": pods,
+            "notes": self.notes.iter().chain(&self.evaluation.warnings).collect::<Vec<_>>(),
+        })
+    }
+}

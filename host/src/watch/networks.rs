@@ -1,0 +1,77 @@
+//! The watch of NetworkAttachmentDefinitions (their metadata only): which networks exist, so
+//! that a Service naming one that does not gets told, and is reconciled again when it appears
+//! (or goes). A cluster without the CRD (no Multus) is reported once, and nothing is checked.
+
+use std::time::Duration;
+
+use futures::{Stream, StreamExt, future, stream};
+use k8s_openapi::api::core::v1::Service;
+use kube::{
+    Api, Client,
+    api::{DynamicObject, GroupVersionKind, PartialObjectMeta},
+    runtime::{WatchStreamExt, reflector::ObjectRef, watcher},
+};
+
+use super::{Health, Shared, backoff, read, write};
+
+const GROUP: &str = "k8s.cni.cncf.io";
+const VERSION: &str = "v1";
+const KIND: &str = "NetworkAttachmentDefinition";
+/// How long to wait before asking the API server again whether the CRD exists.
+const DISCOVERY_RETRY: Duration = Duration::from_secs(2);
+
+pub fn watch(client: Client, shared: Shared) -> impl Stream<Item = ObjectRef<Service>> + Send {
+    stream::once(discover(client))
+        .filter_map(future::ready)
+        .flat_map(move |api| {
+            let shared = shared.clone();
+            let mut health = Health::new("networkattachmentdefinitions", shared.recovery.clone());
+            watcher(api, watcher::Config::default())
+                .backoff(backoff())
+                .filter_map(move |item| {
+                    let changed = health
+                        .observe(item)
+                        .map_or_else(Vec::new, |event| write(&shared.definitions).on_event(&event));
+                    let services: Vec<ObjectRef<Service>> = changed
+                        .iter()
+                        .flat_map(|network| read(&shared.networks).on_network(network))
+                        .collect();
+                    if !services.is_empty() {
+                        tracing::info!(networks = ?changed, services = services.len(), "NetworkAttachmentDefinitions changed; reconciling the Services on them");
+                        let mut book = shared.book.lock();
+                        for service in &services {
+                            book.scopes.everything_changed(service.clone());
+                        }
+                    }
+                    future::ready(Some(stream::iter(services)))
+                })
+                .flatten()
+                .boxed()
+        })
+}
+
+/// The API of the definitions, or `None` when the cluster has no such CRD. Asked again until
+/// the API server answers.
+async fn discover(client: Client) -> Option<Api<PartialObjectMeta<DynamicObject>>> {
+    let gvk = GroupVersionKind::gvk(GROUP, VERSION, KIND);
+    let mut reported = false;
+    loop {
+        match kube::discovery::pinned_kind(&client, &gvk).await {
+            Ok((resource, _)) => return Some(Api::all_with(client, &resource)),
+            Err(kube::Error::Api(status)) if status.code == 404 => break,
+            Err(kube::Error::Discovery(_)) => break,
+            Err(e) => {
+                if !reported {
+                    tracing::warn!(error = %crate::error::describe(&e), "cannot discover the NetworkAttachmentDefinition API (retrying)");
+                    reported = true;
+                }
+                tokio::time::sleep(DISCOVERY_RETRY).await;
+            }
+        }
+    }
+    tracing::warn!(
+        crd = "network-attachment-definitions.k8s.cni.cncf.io",
+        "this cluster has no NetworkAttachmentDefinition CRD: install Multus (which brings it) for pods to get secondary networks; the controller runs, without checking that the Services' networks exist (restart it once the CRD is installed)"
+    );
+    None
+}
