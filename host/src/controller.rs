@@ -11,7 +11,7 @@ use kube::{
     Api, Client,
     runtime::{
         Controller,
-        events::{Recorder, Reporter},
+        events::Reporter,
         reflector::{self, ObjectRef, Store},
     },
 };
@@ -50,7 +50,7 @@ pub async fn run(
     );
     let caches_ready = signal_when_synced(&shared, services.clone(), slices.clone(), ready);
     let ctx = Arc::new(Context {
-        recorder: Recorder::new(client.clone(), reporter),
+        events: reconcile::Events::new(client.clone(), reporter),
         client,
         pods: shared.pods.clone(),
         zones: shared.zones.clone(),

@@ -304,39 +304,44 @@ impl Report<'_> {
             "Service {}: valid; network {}; plugin {} {} ({origin}); {} EndpointSlices\n\n",
             self.key, self.network, loaded.name, info.version, self.slices
         );
-        let rows: Vec<[String; 4]> = self
+        let rows: Vec<[String; 6]> = self
             .evaluation
             .rows
             .iter()
             .map(|row| {
-                let (decision, conditions) = match &row.verdict {
+                let (candidate, decision, conditions, reason) = match &row.verdict {
                     Verdict::Include(c) => (
-                        "include".to_owned(),
+                        "yes",
+                        "include",
                         format!(
                             "ready={} serving={} terminating={}",
                             c.ready, c.serving, c.terminating
                         ),
+                        String::new(),
                     ),
-                    Verdict::Exclude(reason) => (format!("exclude: {reason}"), "-".to_owned()),
-                    Verdict::Skipped(_, reason) => {
-                        (format!("not a candidate: {reason}"), "-".to_owned())
-                    }
+                    Verdict::Exclude(reason) => ("yes", "exclude", "-".to_owned(), reason.clone()),
+                    Verdict::Skipped(_, reason) => ("no", "-", "-".to_owned(), reason.clone()),
                 };
                 [
                     row.name.clone(),
-                    decision,
+                    candidate.to_owned(),
+                    decision.to_owned(),
                     conditions,
                     self.slices_of(&row.name),
+                    reason,
                 ]
             })
             .collect();
         let header = [
-            "POD".to_owned(),
-            "DECISION".to_owned(),
-            "CONDITIONS".to_owned(),
-            "SLICE".to_owned(),
-        ];
-        let widths: Vec<usize> = (0..4)
+            "POD",
+            "CANDIDATE",
+            "DECISION",
+            "CONDITIONS",
+            "SLICE",
+            "REASON",
+        ]
+        .map(str::to_owned);
+        let widths: Vec<usize> = (0..6)
             .map(|i| {
                 std::iter::once(&header)
                     .chain(&rows)
@@ -346,16 +351,10 @@ impl Report<'_> {
             })
             .collect();
         for row in std::iter::once(&header).chain(&rows) {
-            let line = format!(
-                "{:<w0$}  {:<w1$}  {:<w2$}  {}",
-                row[0],
-                row[1],
-                row[2],
-                row[3],
-                w0 = widths[0],
-                w1 = widths[1],
-                w2 = widths[2]
-            );
+            let mut line = String::new();
+            for (cell, width) in row.iter().zip(&widths) {
+                line.push_str(&format!("{cell:<width$}  "));
+            }
             text.push_str(line.trim_end());
             text.push('\n');
         }

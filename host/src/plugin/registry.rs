@@ -36,14 +36,33 @@ pub enum FailurePolicy {
 }
 
 /// A Service named a plugin that is not loaded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "annotation {POLICY_ANNOTATION}={name:?} names no loaded plugin (loaded: {loaded}); \
-     fix the name or add {name}.wasm to the plugin directory"
-)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownPlugin {
     pub name: String,
     pub loaded: String,
+    /// Why its only version did not load, if it was tried.
+    pub failed: Option<String>,
+}
+
+impl std::error::Error for UnknownPlugin {}
+
+impl std::fmt::Display for UnknownPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = &self.name;
+        match &self.failed {
+            Some(failure) => write!(
+                f,
+                "annotation {POLICY_ANNOTATION}={name:?} names a plugin that did not load, and \
+                 no earlier version of it serves: {failure}"
+            ),
+            None => write!(
+                f,
+                "annotation {POLICY_ANNOTATION}={name:?} names no loaded plugin (loaded: {}); \
+                 fix the name or add {name}.wasm to the plugin directory",
+                self.loaded
+            ),
+        }
+    }
 }
 
 /// The plugin an `isim.dev/endpoint-policy` annotation names; `None` for no (or an empty)
@@ -149,6 +168,7 @@ impl Plugins {
             None => Err(UnknownPlugin {
                 name: name.to_owned(),
                 loaded: self.names().collect::<Vec<_>>().join(", "),
+                failed: self.failure(name).map(str::to_owned),
             }),
         }
     }

@@ -7,22 +7,20 @@ use std::{
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{
-    Client, Resource, ResourceExt,
-    runtime::{
-        events::{Event, EventType, Recorder},
-        reflector::{ObjectRef, Store},
-    },
+    Client,
+    runtime::reflector::{ObjectRef, Store},
 };
 
 use super::{
     book::SharedBook,
     candidates::CandidateCache,
     decide::ObserveAll,
+    events::Events,
     observe::{self, Observation},
     slices,
 };
 use crate::{
-    error::{Error, describe},
+    error::Error,
     index::{Missing, NetworkDefinitions, NodeZones, PodIndex, SliceNames},
     input::target::ServiceTarget,
     metrics::Metrics,
@@ -45,7 +43,7 @@ pub struct Settings {
 /// Everything a reconcile reads or writes through.
 pub struct Context {
     pub client: Client,
-    pub recorder: Recorder,
+    pub events: Events,
     pub pods: Arc<RwLock<PodIndex>>,
     pub zones: Arc<RwLock<NodeZones>>,
     pub slices: Store<EndpointSlice>,
@@ -119,42 +117,6 @@ impl Context {
 
     /// Publishes a Warning Event on the Service; a failure to publish is logged, not fatal.
     pub async fn warn(&self, service: &Service, reason: &str, action: &str, note: String) {
-        let event = Event {
-            type_: EventType::Warning,
-            reason: reason.to_owned(),
-            note: Some(truncate(note, 1024)),
-            action: action.to_owned(),
-            secondary: None,
-        };
-        if let Err(e) = self
-            .recorder
-            .publish(&event, &service.object_ref(&()))
-            .await
-        {
-            tracing::warn!(service = %service.name_any(), reason, error = %describe(&e), "could not publish Event");
-        }
-    }
-}
-
-fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut cut = max - 3;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push_str("...");
-    }
-    s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_event_notes_are_cut() {
-        assert_eq!(truncate("abcdef".into(), 5), "ab...");
-        assert_eq!(truncate("abc".into(), 5), "abc");
+        self.events.warn(service, reason, action, note).await;
     }
 }

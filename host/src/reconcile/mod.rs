@@ -16,10 +16,12 @@ pub mod slices;
 pub mod state;
 
 mod context;
+mod events;
 mod report;
 mod write;
 
 pub use context::{CONTROLLER_NAME, Context, Settings};
+pub use events::Events;
 
 #[cfg(test)]
 mod tests;

@@ -19,7 +19,7 @@ use kube::{
     client::Body,
     runtime::{
         controller::Action,
-        events::{Recorder, Reporter},
+        events::Reporter,
         reflector::{self, ObjectRef, store::Writer},
         watcher::Event,
     },
@@ -27,7 +27,7 @@ use kube::{
 use serde_json::{Value, json};
 use tower_test::mock::Handle;
 
-use super::{Context, NODE_RETRY, RESYNC, STALE_RETRY, Settings, reconcile, scope::Scope};
+use super::{Context, Events, NODE_RETRY, RESYNC, STALE_RETRY, Settings, reconcile, scope::Scope};
 use crate::{
     error::Error,
     index::{NodeZones, PodIndex},
@@ -127,7 +127,7 @@ impl Harness {
         let mut zones = NodeZones::default();
         zones.on_event(&Event::Apply(node("n1", "zone-a")));
         let ctx = Context {
-            recorder: Recorder::new(
+            events: Events::new(
                 client.clone(),
                 Reporter {
                     controller: "test".into(),
@@ -213,7 +213,7 @@ impl Harness {
         let result = reconcile(Arc::new(service.clone()), ctx).await;
         let ctx = Arc::get_mut(&mut self.ctx).expect("the reconcile holds no context");
         let client = Client::new(service_mock, "default");
-        ctx.recorder = Recorder::new(
+        ctx.events = Events::new(
             client.clone(),
             Reporter {
                 controller: "test".into(),

@@ -1,0 +1,101 @@
+//! Warning Events on Services, each with the note it was published with.
+//!
+//! kube's [`Recorder`] folds an Event into the series of the last one of the same reason and
+//! action on the same object, keeping the first note (as client-go does): a Service whose
+//! problem changes (another plugin failure, another invalid field) would show the old text.
+//! Here a Service's reason gets a recorder of its own, replaced when the note changes, so the
+//! same note repeats as a series and a new note is a new Event.
+
+use std::{
+    collections::HashMap,
+    sync::{Mutex, PoisonError},
+};
+
+use k8s_openapi::api::core::v1::Service;
+use kube::{
+    Client, Resource, ResourceExt,
+    runtime::{
+        events::{Event, EventType, Recorder, Reporter},
+        reflector::ObjectRef,
+    },
+};
+
+use crate::error::describe;
+
+/// The most an Event's note may hold.
+const NOTE_LIMIT: usize = 1024;
+/// The most Services and reasons remembered; past it all are forgotten at once (their next
+/// Event starts a new series), so Services deleted long ago do not hold memory.
+const REMEMBERED: usize = 4096;
+
+type Key = (ObjectRef<Service>, String);
+
+pub struct Events {
+    client: Client,
+    reporter: Reporter,
+    /// Per Service and reason: the last note and the recorder that holds its series.
+    last: Mutex<HashMap<Key, (String, Recorder)>>,
+}
+
+impl Events {
+    pub fn new(client: Client, reporter: Reporter) -> Self {
+        Self {
+            client,
+            reporter,
+            last: Mutex::default(),
+        }
+    }
+
+    /// Publishes a Warning Event on the Service; a failure to publish is logged, not fatal.
+    pub async fn warn(&self, service: &Service, reason: &str, action: &str, note: String) {
+        let note = truncate(note, NOTE_LIMIT);
+        let recorder = {
+            let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+            let key = (ObjectRef::from_obj(service), reason.to_owned());
+            match last.get(&key) {
+                Some((previous, recorder)) if *previous == note => recorder.clone(),
+                _ => {
+                    if last.len() >= REMEMBERED {
+                        last.clear();
+                    }
+                    let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+                    last.insert(key, (note.clone(), recorder.clone()));
+                    recorder
+                }
+            }
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: action.to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, &service.object_ref(&())).await {
+            tracing::warn!(service = %service.name_any(), reason, error = %describe(&e), "could not publish Event");
+        }
+    }
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max - 3;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_event_notes_are_cut() {
+        assert_eq!(truncate("abcdef".into(), 5), "ab...");
+        assert_eq!(truncate("abc".into(), 5), "abc");
+    }
+}
