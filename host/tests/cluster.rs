@@ -1238,7 +1238,7 @@ async fn explain_tells_for_every_pod_what_the_controller_made_of_it() {
         text.starts_with(&format!(
             "Service {ns}/web: valid; network {ns}/macvlan; plugin opt-out "
         )) && text.contains(&format!(
-            "(ConfigMap {ns}/plugins, opt-out.wasm); 1 EndpointSlices"
+            "(ConfigMap {ns}/plugins, opt-out.wasm); 1 EndpointSlice"
         )),
         "{text}"
     );

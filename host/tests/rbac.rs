@@ -423,18 +423,23 @@ async fn the_shipped_rbac_is_enough_to_run_the_controller_cluster_wide() {
         )
         .await
         .unwrap();
-    let warning = || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .find(|e| {
-                e.reason.as_deref() == Some("InvalidService")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("clustered")
-            })
+    // The Event of `reason` on the Service `name`, if any.
+    let event_on = |reason: &'static str, name: &'static str| {
+        let events = events.clone();
+        async move {
+            events
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                })
+        }
     };
+    let warning = || event_on("InvalidService", "clustered");
     eventually("an InvalidService Event", || async {
         warning().await.map(|_| ())
     })
@@ -460,14 +465,8 @@ async fn the_shipped_rbac_is_enough_to_run_the_controller_cluster_wide() {
         )
         .await
         .unwrap();
-    let not_found = eventually("a NetworkNotFound Event", || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("NetworkNotFound"))
+    let not_found = eventually("a NetworkNotFound Event", || {
+        event_on("NetworkNotFound", "misspelt")
     })
     .await;
     let note = not_found.note.unwrap_or_default();

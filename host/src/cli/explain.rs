@@ -301,8 +301,13 @@ impl Report<'_> {
         let (loaded, origin) = self.plugin;
         let info = loaded.configured.plugin.info();
         let mut text = format!(
-            "Service {}: valid; network {}; plugin {} {} ({origin}); {} EndpointSlices\n\n",
-            self.key, self.network, loaded.name, info.version, self.slices
+            "Service {}: valid; network {}; plugin {} {} ({origin}); {} EndpointSlice{}\n\n",
+            self.key,
+            self.network,
+            loaded.name,
+            info.version,
+            self.slices,
+            if self.slices == 1 { "" } else { "s" }
         );
         let rows: Vec<[String; 6]> = self
             .evaluation
