@@ -866,34 +866,39 @@ fn plugin_new_makes_a_rust_project_that_builds_and_passes_its_own_test() {
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .output()
         .unwrap();
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(
-        out.status.success(),
-        "make test failed:\n{stdout}\n{stderr}"
-    );
+    let inspected = passed_and_inspected(&dir, "my-policy", &out);
+    let stdout = text(&out.stdout);
     assert!(
         stdout.contains("test result: ok."),
         "the unit tests ran: {stdout}"
     );
-    assert!(stdout.contains("1 case: 1 passed, 0 failed"), "{stdout}");
-    let inspect = run(&[
-        "plugin",
-        "inspect",
-        dir.join("build/my-policy.wasm").to_str().unwrap(),
-    ]);
-    let inspected = text(&inspect.stdout);
-    assert!(
-        inspected.contains("name:            my-policy"),
-        "{inspected}"
-    );
     assert!(
         inspected.contains("decisions:       per-pod"),
+        "{inspected}"
+    );
+}
+
+/// A scaffolded project's `make test` (`out`) passed its fixture case, and what it built is
+/// the plugin `name`, under the name Services select it by; returns `plugin inspect`'s report.
+fn passed_and_inspected(dir: &Path, name: &str, out: &Output) -> String {
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "make test failed:\n{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(stdout.contains("1 case: 1 passed, 0 failed"), "{stdout}");
+    let wasm = dir.join(format!("build/{name}.wasm"));
+    let inspected = text(&run(&["plugin", "inspect", wasm.to_str().unwrap()]).stdout);
+    assert!(
+        inspected.contains(&format!("name:            {name}")),
         "{inspected}"
     );
     assert!(
         !inspected.contains("warning:"),
         "the file and the plugin agree on the name: {inspected}"
     );
+    inspected
 }
 
 /// The C toolchain as `hack/c-plugin-toolchain.sh` prints it (installing what is missing:
@@ -985,22 +990,5 @@ fn plugin_new_makes_a_c_project_that_builds_and_passes_its_own_test() {
         )
         .output()
         .unwrap();
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "make test failed:\n{stdout}\n{}",
-        text(&out.stderr)
-    );
-    assert!(stdout.contains("1 case: 1 passed, 0 failed"), "{stdout}");
-    let inspect = run(&[
-        "plugin",
-        "inspect",
-        dir.join("build/c-policy.wasm").to_str().unwrap(),
-    ]);
-    let inspected = text(&inspect.stdout);
-    assert!(
-        inspected.contains("name:            c-policy"),
-        "{inspected}"
-    );
-    assert!(!inspected.contains("warning:"), "{inspected}");
+    passed_and_inspected(&dir, "c-policy", &out);
 }

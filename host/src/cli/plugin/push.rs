@@ -17,10 +17,16 @@ pub fn push(args: &PushArgs, out: &mut impl Write) -> anyhow::Result<()> {
         );
     }
     let runtime = args.sandbox.runtime()?;
-    // Only a plugin this host runs is published.
+    // Only a plugin this host runs is published: the bytes read once, checked, then pushed.
     let plugin = super::PluginArg::File(args.file.clone());
-    let loaded = source::load(&runtime, &args.sandbox.registry, &plugin, "")?;
     let component = plugin.bytes(&args.sandbox.registry)?;
+    let loaded = source::load_bytes(
+        &runtime,
+        &plugin.name(),
+        &component,
+        "",
+        &plugin.to_string(),
+    )?;
     let info = loaded.configured.plugin.info();
     let annotations = BTreeMap::from([
         (
