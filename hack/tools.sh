@@ -3,8 +3,9 @@
 # reuse it) and prints its path:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/tools/bin/<tool>-<version>
 # Tools: actionlint (Go module proxy), cargo-deny, wasm-tools and wit-bindgen (crates.io, built
-# with cargo install --locked), kind and registry (the CNCF distribution registry, which the
-# OCI plugin tests run on loopback; Go module proxy), and wasi-adapter: not a program but the
+# with cargo install --locked), kind, registry (the CNCF distribution registry, which the OCI
+# plugin and image tests run on loopback), helm (the chart's checks) and promtool (the alert
+# rules' checks and unit tests), all four from the Go module proxy, and wasi-adapter: not a program but the
 # WASI preview1-to-preview2 reactor adapter of wasmtime (the .crate of
 # wasi-preview1-component-adapter-provider from crates.io, checked against a pinned sha256),
 # placed as tools/lib/wasi_snapshot_preview1.reactor-<version>.wasm. C plugins need the last
@@ -15,6 +16,9 @@ ACTIONLINT_VERSION=v1.7.12
 CARGO_DENY_VERSION=0.20.2
 KIND_VERSION=v0.33.0
 REGISTRY_VERSION=v3.0.0
+HELM_VERSION=v3.22.0
+# Prometheus v3.x is the Go module's v0.3xx line: v0.316.0 is Prometheus 3.16.0.
+PROMTOOL_VERSION=v0.316.0
 # wasm-tools with the subcommands a plugin build and its checks use (component new/wit/embed,
 # validate, print, parse, strip, objdump, dump, metadata); the fuzzers and the rest are left out
 # to halve the build.
@@ -53,6 +57,12 @@ install() {
       registry) GOBIN="$root/go-registry-$version" go install "github.com/distribution/distribution/v3/cmd/registry@$version"
         mv "$root/go-registry-$version/registry" "$path"
         rm -rf "${root:?}/go-registry-$version" ;;
+      helm) GOBIN="$root/go-helm-$version" go install "helm.sh/helm/v3/cmd/helm@$version"
+        mv "$root/go-helm-$version/helm" "$path"
+        rm -rf "${root:?}/go-helm-$version" ;;
+      promtool) GOBIN="$root/go-promtool-$version" go install "github.com/prometheus/prometheus/cmd/promtool@$version"
+        mv "$root/go-promtool-$version/promtool" "$path"
+        rm -rf "${root:?}/go-promtool-$version" ;;
       cargo-deny) ${CARGO:-cargo} install --quiet --locked --version "$version" --root "$root/cargo-deny-$version" cargo-deny
         mv "$root/cargo-deny-$version/bin/cargo-deny" "$path" ;;
       wasm-tools) cargo_install wasm-tools wasm-tools "$version" --no-default-features --features "$WASM_TOOLS_FEATURES" ;;
@@ -89,8 +99,10 @@ case "${1:-}" in
   cargo-deny) install cargo-deny "$CARGO_DENY_VERSION" ;;
   kind) install kind "$KIND_VERSION" ;;
   registry) install registry "$REGISTRY_VERSION" ;;
+  helm) install helm "$HELM_VERSION" ;;
+  promtool) install promtool "$PROMTOOL_VERSION" ;;
   wasm-tools) install wasm-tools "$WASM_TOOLS_VERSION" ;;
   wit-bindgen) install wit-bindgen "$WIT_BINDGEN_VERSION" ;;
   wasi-adapter) wasi_adapter "$WASI_ADAPTER_VERSION" ;;
-  *) echo "usage: hack/tools.sh actionlint|cargo-deny|kind|registry|wasm-tools|wit-bindgen|wasi-adapter" >&2; exit 2 ;;
+  *) echo "usage: hack/tools.sh actionlint|cargo-deny|kind|registry|helm|promtool|wasm-tools|wit-bindgen|wasi-adapter" >&2; exit 2 ;;
 esac
