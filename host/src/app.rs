@@ -133,7 +133,11 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
         },
     };
     match elector {
-        None => term.run(stopped()).await,
+        None => {
+            // Without leader election this replica leads all along.
+            term.metrics.set_leader(true);
+            term.run(stopped()).await;
+        }
         Some(elector) => lead(&elector, &term, stopped).await,
     }
     tracing::info!("stopped");
@@ -299,12 +303,15 @@ where
     loop {
         // A standby replica is healthy and ready: it is doing its job by waiting.
         term.ready.set(true);
+        term.metrics.set_leader(false);
         if !elector.acquire(stopped()).await {
             break;
         }
+        term.metrics.set_leader(true);
         term.ready.set(false);
         tokio::select! {
             () = term.run(stopped()) => {
+                term.metrics.set_leader(false);
                 elector.release().await;
                 break;
             }

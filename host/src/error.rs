@@ -58,6 +58,17 @@ pub enum Category {
 }
 
 impl Category {
+    /// Every category, for the series that exist from the start.
+    pub const ALL: [Category; 7] = [
+        Category::PluginFailed,
+        Category::PluginRejected,
+        Category::UnknownPlugin,
+        Category::PluginTask,
+        Category::Apply,
+        Category::Delete,
+        Category::CachesNotReady,
+    ];
+
     /// A stable name for metric labels.
     pub fn metric_label(self) -> &'static str {
         match self {

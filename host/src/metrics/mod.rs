@@ -1,7 +1,10 @@
-//! Prometheus metrics, served on `/metrics`: reconciles, slice writes and plugins, and the
-//! EndpointSlice sync metrics of Kubernetes' own controller ([`sync`]).
+//! Prometheus metrics, served on `/metrics`: reconciles, slice writes and plugins, leadership,
+//! the flip latency, the EndpointSlice sync metrics of Kubernetes' own controller ([`sync`]),
+//! the watches' progress ([`watch`]) and each Service's problems ([`services`]).
 
+pub mod services;
 pub mod sync;
+pub mod watch;
 
 use std::time::Duration;
 
@@ -10,10 +13,13 @@ use prometheus_client::{
     metrics::{
         counter::Counter,
         family::Family,
+        gauge::Gauge,
         histogram::{Histogram, exponential_buckets},
     },
     registry::Registry,
 };
+
+use crate::error::Category;
 
 /// One plugin call: which plugin, how it ended (`ok`, `rejected` or the failure's cause), how
 /// long it took, and how many pods it asked about.
@@ -59,9 +65,19 @@ pub struct Metrics {
     plugin_fallbacks: Family<PluginNameLabels, Counter>,
     plugin_pods: Family<PluginNameLabels, Counter>,
     slices_refused: Family<RefusedLabels, Counter>,
+    leader: Gauge,
+    flip: Histogram,
     /// Upstream's `endpoint_slice_controller_*`.
     pub sync: sync::SyncMetrics,
+    pub watch: watch::WatchMetrics,
+    pub services: services::ServiceMetrics,
 }
+
+/// The buckets of the flip latency, in seconds: its start has a resolution of 1 s (a
+/// condition's `lastTransitionTime`), so finer buckets below 1 s would say nothing.
+const FLIP_BUCKETS: [f64; 16] = [
+    0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 120.0, 300.0,
+];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RefusedLabels {
@@ -131,8 +147,46 @@ impl Default for Metrics {
              each is a bug in this controller, and the same content is not sent again",
             slices_refused.clone(),
         );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica reconciles (it holds the Lease, or leader election is off), \
+             0 while it is a candidate",
+            leader.clone(),
+        );
+        let flip = Histogram::new(FLIP_BUCKETS);
+        registry.register(
+            "endpoint_flip_duration_seconds",
+            "Time from the pod change an EndpointSlice write reflects to the end of that write: \
+             the pod's Ready condition lastTransitionTime (1 s resolution, so up to 1 s more than \
+             it took) when that changed, else when the controller saw the change (a pod \
+             terminating, deleted, relabelled); the trigger time the write carries, so this is \
+             this controller's part of kube-proxy's network programming latency",
+            flip.clone(),
+        );
+        // The counters whose label values are known start at 0, so that a rate sees their
+        // first increment and a dashboard their name before anything happened.
+        for result in std::iter::once("ok").chain(Category::ALL.map(Category::metric_label)) {
+            drop(reconciles.get_or_create(&ResultLabels {
+                result: result.to_owned(),
+            }));
+        }
+        for operation in ["apply", "delete"] {
+            drop(slice_writes.get_or_create(&WriteLabels {
+                operation: operation.to_owned(),
+            }));
+        }
+        for by in ["precheck", "api"] {
+            drop(slices_refused.get_or_create(&RefusedLabels { by: by.to_owned() }));
+        }
         let sync = sync::SyncMetrics::register(&mut registry);
+        let watch = watch::WatchMetrics::register(&mut registry);
+        let services = services::ServiceMetrics::register(&mut registry);
         Self {
+            leader,
+            flip,
+            watch,
+            services,
             sync,
             plugin_pods,
             registry,
@@ -219,6 +273,23 @@ impl Metrics {
             .inc();
     }
 
+    /// Whether this replica reconciles now.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+
+    /// A write reflecting changes made at `changed_at` ended at `written` (both unix seconds);
+    /// a clock behind the API server's counts as no delay.
+    pub fn flipped(&self, changed_at: f64, written: f64) {
+        self.flip.observe((written - changed_at).max(0.0));
+    }
+
+    /// Forgets a Service that is gone or no longer managed: its figures and its problems.
+    pub fn forget_service(&self, namespace: &str, name: &str) {
+        self.sync.service(namespace, name, None);
+        self.services.forget(namespace, name);
+    }
+
     /// The text exposition format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -262,5 +333,48 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("nad_service_controller_plugin_call_duration_seconds_count{plugin=\"default\",result=\"ok\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn leadership_shows_as_one_or_zero() {
+        let m = Metrics::default();
+        assert!(m.encode().contains("\nnad_service_controller_leader 0\n"));
+        m.set_leader(true);
+        assert!(m.encode().contains("\nnad_service_controller_leader 1\n"));
+        m.set_leader(false);
+        assert!(m.encode().contains("\nnad_service_controller_leader 0\n"));
+    }
+
+    #[test]
+    fn flips_are_observed_in_seconds_and_never_negative() {
+        let m = Metrics::default();
+        m.flipped(100.0, 101.5);
+        m.flipped(100.0, 99.0);
+        let text = m.encode();
+        let line = |l: &str| text.lines().any(|x| x == l);
+        let name = "nad_service_controller_endpoint_flip_duration_seconds";
+        assert!(line(&format!("{name}_count 2")), "{text}");
+        assert!(line(&format!("{name}_sum 1.5")), "{text}");
+        assert!(line(&format!("{name}_bucket{{le=\"0.25\"}} 1")), "{text}");
+        assert!(line(&format!("{name}_bucket{{le=\"2.0\"}} 2")), "{text}");
+    }
+
+    #[test]
+    fn counters_with_known_labels_start_at_zero() {
+        let text = Metrics::default().encode();
+        for series in [
+            "reconciles_total{result=\"ok\"} 0",
+            "reconciles_total{result=\"plugin_failed\"} 0",
+            "reconciles_total{result=\"caches_not_ready\"} 0",
+            "endpointslice_writes_total{operation=\"delete\"} 0",
+            "endpointslice_refused_total{by=\"api\"} 0",
+            "changes_total{operation=\"update\"} 0",
+            "syncs_total{result=\"error\"} 0",
+        ] {
+            assert!(
+                text.contains(&format!("\nnad_service_controller_{series}\n")),
+                "{series} in\n{text}"
+            );
+        }
     }
 }

@@ -106,6 +106,17 @@ impl SyncMetrics {
             "Number of EndpointSlice syncs, by result (success, stale or error)",
             metrics.syncs.clone(),
         );
+        // Known label values start at 0 (see `Metrics::default`).
+        for operation in ["create", "update", "delete"] {
+            drop(metrics.changes.get_or_create(&OperationLabels {
+                operation: operation.to_owned(),
+            }));
+        }
+        for result in ["success", "stale", "error"] {
+            drop(metrics.syncs.get_or_create(&SyncLabels {
+                result: result.to_owned(),
+            }));
+        }
         metrics
     }
 

@@ -108,11 +108,11 @@ impl Context {
         observe::named(&read(&self.pods), &read(&self.zones), target, names)
     }
 
-    /// Forgets a Service that is gone or no longer managed: its bookkeeping and its figures.
+    /// Forgets a Service that is gone or no longer managed: its bookkeeping, its figures and its problems.
     pub fn forget(&self, service: &ObjectRef<Service>) {
         self.book.lock().forget(service);
         let namespace = service.namespace.as_deref().unwrap_or_default();
-        self.metrics.sync.service(namespace, &service.name, None);
+        self.metrics.forget_service(namespace, &service.name);
     }
 
     /// Publishes a Warning Event on the Service; a failure to publish is logged, not fatal.

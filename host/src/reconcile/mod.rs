@@ -41,7 +41,12 @@ use kube::{
 use crate::{
     error::{Error, retry_delay},
     input::target::{self, Target},
-    metrics::sync::Figures,
+    metrics::{
+        services::{Problem, Update},
+        sync::Figures,
+        watch::unix_now,
+    },
+    plugin::POLICY_ANNOTATION,
 };
 use decide::{Decided, Inputs};
 use observe::Observation;
@@ -63,15 +68,26 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     let key = ObjectRef::from_obj(&*service);
     let started = Instant::now();
     let result = reconcile_service(&service, &ctx).await;
+    let namespace = key.namespace.as_deref().unwrap_or_default();
     match &result {
-        Ok((_, sync)) => {
+        Ok((_, sync, update)) => {
             if let Some(error) = ctx.book.lock().succeeded(&key) {
                 tracing::info!(after = %error, "reconcile succeeded again");
             }
             ctx.metrics.reconciled("ok", started.elapsed());
             ctx.metrics.sync.synced(sync.as_str());
+            if let Some(update) = update {
+                ctx.metrics
+                    .services
+                    .problems(namespace, &key.name, update.clone());
+            }
         }
         Err(e) => {
+            ctx.metrics.services.problems(
+                namespace,
+                &key.name,
+                Update::Failed(failure(&ctx, &service, e)),
+            );
             let new = {
                 let mut book = ctx.book.lock();
                 book.replan(&key);
@@ -88,7 +104,26 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
             }
         }
     }
-    result.map(|(action, _)| action)
+    result.map(|(action, _, _)| action)
+}
+
+/// The problem a failed reconcile leaves the Service with: its Event reason, and for a plugin
+/// failure the Service's plugin.
+fn failure(ctx: &Context, service: &Service, error: &Error) -> Problem {
+    if error.is_plugin_failure() {
+        Problem::of_plugin(
+            error.event_reason(),
+            &plugin_of(&ctx.plugins.snapshot(), service),
+        )
+    } else {
+        Problem::new(error.event_reason())
+    }
+}
+
+/// The name of the plugin the Service uses.
+fn plugin_of(plugins: &crate::plugin::Plugins, service: &Service) -> String {
+    let annotation = service.annotations().get(POLICY_ANNOTATION);
+    plugins.name_for(annotation.map(String::as_str)).to_owned()
 }
 
 /// How a reconcile that did not fail ended, for the `syncs` metric.
@@ -133,17 +168,32 @@ pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> 
     Action::requeue(delay)
 }
 
-async fn reconcile_service(service: &Service, ctx: &Context) -> Result<(Action, Sync), Error> {
+/// A reconcile that did not fail: what to do next, how it ended, and what it found out about
+/// the Service's problems (`None`: nothing, it did not look).
+async fn reconcile_service(
+    service: &Service,
+    ctx: &Context,
+) -> Result<(Action, Sync, Option<Update>), Error> {
     let key = ObjectRef::from_obj(service);
     let existing = ctx.slices_of(&key);
     let Some(begun) = ctx.book.lock().begin(&key, &existing) else {
         // The watch events of the last writes are on their way and will trigger a reconcile.
         tracing::debug!("cache behind this controller's own writes; waiting for it");
-        return Ok((Action::requeue(STALE_RETRY), Sync::Stale));
+        return Ok((Action::requeue(STALE_RETRY), Sync::Stale, None));
     };
+    // The cache is current with this controller's writes: what it shows is published.
+    let published = existing
+        .iter()
+        .map(|s| s.endpoints.as_ref().map_or(0, Vec::len))
+        .sum();
+    ctx.metrics.services.published(
+        key.namespace.as_deref().unwrap_or_default(),
+        &key.name,
+        Some(count(published)),
+    );
     plan_and_write(service, ctx, &key, &existing, begun)
         .await
-        .map(|action| (action, Sync::Success))
+        .map(|(action, update)| (action, Sync::Success, Some(update)))
 }
 
 async fn plan_and_write(
@@ -152,14 +202,14 @@ async fn plan_and_write(
     key: &ObjectRef<Service>,
     existing: &[Arc<EndpointSlice>],
     begun: book::Begun,
-) -> Result<Action, Error> {
+) -> Result<(Action, Update), Error> {
     let key = key.clone();
     let target = match target::classify(service) {
         Target::Managed(target) => target,
         Target::Unmanaged => {
             write::remove_all(ctx, service, &key, existing, "the Service is not annotated").await?;
             ctx.forget(&key);
-            return Ok(Action::await_change());
+            return Ok((Action::await_change(), Update::Forget));
         }
         Target::Invalid(problems) => {
             let note = format!(
@@ -172,13 +222,14 @@ async fn plan_and_write(
             ctx.warn(service, "InvalidService", "Validate", note).await;
             write::remove_all(ctx, service, &key, existing, "the Service is invalid").await?;
             ctx.forget(&key);
-            return Ok(Action::await_change());
+            let invalid = BTreeSet::from([Problem::new("InvalidService")]);
+            return Ok((Action::await_change(), Update::Evaluated(invalid)));
         }
     };
     if service.meta().deletion_timestamp.is_some() {
         // The garbage collector removes the slices through their owner reference.
         ctx.forget(&key);
-        return Ok(Action::await_change());
+        return Ok((Action::await_change(), Update::Forget));
     }
     if !begun.taken.slices_changed
         && matches!(&begun.taken.scope, Scope::Pods(changed) if changed.is_empty())
@@ -187,7 +238,7 @@ async fn plan_and_write(
         if let Some(remembered) = begun.remembered {
             ctx.book.lock().remember(&key, remembered);
         }
-        return Ok(Action::requeue(next_resync(ctx, &key)));
+        return Ok((Action::requeue(next_resync(ctx, &key)), Update::Succeeded));
     }
 
     let changed = match &begun.taken.scope {
@@ -200,8 +251,10 @@ async fn plan_and_write(
             Scope::Pods(changed) => publishes_any(existing, changed),
             Scope::Full => false,
         };
+    let plugins = ctx.plugins.snapshot();
+    let plugin = plugin_of(&plugins, service);
     let inputs = Inputs {
-        plugins: ctx.plugins.snapshot(),
+        plugins,
         target: target.clone(),
         scope: begun.taken.scope,
         remembered: begun.remembered,
@@ -211,6 +264,13 @@ async fn plan_and_write(
     };
     let mut decided = run_decide(inputs).await?;
     report::decided(ctx, service, &decided).await;
+    let mut found = BTreeSet::new();
+    if decided.load_warning.is_some() {
+        found.insert(Problem::of_plugin("PluginLoadFailed", &plugin));
+    }
+    if decided.fell_back.is_some() {
+        found.insert(Problem::of_plugin("PluginFallback", &plugin));
+    }
     if let Some(remembered) = decided.remembered.take() {
         ctx.book.lock().remember(&key, remembered);
     }
@@ -220,7 +280,7 @@ async fn plan_and_write(
             pods = evaluated,
             "changed pods move no endpoint; nothing to plan"
         );
-        return Ok(Action::requeue(next_resync(ctx, &key)));
+        return Ok((Action::requeue(next_resync(ctx, &key)), Update::Succeeded));
     };
     let observation = &verdicts.observation;
     tracing::debug!(
@@ -245,15 +305,28 @@ async fn plan_and_write(
         &desired,
     )
     .await;
+    for (reason, present) in [
+        ("NetworkNotFound", missing.is_some()),
+        ("DuplicateAddress", !desired.conflicts.is_empty()),
+        ("EndpointLeftOut", !desired.dropped.is_empty()),
+    ] {
+        if present {
+            found.insert(Problem::new(reason));
+        }
+    }
     if missing.is_some() && desired.endpoint_count() == 0 && !existing.is_empty() {
         // A misspelt network: better the slices of the network it had than none.
         tracing::debug!(
             "no NetworkAttachmentDefinition for the network and no endpoint on it; slices kept"
         );
-        return Ok(Action::requeue(next_resync(ctx, &key)));
+        return Ok((
+            Action::requeue(next_resync(ctx, &key)),
+            Update::Evaluated(found),
+        ));
     }
     let max = ctx.settings.max_endpoints_per_slice;
-    let mut changes = slices::place(&target, &desired, existing, max, begun.taken.changed_at);
+    let changed_at = begun.taken.changed_at;
+    let mut changes = slices::place(&target, &desired, existing, max, changed_at);
     ctx.metrics.sync.planned(changes.added, changes.removed);
     let figures = Figures {
         endpoints: count(desired.endpoint_count()),
@@ -270,6 +343,10 @@ async fn plan_and_write(
         );
     } else {
         let written = write::write(ctx, service, &key, changes, existing).await?;
+        if let Some(at) = changed_at.filter(|_| written.applied.len() + written.deleted.len() > 0) {
+            ctx.metrics
+                .flipped(at.as_millisecond() as f64 / 1000.0, unix_now());
+        }
         tracing::info!(
             endpoints = included.len(),
             excluded = observation.candidates.len() - included.len(),
@@ -289,8 +366,10 @@ async fn plan_and_write(
     book.state(&key).node_retry = retry;
     if held_back > 0 {
         book.replan(&key);
+        found.insert(Problem::new("EndpointSliceRefused"));
     }
-    Ok(Action::requeue(if retry { NODE_RETRY } else { RESYNC }))
+    let next = Action::requeue(if retry { NODE_RETRY } else { RESYNC });
+    Ok((next, Update::Evaluated(found)))
 }
 
 fn count(n: usize) -> i64 {

@@ -229,6 +229,33 @@ impl Harness {
     fn metric(&self, name: &str) -> u64 {
         metric(&self.ctx.metrics, name)
     }
+
+    /// The Service's problem series: `reason` or `reason/plugin`.
+    fn problems(&self) -> Vec<String> {
+        let text = self.ctx.metrics.encode();
+        text.lines()
+            .filter_map(|l| l.strip_prefix("nad_service_controller_service_problem{"))
+            .map(|l| {
+                assert!(
+                    l.starts_with("service_namespace=\"ns\",service_name=\"web\","),
+                    "{l}"
+                );
+                let label = |name: &str| {
+                    l.split(&format!("{name}=\""))
+                        .nth(1)
+                        .unwrap()
+                        .split('"')
+                        .next()
+                        .unwrap()
+                        .to_owned()
+                };
+                match label("plugin").as_str() {
+                    "" => label("reason"),
+                    plugin => format!("{}/{plugin}", label("reason")),
+                }
+            })
+            .collect()
+    }
 }
 
 fn metric(metrics: &Metrics, name: &str) -> u64 {
@@ -328,6 +355,15 @@ async fn an_invalid_service_is_warned_about_and_its_slices_removed() {
         "{}",
         sent[0]
     );
+    assert_eq!(h.problems(), ["InvalidService"]);
+    let (result, _) = h
+        .reconcile(
+            &service(json!({}), json!({"clusterIP": "None"})),
+            vec![Call::Delete("web-ipv4-0")],
+        )
+        .await;
+    assert_eq!(result.unwrap(), Action::await_change());
+    assert!(h.problems().is_empty(), "unannotated: no longer a problem");
 }
 
 #[tokio::test]
@@ -382,6 +418,14 @@ async fn a_pod_change_asks_about_that_pod_alone_and_writes_one_slice() {
         h.metric("nad_service_controller_plugin_evaluated_pods_total"),
         3
     );
+    let flip = "nad_service_controller_endpoint_flip_duration_seconds";
+    assert_eq!(
+        h.metric(&format!("{flip}_bucket{{le=\"300.0\"}}")),
+        0,
+        "the pods were created a while ago"
+    );
+    assert_eq!(h.metric(&format!("{flip}_count")), 1);
+    assert!(h.problems().is_empty());
     h.stored(&sent);
     // The watch event of that write: nothing to check, and the decisions are kept.
     h.ctx.book.lock().scopes.own_write(key());
@@ -409,6 +453,17 @@ async fn a_pod_change_asks_about_that_pod_alone_and_writes_one_slice() {
             .is_string(),
         "{}",
         sent[0]
+    );
+    assert_eq!(
+        h.metric(&format!("{flip}_bucket{{le=\"1.0\"}}")),
+        1,
+        "a change seen just now (a condition without a transition time) flips at once"
+    );
+    assert_eq!(h.metric(&format!("{flip}_count")), 2);
+    assert_eq!(
+        h.metric("nad_service_controller_endpoints_published"),
+        3,
+        "the cache at this reconcile's start"
     );
     h.stored(&sent);
 
@@ -484,6 +539,7 @@ async fn an_unknown_plugin_keeps_the_slices_and_says_why() {
         )
         .await;
     assert!(matches!(result, Err(Error::UnknownPlugin(_))), "{result:?}");
+    assert_eq!(h.problems(), ["UnknownPlugin/nope"]);
     assert!(
         sent[0]["note"]
             .as_str()
@@ -550,6 +606,12 @@ async fn a_trapping_plugin_under_each_policy() {
             )
             .await;
         assert_eq!(result.is_ok(), writes, "{policy:?}: {result:?}");
+        let problem = if writes {
+            "PluginFallback/trap"
+        } else {
+            "PluginFailed/trap"
+        };
+        assert_eq!(h.problems(), [problem], "{policy:?}");
         assert_eq!(
             h.metric("nad_service_controller_plugin_fallbacks_total"),
             u64::from(writes)
@@ -616,6 +678,7 @@ async fn a_missing_network_is_warned_about_once_and_the_slices_are_kept() {
          set the annotation isim.dev/network to ns/macvlan, or create the NetworkAttachmentDefinition; \
          its EndpointSlices are kept until then"
     );
+    assert_eq!(h.problems(), ["NetworkNotFound"]);
     // Told once while it lasts: the next reconcile writes nothing and sends no Event.
     h.everything_changed();
     let (result, _) = h.reconcile(&misspelt, vec![]).await;
@@ -638,4 +701,5 @@ async fn a_missing_network_is_warned_about_once_and_the_slices_are_kept() {
         .reconcile(&misspelt, vec![Call::Delete("web-ipv4-0")])
         .await;
     result.unwrap();
+    assert!(h.problems().is_empty(), "{:?}", h.problems());
 }

@@ -8,14 +8,19 @@
 //!   an API server restart) lists again at once; the reflector swaps in the new list whole;
 //! - errors never leave the watch streams: each is logged (one line, the first of a run at
 //!   warn, repeats at debug, the recovery at info) and reported to [`Recovery`], so no
-//!   controller-wide trigger backoff ever pauses the other watches.
+//!   controller-wide trigger backoff ever pauses the other watches;
+//! - each event, completed list and error is counted ([`crate::metrics::watch`]): errors that
+//!   keep coming are a watch that does not progress.
 
 use std::time::{Duration, Instant};
 
 use kube::runtime::{utils::Backoff, watcher};
 
 use super::recovery::Recovery;
-use crate::error::describe_watch;
+use crate::{
+    error::describe_watch,
+    metrics::watch::{WatchProgress, unix_now},
+};
 
 /// The first retry delay of a failed watch, before jitter (which adds up to as much again).
 pub const FIRST_RETRY: Duration = Duration::from_millis(125);
@@ -36,7 +41,7 @@ pub fn backoff() -> impl Backoff + 'static {
 }
 
 /// Whether a watch error is a `410`: the watcher lists again, which is routine.
-fn expired(error: &watcher::Error) -> bool {
+pub(crate) fn expired(error: &watcher::Error) -> bool {
     match error {
         watcher::Error::WatchError(status) => status.code == 410,
         watcher::Error::InitialListFailed(kube::Error::Api(status))
@@ -46,18 +51,24 @@ fn expired(error: &watcher::Error) -> bool {
     }
 }
 
-/// The health of one watch, for its log lines.
+/// The health of one watch, for its log lines and its metrics.
 pub struct Health {
     watch: &'static str,
     recovery: std::sync::Arc<Recovery>,
+    progress: WatchProgress,
     failing_since: Option<(Instant, u32)>,
 }
 
 impl Health {
-    pub fn new(watch: &'static str, recovery: std::sync::Arc<Recovery>) -> Self {
+    pub fn new(
+        watch: &'static str,
+        recovery: std::sync::Arc<Recovery>,
+        progress: WatchProgress,
+    ) -> Self {
         Self {
             watch,
             recovery,
+            progress,
             failing_since: None,
         }
     }
@@ -69,6 +80,10 @@ impl Health {
     ) -> Option<watcher::Event<K>> {
         match item {
             Ok(event) => {
+                self.progress.event();
+                if matches!(event, watcher::Event::InitDone) {
+                    self.progress.listed(unix_now());
+                }
                 self.ok();
                 Some(event)
             }
@@ -101,6 +116,7 @@ impl Health {
             );
             return;
         }
+        self.progress.error();
         self.recovery.unreachable();
         match &mut self.failing_since {
             Some((_, errors)) => {

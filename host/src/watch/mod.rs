@@ -61,11 +61,20 @@ impl Shared {
         }
     }
 
-    /// Forgets a Service that is gone: its bookkeeping and its figures.
+    /// The health of the watch of `resource`, reporting to this state's recovery and metrics.
+    pub fn health(&self, resource: &'static str) -> Health {
+        Health::new(
+            resource,
+            self.recovery.clone(),
+            self.metrics.watch.progress(resource),
+        )
+    }
+
+    /// Forgets a Service that is gone: its bookkeeping, its figures and its problems.
     pub fn forget(&self, service: &ObjectRef<Service>) {
         self.book.lock().forget(service);
         let namespace = service.namespace.as_deref().unwrap_or_default();
-        self.metrics.sync.service(namespace, &service.name, None);
+        self.metrics.forget_service(namespace, &service.name);
     }
 }
 

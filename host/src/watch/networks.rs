@@ -12,7 +12,7 @@ use kube::{
     runtime::{WatchStreamExt, reflector::ObjectRef, watcher},
 };
 
-use super::{Health, Shared, backoff, read, write};
+use super::{Shared, backoff, read, write};
 
 const GROUP: &str = "k8s.cni.cncf.io";
 const VERSION: &str = "v1";
@@ -25,7 +25,7 @@ pub fn watch(client: Client, shared: Shared) -> impl Stream<Item = ObjectRef<Ser
         .filter_map(future::ready)
         .flat_map(move |api| {
             let shared = shared.clone();
-            let mut health = Health::new("networkattachmentdefinitions", shared.recovery.clone());
+            let mut health = shared.health("networkattachmentdefinitions");
             watcher(api, watcher::Config::default())
                 .backoff(backoff())
                 .filter_map(move |item| {

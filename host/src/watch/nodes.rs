@@ -10,12 +10,12 @@ use kube::{
     runtime::{reflector::ObjectRef, watcher},
 };
 
-use super::{Health, Shared, backoff, read, write};
+use super::{Shared, backoff, read, write};
 use crate::index::NetworkKey;
 use kube::runtime::WatchStreamExt;
 
 pub fn watch(api: Api<Node>, shared: Shared) -> impl Stream<Item = ObjectRef<Service>> + Send {
-    let mut health = Health::new("nodes", shared.recovery.clone());
+    let mut health = shared.health("nodes");
     watcher(api, watcher::Config::default())
         .backoff(backoff())
         .filter_map(move |item| {

@@ -208,6 +208,23 @@ async fn scan_dir(source: PluginSource, dir: Arc<Mutex<PluginDir>>, publisher: A
     }
 }
 
+/// Counts one item of the ConfigMap watch: an event, a completed list, a failure.
+fn progress_of(
+    progress: &crate::metrics::watch::WatchProgress,
+    item: &Result<watcher::Event<ConfigMap>, watcher::Error>,
+) {
+    match item {
+        Ok(event) => {
+            progress.event();
+            if matches!(event, watcher::Event::InitDone) {
+                progress.listed(crate::metrics::watch::unix_now());
+            }
+        }
+        Err(e) if super::health::expired(e) => {}
+        Err(_) => progress.error(),
+    }
+}
+
 /// Loads the ConfigMap's plugins at every change of it, and again while a plugin that failed
 /// (an artifact not fetched) is due another try, until the term ends. A deleted ConfigMap
 /// unloads its plugins, as a deleted file does.
@@ -221,6 +238,7 @@ async fn watch_configmap(
     // Only this ConfigMap: the RBAC grants it by name.
     let config = watcher::Config::default().fields(&format!("metadata.name={}", configmap.name));
     let mut events = watcher(api, config).default_backoff().boxed();
+    let progress = publisher.metrics.watch.progress("configmaps");
     let mut listed: Option<ConfigMap> = None;
     // The ConfigMap as last loaded, for retries.
     let mut current: Option<ConfigMap> = None;
@@ -230,7 +248,7 @@ async fn watch_configmap(
             Err(_) if publisher.tx.is_closed() => return,
             Err(_) if configmap.retry_due() => current.clone(),
             Err(_) => continue,
-            Ok(event) => match event {
+            Ok(event) => match event.inspect(|e| progress_of(&progress, e)) {
                 None => return,
                 Some(Err(e)) => {
                     tracing::warn!(

@@ -16,7 +16,7 @@ use kube::{
 };
 use tokio::sync::{mpsc, watch};
 
-use super::{Health, Shared, backoff, read, receiver_stream, screen::Screen, write};
+use super::{Shared, backoff, read, receiver_stream, screen::Screen, write};
 use crate::{
     index::{Keys, NetworkKey, PodChange},
     reconcile::book::Book,
@@ -37,7 +37,7 @@ pub fn watch(
     let (tx, rx) = mpsc::unbounded_channel();
     let screening = screening(shared.clone(), screen, tx.clone());
     tokio::spawn(async move {
-        let mut health = Health::new("pods", shared.recovery.clone());
+        let mut health = shared.health("pods");
         let mut keys_open = true;
         // The initial list as a watch stream (Kubernetes' WatchList, on by default since 1.32)
         // rather than pages: 150 000 pods arrive in 11 s instead of 87. A server that refuses

@@ -12,7 +12,7 @@ use kube::{
     },
 };
 
-use super::{Health, Shared, backoff, relist::RelistGate, strip::strip_meta, write};
+use super::{Shared, backoff, relist::RelistGate, strip::strip_meta, write};
 use crate::index::ServiceNetworks;
 
 /// Services to reconcile, as the Controller's main stream: every Service added or changed.
@@ -22,7 +22,7 @@ pub fn watch(
     writer: Writer<Service>,
     shared: Shared,
 ) -> impl Stream<Item = Result<Service, watcher::Error>> + Send {
-    let mut health = Health::new("services", shared.recovery.clone());
+    let mut health = shared.health("services");
     let mut gate = RelistGate::default();
     watcher(api, watcher::Config::default())
         .backoff(backoff())

@@ -14,7 +14,7 @@ use kube::{
     },
 };
 
-use super::{Health, Shared, backoff, relist::RelistGate, strip::strip_meta, write};
+use super::{Shared, backoff, relist::RelistGate, strip::strip_meta, write};
 use crate::reconcile::{
     book::SharedBook,
     slices::{MANAGED_BY, MANAGED_BY_LABEL},
@@ -25,7 +25,7 @@ pub fn watch(
     writer: Writer<EndpointSlice>,
     shared: Shared,
 ) -> impl Stream<Item = ObjectRef<Service>> + Send {
-    let mut health = Health::new("endpointslices", shared.recovery.clone());
+    let mut health = shared.health("endpointslices");
     let mut gate = RelistGate::default();
     let ours = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     watcher(api, ours)
