@@ -311,11 +311,12 @@ where
         term.ready.set(false);
         tokio::select! {
             () = term.run(stopped()) => {
-                term.metrics.set_leader(false);
+                term.metrics.end_term();
                 elector.release().await;
                 break;
             }
             () = elector.hold() => {
+                term.metrics.end_term();
                 tracing::warn!("no longer the leader; reconciling stopped, standing as a candidate again");
             }
         }

@@ -284,6 +284,14 @@ impl Metrics {
         self.flip.observe((written - changed_at).max(0.0));
     }
 
+    /// A term as leader ended: the per-Service figures and problems go, so that a standby
+    /// replica shows none (the alerts take the maximum over the replicas).
+    pub fn end_term(&self) {
+        self.set_leader(false);
+        self.sync.clear();
+        self.services.clear();
+    }
+
     /// Forgets a Service that is gone or no longer managed: its figures and its problems.
     pub fn forget_service(&self, namespace: &str, name: &str) {
         self.sync.service(namespace, name, None);
@@ -343,6 +351,25 @@ mod tests {
         assert!(m.encode().contains("\nnad_service_controller_leader 1\n"));
         m.set_leader(false);
         assert!(m.encode().contains("\nnad_service_controller_leader 0\n"));
+    }
+
+    #[test]
+    fn an_ended_term_shows_no_leader_and_no_service() {
+        let m = Metrics::default();
+        m.set_leader(true);
+        m.services.problems(
+            "shop",
+            "web",
+            services::Update::Failed(services::Problem::new("NotReady")),
+        );
+        assert!(m.encode().contains("reason=\"NotReady\""));
+        m.end_term();
+        let text = m.encode();
+        assert!(
+            text.contains("\nnad_service_controller_leader 0\n"),
+            "{text}"
+        );
+        assert!(!text.contains("service_problem"), "{text}");
     }
 
     #[test]

@@ -185,6 +185,20 @@ impl ServiceMetrics {
             .inc_by(endpoints.unwrap_or_default() - before);
     }
 
+    /// Forgets every Service (a term as leader ended): a replica that no longer reconciles
+    /// shows no problem and publishes nothing.
+    pub fn clear(&self) {
+        let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        known.clear();
+        self.problems.clear();
+        let mut published = self
+            .published_per_service
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        published.clear();
+        self.published.set(0);
+    }
+
     /// Forgets a Service that is gone or no longer managed.
     pub fn forget(&self, namespace: &str, name: &str) {
         self.problems(namespace, name, Update::Forget);
@@ -274,5 +288,22 @@ mod tests {
         assert_eq!(m.published.get(), 3);
         m.forget("shop", "web");
         assert_eq!(m.published.get(), 2);
+    }
+
+    #[test]
+    fn a_term_that_ends_leaves_no_service_behind() {
+        let mut registry = Registry::with_prefix("nad_service_controller");
+        let m = ServiceMetrics::register(&mut registry);
+        m.published("shop", "web", Some(3));
+        m.problems(
+            "shop",
+            "web",
+            Update::Evaluated(set(&[Problem::new("NetworkNotFound")])),
+        );
+        m.clear();
+        assert_eq!(m.published.get(), 0);
+        assert!(!exposition(&registry).contains("service_problem"));
+        m.published("shop", "web", Some(1));
+        assert_eq!(m.published.get(), 1, "the next term counts from nothing");
     }
 }

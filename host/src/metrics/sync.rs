@@ -152,6 +152,19 @@ impl SyncMetrics {
         }
     }
 
+    /// Forgets every Service's figures (a term as leader ended; the next one computes them
+    /// again).
+    pub fn clear(&self) {
+        let mut per_service = self
+            .per_service
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        per_service.clear();
+        self.endpoints_desired.set(0);
+        self.desired_endpoint_slices.set(0);
+        self.num_endpoint_slices.set(0);
+    }
+
     /// The Service's figures after a sync (`None`: it is gone or no longer managed).
     pub fn service(&self, namespace: &str, name: &str, figures: Option<Figures>) {
         let mut per_service = self
@@ -170,5 +183,38 @@ impl SyncMetrics {
         self.desired_endpoint_slices
             .inc_by(now.desired_slices - before.desired_slices);
         self.num_endpoint_slices.inc_by(now.slices - before.slices);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_are_summed_over_services_and_cleared_with_a_term() {
+        let mut registry = Registry::default();
+        let m = SyncMetrics::register(&mut registry);
+        let figures = |endpoints| Figures {
+            endpoints,
+            desired_slices: 1,
+            slices: 1,
+        };
+        m.service("shop", "web", Some(figures(3)));
+        m.service("shop", "db", Some(figures(2)));
+        m.service("shop", "web", Some(figures(1)));
+        assert_eq!(m.endpoints_desired.get(), 3);
+        m.service("shop", "db", None);
+        assert_eq!(
+            (m.endpoints_desired.get(), m.num_endpoint_slices.get()),
+            (1, 1)
+        );
+        m.clear();
+        assert_eq!(m.endpoints_desired.get(), 0);
+        m.service("shop", "web", Some(figures(4)));
+        assert_eq!(
+            m.endpoints_desired.get(),
+            4,
+            "the next term counts from nothing"
+        );
     }
 }
