@@ -43,6 +43,8 @@ const MISBEHAVING: &[u8] = include_bytes!(env!("NSC_TEST_MISBEHAVING_WASM"));
 
 mod support;
 use support::{WAIT, client, eventually};
+#[path = "support/promql.rs"]
+mod promql;
 
 // ---- log capture ------------------------------------------------------------------------------
 
@@ -1671,4 +1673,183 @@ async fn a_refused_slice_is_reported_once_and_not_sent_again() {
     let _ = bindings.delete(&name, &DeleteParams::default()).await;
     let _ = policies.delete(&name, &DeleteParams::default()).await;
     env.finish().await;
+}
+
+// ---- monitoring ---------------------------------------------------------------------------------
+
+/// Names that Prometheus itself records for each target, not the controller.
+const PROMETHEUS_SERIES: &[&str] = &["up"];
+
+/// GET /metrics from the controller's own HTTP server (the router `run` serves), on loopback.
+async fn scrape(metrics: Arc<nad_service_controller::metrics::Metrics>) -> String {
+    use nad_service_controller::server;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let router = server::router(metrics, server::Readiness::default());
+    let serving = tokio::spawn(server::serve(listener, router, async move {
+        let _ = stopped.await;
+    }));
+    let response = tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        response
+    })
+    .await
+    .unwrap();
+    let _ = stop.send(());
+    serving.await.unwrap().unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_owned()
+}
+
+/// Every query of the dashboard (panels and template variables) and every rule expression,
+/// with where it is: `(where, expression)`.
+fn monitoring_queries() -> Vec<(String, String)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/monitoring");
+    let dashboard: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("dashboard.json")).unwrap())
+            .unwrap();
+    let mut queries = Vec::new();
+    let mut panels: Vec<&Value> = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        panels.push(panel);
+        panels.extend(panel["panels"].as_array().into_iter().flatten());
+    }
+    for panel in panels {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            queries.push((
+                format!(
+                    "dashboard panel {:?} query {}",
+                    panel["title"].as_str().unwrap_or_default(),
+                    target["refId"].as_str().unwrap_or_default()
+                ),
+                target["expr"].as_str().unwrap().to_owned(),
+            ));
+        }
+    }
+    for variable in dashboard["templating"]["list"].as_array().unwrap() {
+        let query = match &variable["query"] {
+            Value::Object(q) => q.get("query").and_then(Value::as_str),
+            q => q.as_str(),
+        };
+        if variable["type"] == "query" {
+            let expr = promql::template_query(query.unwrap()).unwrap();
+            let name = variable["name"].as_str().unwrap();
+            queries.push((format!("dashboard variable {name}"), expr));
+        }
+    }
+    let rules: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(dir.join("rules.yaml")).unwrap()).unwrap();
+    for group in rules["groups"].as_array().unwrap() {
+        for rule in group["rules"].as_array().unwrap() {
+            let name = rule["alert"].as_str().or(rule["record"].as_str()).unwrap();
+            queries.push((
+                format!("rules.yaml {name}"),
+                rule["expr"].as_str().unwrap().to_owned(),
+            ));
+        }
+    }
+    queries
+}
+
+/// Every metric the dashboard and the alerts name is one the controller exports: scraped from
+/// its /metrics after it has done what makes each family show (a family without samples is
+/// not in the exposition at all, so each is driven: a reconcile that writes, a plugin that
+/// fails and falls back, a plugin loaded while running).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboards_and_alerts_name_only_exported_metrics() {
+    let queries = monitoring_queries();
+    assert!(queries.len() > 30, "{queries:?}");
+    let dir = std::env::temp_dir().join(format!("nsc-monitoring-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let env = env_with(
+        "monitoring",
+        |rt, plugins| {
+            plugins.insert(
+                "buggy",
+                prepare(rt, "buggy", MISBEHAVING, "trap-on-team-red").unwrap(),
+            );
+            plugins.set_failure_policies(
+                FailurePolicy::Keep,
+                [("buggy".to_string(), FailurePolicy::Fallback)].into(),
+            );
+        },
+        Followed::Dir(dir.clone()),
+    )
+    .await;
+    env.headless("web").await;
+    env.service(
+        "fall",
+        json!({}),
+        json!({"isim.dev/network": "macvlan", "isim.dev/endpoint-policy": "buggy"}),
+        json!({"clusterIP": "None", "ports": [{"port": 80}]}),
+    )
+    .await;
+    env.pod(
+        "web-a",
+        json!({"app": "web", "team": "red"}),
+        "macvlan",
+        true,
+    )
+    .await;
+    env.wait_slices("web", "web-a published", |s| pod_names(s) == ["web-a"])
+        .await;
+    env.wait_slices("fall", "web-a, decided by the built-in plugin", |s| {
+        pod_names(s) == ["web-a"]
+    })
+    .await;
+    std::fs::write(dir.join("tenant.wasm"), OPT_OUT).unwrap();
+    eventually("the plugin loaded while running", || async {
+        (metric_with(
+            &env,
+            "nad_service_controller_plugin_loads_total",
+            "plugin=\"tenant\",result=\"ok\"",
+        ) > 0)
+            .then_some(())
+    })
+    .await;
+
+    let exposition = scrape(env.controller.metrics.clone()).await;
+    let exported = promql::sample_names(&exposition);
+    let families = promql::families(&exposition);
+    assert!(
+        exposition.contains("nad_service_controller_service_problem{service_namespace=\"")
+            && exposition.contains("reason=\"PluginFallback\",plugin=\"buggy\"} 1"),
+        "the fallback is a problem of Service fall:\n{exposition}"
+    );
+    let mut unknown = Vec::new();
+    let mut checked = BTreeSet::new();
+    for (place, expr) in &queries {
+        let names = promql::metric_names(expr);
+        assert!(!names.is_empty(), "{place}: no metric in {expr}");
+        for name in names {
+            if PROMETHEUS_SERIES.contains(&name.as_str()) {
+                continue;
+            }
+            if !exported.contains(&name) {
+                unknown.push(format!(
+                    "{place}: {name} is not exported ({})",
+                    promql::hint(&name, &families)
+                ));
+            }
+            checked.insert(name);
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "metrics named but not exported:\n{}\n\nexported: {:?}",
+        unknown.join("\n"),
+        exported
+    );
+    assert!(checked.len() > 20, "{checked:?}");
+    env.finish().await;
+    std::fs::remove_dir_all(&dir).unwrap();
 }
