@@ -235,9 +235,10 @@ async fn watch_configmap(
     publisher: Arc<Publisher>,
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client, &configmap.namespace);
-    // Only this ConfigMap: the RBAC grants it by name.
+    // Only this ConfigMap: the RBAC grants it by name. Retried as every other watch (within
+    // 2 s), so that its errors, counted, tell a failing watch from a quiet one.
     let config = watcher::Config::default().fields(&format!("metadata.name={}", configmap.name));
-    let mut events = watcher(api, config).default_backoff().boxed();
+    let mut events = watcher(api, config).backoff(super::backoff()).boxed();
     let progress = publisher.metrics.watch.progress("configmaps");
     let mut listed: Option<ConfigMap> = None;
     // The ConfigMap as last loaded, for retries.
