@@ -135,11 +135,13 @@ prometheus_operator_crds() {
 }
 
 # Server-side dry run of the manifests on stdin, described by $2; an error or any warning of
-# the API server (such as a Deployment's "would violate PodSecurity") fails it.
+# the API server (such as a Deployment's "would violate PodSecurity") fails it. It forces
+# conflicts: fields another manager holds (a test's apply, an earlier install) are not what it
+# checks.
 dry_run() {
   local kubectl="$1" what="$2" out err status=0
   out="$(mktemp)" err="$(mktemp)"
-  "$kubectl" apply --server-side --field-manager=hack-helm --dry-run=server -f - >"$out" 2>"$err" || status=$?
+  "$kubectl" apply --server-side --field-manager=hack-helm --force-conflicts --dry-run=server -f - >"$out" 2>"$err" || status=$?
   if ((status)) || grep -q '^Warning:' "$err"; then
     cat "$out" "$err" >&2
     log "FAIL: server-side dry run of $what"
@@ -159,7 +161,7 @@ restricted_enforced() {
     return 1
   fi
   if out="$(python3 hack/manifest-objects.py pods --privileged <<<"$rendered" \
-    | "$kubectl" apply --server-side --field-manager=hack-helm --dry-run=server -f - 2>&1)"; then
+    | "$kubectl" apply --server-side --field-manager=hack-helm --force-conflicts --dry-run=server -f - 2>&1)"; then
     echo "$out" >&2
     log "FAIL: namespace $namespace admitted a privileged pod: its restricted profile is not enforced"
     return 1
