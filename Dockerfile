@@ -2,7 +2,9 @@
 # The controller image: one static binary (the default plugin is compiled into it) on an empty
 # base, run as a numeric non-root user. `make image-local` builds it for this machine, `make image`
 # for linux/amd64 and linux/arm64. The build reaches only what the project's builds use anyway:
-# Debian packages, crates.io, and rustup for the wasm32-wasip2 and musl targets.
+# Debian packages, crates.io, and rustup for the wasm32-wasip2 and musl targets. Without an
+# engine, `make image-oci` assembles the same image from the same `make build-static`, whose
+# binary does not depend on the build's paths (/src here).
 
 # Builds natively for the platform being built (no cross-compiling): musl makes it static.
 FROM docker.io/library/rust:1.95.0-slim-bookworm AS build

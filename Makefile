@@ -14,6 +14,12 @@ RUN_ARGS ?= --leader-election=false
 # A static (musl) binary of this machine's architecture, as the image holds.
 STATIC_TARGET ?= $(shell uname -m)-unknown-linux-musl
 STATIC_OUT ?= $(TARGET_DIR)/static
+# The static binary's bytes do not depend on where the clone or the cargo home is (panic
+# messages name source files): the Dockerfile's build, in /src, gives the same bytes.
+CARGO_HOME_DIR := $(or $(CARGO_HOME),$(HOME)/.cargo)
+STATIC_RUSTFLAGS := --remap-path-prefix=$(CURDIR)=/src --remap-path-prefix=$(CARGO_HOME_DIR)=/cargo
+# `make image-oci`: the image as an OCI layout, without a container engine (hack/image-oci.sh).
+IMAGE_LAYOUT ?= $(TARGET_DIR)/image/oci
 # Images: `make image` pushes $(IMAGE); KinD gets $(KIND_IMAGE), loaded without a registry.
 IMAGE_REPO ?= ghcr.io/ihcsim/nad-service-controller
 IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
@@ -48,7 +54,7 @@ plugins: wasm-target ## Build the plugins as components to $(TARGET_DIR)/wasm32-
 build-static: wasm-target ## Build a static (musl) controller binary to $(STATIC_OUT)/, as the image holds
 	@command -v musl-gcc >/dev/null || { echo "build-static: musl-gcc is missing: install Debian's musl-tools (apt-get install musl-tools)" >&2; exit 1; }
 	@rustup target list --installed | grep -qx '$(STATIC_TARGET)' || rustup target add $(STATIC_TARGET)
-	CC_$(subst -,_,$(STATIC_TARGET))=musl-gcc $(CARGO) build --release --locked --target $(STATIC_TARGET) \
+	CC_$(subst -,_,$(STATIC_TARGET))=musl-gcc RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release --locked --target $(STATIC_TARGET) \
 		--config 'profile.release.strip="symbols"' -p nad-service-controller
 	@mkdir -p $(STATIC_OUT)
 	cp $(TARGET_DIR)/$(STATIC_TARGET)/release/nad-service-controller $(STATIC_OUT)/
@@ -118,6 +124,18 @@ release-manifest: ## Render deploy/overlays/default to $(RELEASE_MANIFEST) (RELE
 	mv $(RELEASE_MANIFEST).tmp $(RELEASE_MANIFEST)
 	@echo "wrote $(RELEASE_MANIFEST)"
 
+.PHONY: helm-check
+helm-check: ## The Helm chart: lint, defaults equal deploy/deploy.yaml, server-side dry runs (needs KUBECONFIG: make local-up)
+	hack/helm.sh check
+
+.PHONY: helm-template
+helm-template: ## Render the Helm chart (HELM_ARGS=... for values)
+	@hack/helm.sh template $(HELM_ARGS)
+
+.PHONY: check-monitoring
+check-monitoring: ## Alert rules, their promtool unit tests and the dashboard's queries (deploy/monitoring/)
+	hack/monitoring.sh check
+
 .PHONY: deploy-plugins
 deploy-plugins: wasm-target ## Build the example plugin into deploy/overlays/with-plugins/plugins/
 	CARGO="$(CARGO)" hack/manifests.sh plugins
@@ -126,6 +144,10 @@ deploy-plugins: wasm-target ## Build the example plugin into deploy/overlays/wit
 plugin-push: $(if $(wildcard $(BIN)),,build) ## Publish a plugin to a registry: PLUGIN=<file.wasm> REF=oci://<registry>/<repo>[:<tag>] (prints the @sha256 reference to pin)
 	@[[ -n "$(PLUGIN)" && -n "$(REF)" ]] || { echo "usage: make plugin-push PLUGIN=<file.wasm> REF=oci://<registry>/<repository>[:<tag>] [PUSH_ARGS=--plugin-registry-http=<host:port>]" >&2; exit 2; }
 	$(BIN) plugin push $(PLUGIN) $(REF) $(PUSH_ARGS)
+
+.PHONY: image-oci
+image-oci: build-static ## The image as an OCI layout in $(IMAGE_LAYOUT), without a container engine (Debian's umoci); prints its digest
+	@hack/image-oci.sh $(STATIC_OUT)/nad-service-controller $(IMAGE_LAYOUT) $(IMAGE_TAG)
 
 .PHONY: image-local
 image-local: ## Build the image for this machine into the local container engine (IMAGE=...)

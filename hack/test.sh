@@ -36,12 +36,24 @@ fi
 echo "== deploy/ manifests: deploy.yaml up to date, server-side dry runs of every overlay" >&2
 hack/manifests.sh check
 
+echo "== the Helm chart: lint, its defaults equal deploy.yaml, server-side dry runs of its value sets (hack/helm.sh; helm built from its Go module the first time)" >&2
+hack/helm.sh check
+
+echo "== deploy/monitoring: promtool check/test rules (hack/tools.sh promtool; built from its Go module the first time), the dashboard's queries" >&2
+hack/monitoring.sh check
+
 echo "== the C plugin toolchain (hack/c-plugin-toolchain.sh: clang, wasi-libc, wit-bindgen, wasm-tools; minutes the first time)" >&2
 # The CLI tests build the C example and a `plugin new --lang c` project with it.
 hack/c-plugin-toolchain.sh >/dev/null
 
 echo "== the CNCF distribution registry (hack/tools.sh registry; built from its Go module the first time), for the OCI plugin tests" >&2
 hack/tools.sh registry >/dev/null
+
+echo "== the image (make image-oci: the static binary in an OCI layout, by umoci), which the RBAC test runs with runc" >&2
+image_layout="${CARGO_TARGET_DIR:-$repo/target}/image/oci"
+image_tag="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)"
+make --no-print-directory image-oci IMAGE_LAYOUT="$image_layout" IMAGE_TAG="$image_tag" >/dev/null
+export NSC_IMAGE_LAYOUT="$image_layout:$image_tag"
 
 echo "== cargo test (unit, plugin-runtime, plugin-CLI, cluster, data-plane and RBAC tests)" >&2
 # The fault tests kill the API server: they run on a control plane of their own

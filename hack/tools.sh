@@ -4,8 +4,9 @@
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/tools/bin/<tool>-<version>
 # Tools: actionlint (Go module proxy), cargo-deny, wasm-tools and wit-bindgen (crates.io, built
 # with cargo install --locked), kind, registry (the CNCF distribution registry, which the OCI
-# plugin and image tests run on loopback), helm (the chart's checks) and promtool (the alert
-# rules' checks and unit tests), all four from the Go module proxy, and wasi-adapter: not a program but the
+# plugin and image tests run on loopback), helm (the chart's checks), promtool (the alert
+# rules' checks and unit tests) and oras (the image's SBOM, pushing and pulling the image), all
+# five from the Go module proxy, cargo-sbom (the SBOM; crates.io), and wasi-adapter: not a program but the
 # WASI preview1-to-preview2 reactor adapter of wasmtime (the .crate of
 # wasi-preview1-component-adapter-provider from crates.io, checked against a pinned sha256),
 # placed as tools/lib/wasi_snapshot_preview1.reactor-<version>.wasm. C plugins need the last
@@ -19,6 +20,10 @@ REGISTRY_VERSION=v3.0.0
 HELM_VERSION=v3.22.0
 # Prometheus v3.x is the Go module's v0.3xx line: v0.316.0 is Prometheus 3.16.0.
 PROMTOOL_VERSION=v0.316.0
+# The image's SBOM (make image-oci): cargo-sbom writes it from Cargo.lock as SPDX JSON, oras
+# attaches it to the image in its OCI layout and copies both to a registry.
+CARGO_SBOM_VERSION=0.10.0
+ORAS_VERSION=v1.3.6
 # wasm-tools with the subcommands a plugin build and its checks use (component new/wit/embed,
 # validate, print, parse, strip, objdump, dump, metadata); the fuzzers and the rest are left out
 # to halve the build.
@@ -63,6 +68,10 @@ install() {
       promtool) GOBIN="$root/go-promtool-$version" go install "github.com/prometheus/prometheus/cmd/promtool@$version"
         mv "$root/go-promtool-$version/promtool" "$path"
         rm -rf "${root:?}/go-promtool-$version" ;;
+      oras) GOBIN="$root/go-oras-$version" go install "oras.land/oras/cmd/oras@$version"
+        mv "$root/go-oras-$version/oras" "$path"
+        rm -rf "${root:?}/go-oras-$version" ;;
+      cargo-sbom) cargo_install cargo-sbom cargo-sbom "$version" ;;
       cargo-deny) ${CARGO:-cargo} install --quiet --locked --version "$version" --root "$root/cargo-deny-$version" cargo-deny
         mv "$root/cargo-deny-$version/bin/cargo-deny" "$path" ;;
       wasm-tools) cargo_install wasm-tools wasm-tools "$version" --no-default-features --features "$WASM_TOOLS_FEATURES" ;;
@@ -101,8 +110,10 @@ case "${1:-}" in
   registry) install registry "$REGISTRY_VERSION" ;;
   helm) install helm "$HELM_VERSION" ;;
   promtool) install promtool "$PROMTOOL_VERSION" ;;
+  oras) install oras "$ORAS_VERSION" ;;
+  cargo-sbom) install cargo-sbom "$CARGO_SBOM_VERSION" ;;
   wasm-tools) install wasm-tools "$WASM_TOOLS_VERSION" ;;
   wit-bindgen) install wit-bindgen "$WIT_BINDGEN_VERSION" ;;
   wasi-adapter) wasi_adapter "$WASI_ADAPTER_VERSION" ;;
-  *) echo "usage: hack/tools.sh actionlint|cargo-deny|kind|registry|helm|promtool|wasm-tools|wit-bindgen|wasi-adapter" >&2; exit 2 ;;
+  *) echo "usage: hack/tools.sh actionlint|cargo-deny|kind|registry|helm|promtool|oras|cargo-sbom|wasm-tools|wit-bindgen|wasi-adapter" >&2; exit 2 ;;
 esac

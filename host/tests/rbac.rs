@@ -1,9 +1,13 @@
-//! The shipped RBAC is enough, and no more than the controller needs: the controller binary runs
-//! as the ServiceAccount of `deploy/deploy.yaml`, with a token of that account and the roles and
+//! The shipped RBAC is enough, and no more than the controller needs: the controller runs as the
+//! ServiceAccount of `deploy/deploy.yaml`, with a token of that account and the roles and
 //! bindings of that file only, watching all namespaces with leader election on, and passes the
-//! main scenario on the local control plane (`make test` starts it).
+//! main scenario on the local control plane (`make test` starts it). The scenario runs three
+//! times: the binary with the roles of `deploy/deploy.yaml`; the binary with the roles the Helm
+//! chart renders; and the image of `make image-oci`, pushed to a registry on loopback, pulled back
+//! by digest and run by runc as the Deployment runs it, with in-cluster configuration.
 //!
-//! Its own test binary, so that no other test's controller runs while this cluster-wide one does.
+//! Its own test binary, so that no other test's controller runs while this cluster-wide one
+//! does; its tests take turns ([`TURN`]).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
@@ -32,7 +36,10 @@ use node_sim::Simulator;
 use serde_json::{Value, json};
 
 mod support;
-use support::{client, client_for, eventually, kubeconfig_path, namespace};
+use support::{client, client_for, eventually, image, kubeconfig_path, namespace, registry};
+
+/// One cluster-wide controller at a time: each test holds it throughout.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const MANIFEST: &str = include_str!("../../deploy/deploy.yaml");
 const CONTROLLER_NS: &str = "nad-service-controller";
@@ -50,11 +57,46 @@ const RBAC_KINDS: [&str; 6] = [
     "RoleBinding",
 ];
 
-/// Applies the namespace, ServiceAccount, roles and bindings of `deploy/deploy.yaml`, as they are.
-async fn install_rbac(admin: &Client) {
-    let docs: Vec<Value> = serde_saphyr::from_str_multiple(MANIFEST).unwrap();
+/// Where the roles come from.
+#[derive(Clone, Copy, Debug)]
+enum Roles {
+    /// `deploy/deploy.yaml`.
+    Release,
+    /// The Helm chart with its default values (`hack/helm.sh template`).
+    Chart,
+}
+
+/// How the controller runs.
+#[derive(Clone, Copy, Debug)]
+enum Launch {
+    /// The binary of this build, with a kubeconfig for the ServiceAccount.
+    Binary,
+    /// The image, by runc, with in-cluster configuration.
+    Image,
+}
+
+fn manifest(roles: Roles) -> Vec<Value> {
+    let text = match roles {
+        Roles::Release => MANIFEST.to_owned(),
+        Roles::Chart => {
+            let helm = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack/helm.sh");
+            let out = Command::new(helm)
+                .arg("template")
+                .stderr(Stdio::inherit())
+                .output()
+                .expect("running hack/helm.sh template");
+            assert!(out.status.success(), "hack/helm.sh template failed");
+            String::from_utf8(out.stdout).unwrap()
+        }
+    };
+    let docs: Vec<Value> = serde_saphyr::from_str_multiple(&text).unwrap();
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+/// Applies the namespace, ServiceAccount, roles and bindings of the manifest, as they are.
+async fn install_rbac(admin: &Client, docs: &[Value]) {
     let mut applied = Vec::new();
-    for doc in docs.into_iter().filter(|d| !d.is_null()) {
+    for doc in docs.iter().cloned() {
         let kind = doc["kind"].as_str().unwrap().to_owned();
         if !RBAC_KINDS.contains(&kind.as_str()) {
             continue;
@@ -87,13 +129,13 @@ async fn install_rbac(admin: &Client) {
     for kind in RBAC_KINDS {
         assert!(
             applied.iter().any(|k| k == kind),
-            "deploy/deploy.yaml has a {kind}"
+            "the manifest has a {kind}"
         );
     }
 }
 
-/// A kubeconfig that authenticates as the controller's ServiceAccount, with a fresh token.
-async fn service_account_kubeconfig(admin: &Client, dir: &Path) -> PathBuf {
+/// A fresh token of the controller's ServiceAccount.
+async fn service_account_token(admin: &Client) -> String {
     let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), CONTROLLER_NS);
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
@@ -103,15 +145,19 @@ async fn service_account_kubeconfig(admin: &Client, dir: &Path) -> PathBuf {
         }),
         ..TokenRequest::default()
     };
-    let token = accounts
+    accounts
         .create_token_request(ACCOUNT, &PostParams::default(), &request)
         .await
         .unwrap()
         .status
         .unwrap()
-        .token;
-    let admin_config = Kubeconfig::read_from(kubeconfig_path()).unwrap();
-    let cluster = admin_config.clusters[0].cluster.clone().unwrap();
+        .token
+        .unwrap()
+}
+
+/// A kubeconfig that authenticates with `token`.
+fn service_account_kubeconfig(token: &str, dir: &Path) -> PathBuf {
+    let cluster = admin_cluster();
     let config = json!({
         "apiVersion": "v1",
         "kind": "Config",
@@ -128,6 +174,12 @@ async fn service_account_kubeconfig(admin: &Client, dir: &Path) -> PathBuf {
     path
 }
 
+/// The local control plane's cluster entry: its address and CA.
+fn admin_cluster() -> kube::config::Cluster {
+    let admin_config = Kubeconfig::read_from(kubeconfig_path()).unwrap();
+    admin_config.clusters[0].cluster.clone().unwrap()
+}
+
 /// Asserts that `result` is the API server's 403.
 fn assert_forbidden<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Error>) {
     match result {
@@ -136,24 +188,35 @@ fn assert_forbidden<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Erro
     }
 }
 
-/// The controller binary, as the ServiceAccount, in the controller's namespace.
+/// Flags both ways of running add: ports on loopback, debug logs, the plugin ConfigMap.
+fn test_flags() -> Vec<String> {
+    [
+        "--leader-election=true",
+        "--health-address=127.0.0.1:0",
+        "--metrics-address=127.0.0.1:0",
+        "--log-filter=info,nad_service_controller=debug",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .chain([format!("--plugin-configmap={PLUGIN_CONFIGMAP}")])
+    .collect()
+}
+
+/// The controller, as the ServiceAccount, in the controller's namespace.
 struct Controller {
     child: Child,
     log: PathBuf,
+    /// The runc container's id, when it runs from the image.
+    container: Option<String>,
 }
 
 impl Controller {
-    fn start(kubeconfig: &Path, dir: &Path, identity: &str) -> Self {
+    /// The binary, with a kubeconfig.
+    fn binary(kubeconfig: &Path, dir: &Path, identity: &str) -> Self {
         let log = dir.join("controller.log");
         let child = Command::new(env!("CARGO_BIN_EXE_nad-service-controller"))
-            .args([
-                "run",
-                "--leader-election=true",
-                "--health-address=127.0.0.1:0",
-                "--metrics-address=127.0.0.1:0",
-                "--log-filter=info,nad_service_controller=debug",
-                &format!("--plugin-configmap={PLUGIN_CONFIGMAP}"),
-            ])
+            .arg("run")
+            .args(test_flags())
             .env("KUBECONFIG", kubeconfig)
             .env("POD_NAME", identity)
             .env("POD_NAMESPACE", CONTROLLER_NS)
@@ -162,7 +225,31 @@ impl Controller {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        Self { child, log }
+        Self {
+            child,
+            log,
+            container: None,
+        }
+    }
+
+    /// The unpacked image in `bundle`, by `runc run` in the foreground (which passes signals on
+    /// to the container, as a container runtime does kubelet's).
+    fn image(bundle: &Path, dir: &Path, id: &str) -> Self {
+        let log = dir.join("controller.log");
+        let child = Command::new("runc")
+            .args(["run", "--bundle"])
+            .arg(bundle)
+            .arg(id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("running runc (apt-get install runc)");
+        Self {
+            child,
+            log,
+            container: Some(id.to_owned()),
+        }
     }
 
     fn log(&self) -> String {
@@ -195,7 +282,20 @@ impl Controller {
 
 impl Drop for Controller {
     fn drop(&mut self) {
+        if let Some(id) = &self.container {
+            let _ = Command::new("runc")
+                .args(["kill", id, "KILL"])
+                .stderr(Stdio::null())
+                .status();
+        }
         let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(id) = &self.container {
+            let _ = Command::new("runc")
+                .args(["delete", "--force", id])
+                .stderr(Stdio::null())
+                .status();
+        }
     }
 }
 
@@ -216,11 +316,142 @@ fn endpoints(slices: &[EndpointSlice]) -> Vec<(String, bool)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shipped_rbac_is_enough_to_run_the_controller_cluster_wide() {
+    main_scenario(Roles::Release, Launch::Binary).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_rbac_is_enough_to_run_the_controller_cluster_wide() {
+    main_scenario(Roles::Chart, Launch::Binary).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_image_run_as_the_deployment_runs_it_passes_the_main_scenario() {
+    main_scenario(Roles::Release, Launch::Image).await;
+}
+
+/// The image of `make image-oci` through a registry on loopback, unpacked into `dir/bundle`
+/// with the runtime configuration of the Deployment's pod `identity`, its ServiceAccount files
+/// holding `token`.
+async fn image_bundle(admin: &Client, token: &str, dir: &Path, identity: &str) -> PathBuf {
+    let (layout, tag) = image::layout();
+    let registry = registry::Registry::start("image");
+    let pulled = image::push_and_pull(&layout, &tag, &registry, dir);
+    assert_eq!(
+        pulled.digest,
+        image::layout_digest(&layout, &tag),
+        "the registry serves the manifest the layout holds"
+    );
+    // The SBOM the release attests: every crate of Cargo.lock, this one among them.
+    let sbom = image::sbom(&pulled, dir);
+    assert_eq!(sbom["spdxVersion"], "SPDX-2.3");
+    let packages = sbom["packages"].as_array().unwrap();
+    for name in ["nad-service-controller", "kube-client", "wasmtime"] {
+        assert!(
+            packages.iter().any(|p| p["name"] == name),
+            "the SBOM lists {name}"
+        );
+    }
+    drop(registry);
+    let bundle = dir.join("bundle");
+    image::unpack(&pulled, &bundle);
+    // scratch: the binary and the CA bundle, nothing else.
+    assert_eq!(
+        image::rootfs_files(&bundle),
+        [
+            "etc",
+            "etc/ssl",
+            "etc/ssl/certs",
+            "etc/ssl/certs/ca-certificates.crt",
+            "nad-service-controller",
+        ]
+    );
+    let image_manifest = image::layout_json(&pulled.layout, &pulled.digest);
+    let config = image::layout_json(
+        &pulled.layout,
+        image_manifest["config"]["digest"].as_str().unwrap(),
+    );
+    assert_eq!(config["config"]["User"], "65532:65532");
+    assert_eq!(
+        config["config"]["Entrypoint"],
+        json!(["/nad-service-controller"])
+    );
+    assert_eq!(config["config"]["Cmd"], json!(["run"]));
+    let labels = &config["config"]["Labels"];
+    for label in [
+        "title",
+        "description",
+        "source",
+        "version",
+        "revision",
+        "created",
+        "licenses",
+    ] {
+        assert!(
+            labels[format!("org.opencontainers.image.{label}")].is_string(),
+            "label org.opencontainers.image.{label}: {labels}"
+        );
+    }
+    assert_eq!(labels["org.opencontainers.image.version"], tag.as_str());
+
+    // What kubelet mounts: the token, the cluster's CA (kube-root-ca.crt), the namespace.
+    let account_dir = dir.join("serviceaccount");
+    std::fs::create_dir_all(&account_dir).unwrap();
+    let root_ca = eventually("the kube-root-ca.crt ConfigMap", || async {
+        Api::<ConfigMap>::namespaced(admin.clone(), CONTROLLER_NS)
+            .get_opt("kube-root-ca.crt")
+            .await
+            .unwrap()
+            .and_then(|c| c.data?.remove("ca.crt"))
+    })
+    .await;
+    std::fs::write(account_dir.join("token"), token).unwrap();
+    std::fs::write(account_dir.join("ca.crt"), root_ca).unwrap();
+    std::fs::write(account_dir.join("namespace"), CONTROLLER_NS).unwrap();
+
+    let server = admin_cluster().server.unwrap();
+    let address = server.trim_start_matches("https://");
+    let (host, port) = address.rsplit_once(':').unwrap();
+    let docs = manifest(Roles::Release);
+    let pod = image::Pod {
+        name: identity,
+        namespace: CONTROLLER_NS,
+        apiserver_host: host,
+        apiserver_port: port.parse().unwrap(),
+        service_account: &account_dir,
+        extra_args: &test_flags(),
+    };
+    let base: Value =
+        serde_json::from_slice(&std::fs::read(bundle.join("config.json")).unwrap()).unwrap();
+    let runtime = image::runtime_config(
+        &base,
+        image::deployment(&docs, "nad-service-controller"),
+        &pod,
+    );
+    assert_eq!(
+        runtime["process"]["user"],
+        json!({"uid": 65532, "gid": 65532})
+    );
+    assert_eq!(runtime["root"]["readonly"], json!(true));
+    assert_eq!(runtime["process"]["noNewPrivileges"], json!(true));
+    std::fs::write(
+        bundle.join("config.json"),
+        serde_json::to_vec_pretty(&runtime).unwrap(),
+    )
+    .unwrap();
+    bundle
+}
+
+async fn main_scenario(roles: Roles, launch: Launch) {
+    let _turn = TURN.lock().await;
     let admin = client().await;
-    install_rbac(&admin).await;
-    let dir = std::env::temp_dir().join(format!("nsc-rbac-{}", std::process::id()));
+    install_rbac(&admin, &manifest(roles)).await;
+    let dir = std::env::temp_dir().join(format!(
+        "nsc-rbac-{}-{roles:?}-{launch:?}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = service_account_kubeconfig(&admin, &dir).await;
+    let token = service_account_token(&admin).await;
+    let kubeconfig = service_account_kubeconfig(&token, &dir);
     let account = client_for(&kubeconfig).await;
 
     // No more than needed: what the controller never does is refused.
@@ -331,7 +562,13 @@ async fn the_shipped_rbac_is_enough_to_run_the_controller_cluster_wide() {
         }
     });
     let identity = format!("rbac-test-{}", std::process::id());
-    let controller = Controller::start(&kubeconfig, &dir, &identity);
+    let controller = match launch {
+        Launch::Binary => Controller::binary(&kubeconfig, &dir, &identity),
+        Launch::Image => {
+            let bundle = image_bundle(&admin, &token, &dir, &identity).await;
+            Controller::image(&bundle, &dir, &identity)
+        }
+    };
 
     let services: Api<Service> = Api::namespaced(admin.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);

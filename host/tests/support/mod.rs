@@ -1,6 +1,7 @@
 //! What the tests on the local control plane share: the admin client, polling, namespaces,
-//! and a registry on loopback.
+//! a registry on loopback, and the controller's image run with runc.
 
+pub mod image;
 pub mod registry;
 
 use std::{
