@@ -49,31 +49,29 @@ cargo_install() {
   rm -rf "${root:?}/$crate-$version"
 }
 
+# go install of one command into a versioned name: <package path> <version>; the binary is
+# the path's last element.
+go_install() {
+  local package="$1" version="$2" binary="${1##*/}"
+  GOBIN="$root/go-$binary-$version" go install "$package@$version"
+  mv "$root/go-$binary-$version/$binary" "$bin/$binary-$version"
+  rm -rf "${root:?}/go-$binary-$version"
+}
+
 # Installs into a versioned name, so that a version bump here installs the new one.
 install() {
   local tool="$1" version="$2" path="$bin/$1-$2"
   if [[ ! -x "$path" ]]; then
     echo "tools: installing $tool $version into $bin" >&2
     case "$tool" in
-      actionlint) GOBIN="$root/go-$version" go install "github.com/rhysd/actionlint/cmd/actionlint@$version"
-        mv "$root/go-$version/actionlint" "$path" ;;
-      kind) GOBIN="$root/go-$version" go install "sigs.k8s.io/kind@$version"
-        mv "$root/go-$version/kind" "$path" ;;
-      registry) GOBIN="$root/go-registry-$version" go install "github.com/distribution/distribution/v3/cmd/registry@$version"
-        mv "$root/go-registry-$version/registry" "$path"
-        rm -rf "${root:?}/go-registry-$version" ;;
-      helm) GOBIN="$root/go-helm-$version" go install "helm.sh/helm/v3/cmd/helm@$version"
-        mv "$root/go-helm-$version/helm" "$path"
-        rm -rf "${root:?}/go-helm-$version" ;;
-      promtool) GOBIN="$root/go-promtool-$version" go install "github.com/prometheus/prometheus/cmd/promtool@$version"
-        mv "$root/go-promtool-$version/promtool" "$path"
-        rm -rf "${root:?}/go-promtool-$version" ;;
-      oras) GOBIN="$root/go-oras-$version" go install "oras.land/oras/cmd/oras@$version"
-        mv "$root/go-oras-$version/oras" "$path"
-        rm -rf "${root:?}/go-oras-$version" ;;
+      actionlint) go_install github.com/rhysd/actionlint/cmd/actionlint "$version" ;;
+      kind) go_install sigs.k8s.io/kind "$version" ;;
+      registry) go_install github.com/distribution/distribution/v3/cmd/registry "$version" ;;
+      helm) go_install helm.sh/helm/v3/cmd/helm "$version" ;;
+      promtool) go_install github.com/prometheus/prometheus/cmd/promtool "$version" ;;
+      oras) go_install oras.land/oras/cmd/oras "$version" ;;
       cargo-sbom) cargo_install cargo-sbom cargo-sbom "$version" ;;
-      cargo-deny) ${CARGO:-cargo} install --quiet --locked --version "$version" --root "$root/cargo-deny-$version" cargo-deny
-        mv "$root/cargo-deny-$version/bin/cargo-deny" "$path" ;;
+      cargo-deny) cargo_install cargo-deny cargo-deny "$version" ;;
       wasm-tools) cargo_install wasm-tools wasm-tools "$version" --no-default-features --features "$WASM_TOOLS_FEATURES" ;;
       wit-bindgen) cargo_install wit-bindgen-cli wit-bindgen "$version" --no-default-features --features c ;;
     esac
