@@ -14,10 +14,13 @@ RUN_ARGS ?= --leader-election=false
 # A static (musl) binary of this machine's architecture, as the image holds.
 STATIC_TARGET ?= $(shell uname -m)-unknown-linux-musl
 STATIC_OUT ?= $(TARGET_DIR)/static
-# The static binary's bytes do not depend on where the clone or the cargo home is (panic
-# messages name source files): the Dockerfile's build, in /src, gives the same bytes.
+# The static binary's bytes do not depend on where the clone, the cargo home or the target
+# directory is (panic messages name source files, build scripts' generated ones among them): the
+# Dockerfile's build, in /src, gives the same bytes. The target directory's mapping comes last,
+# so that it wins over the clone's for a target directory inside the clone.
 CARGO_HOME_DIR := $(or $(CARGO_HOME),$(HOME)/.cargo)
-STATIC_RUSTFLAGS := --remap-path-prefix=$(CURDIR)=/src --remap-path-prefix=$(CARGO_HOME_DIR)=/cargo
+STATIC_RUSTFLAGS := --remap-path-prefix=$(CURDIR)=/src --remap-path-prefix=$(CARGO_HOME_DIR)=/cargo \
+	--remap-path-prefix=$(abspath $(TARGET_DIR))=/target
 # `make image-oci`: the image as an OCI layout, without a container engine (hack/image-oci.sh).
 IMAGE_LAYOUT ?= $(TARGET_DIR)/image/oci
 # Images: `make image` pushes $(IMAGE); KinD gets $(KIND_IMAGE), loaded without a registry.
