@@ -14,7 +14,7 @@ use std::{
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::registry::Registry;
+use super::registry::{self, Registry};
 
 /// Where the kubelet mounts a pod's ServiceAccount token, CA and namespace.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -58,12 +58,9 @@ pub fn layout_digest(dir: &Path, tag: &str) -> String {
     tagged[0]["digest"].as_str().unwrap().to_owned()
 }
 
-/// The pinned oras of the tool cache (`hack/tools.sh oras`).
-pub fn oras() -> String {
-    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack/tools.sh");
-    let out = Command::new(tools).arg("oras").output().unwrap();
-    assert!(out.status.success(), "hack/tools.sh oras failed");
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+/// The pinned oras of the tool cache.
+fn oras() -> String {
+    registry::tool("oras").display().to_string()
 }
 
 /// A blob of an OCI layout, parsed.

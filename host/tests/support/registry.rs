@@ -18,15 +18,15 @@ pub struct Registry {
     child: Option<Child>,
 }
 
-/// The registry binary, installed into the tool cache on first use.
-fn binary() -> PathBuf {
+/// A pinned tool of `hack/tools.sh`, installed into the tool cache on first use.
+pub fn tool(name: &str) -> PathBuf {
     let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack/tools.sh");
     let out = Command::new(tools)
-        .arg("registry")
+        .arg(name)
         .stderr(Stdio::inherit())
         .output()
-        .expect("running hack/tools.sh registry");
-    assert!(out.status.success(), "hack/tools.sh registry failed");
+        .unwrap_or_else(|e| panic!("running hack/tools.sh {name}: {e}"));
+    assert!(out.status.success(), "hack/tools.sh {name} failed");
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
@@ -69,7 +69,7 @@ impl Registry {
             .append(true)
             .open(self.dir.join("log"))
             .unwrap();
-        let child = Command::new(binary())
+        let child = Command::new(tool("registry"))
             .arg("serve")
             .arg(self.dir.join("config.yml"))
             .env("OTEL_TRACES_EXPORTER", "none")
