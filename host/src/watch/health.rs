@@ -41,13 +41,28 @@ pub fn backoff() -> impl Backoff + 'static {
 }
 
 /// Whether a watch error is a `410`: the watcher lists again, which is routine.
-pub(crate) fn expired(error: &watcher::Error) -> bool {
+fn expired(error: &watcher::Error) -> bool {
     match error {
         watcher::Error::WatchError(status) => status.code == 410,
         watcher::Error::InitialListFailed(kube::Error::Api(status))
         | watcher::Error::WatchStartFailed(kube::Error::Api(status))
         | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 410,
         _ => false,
+    }
+}
+
+/// Counts one item of a watch stream in `progress`: an event (and, for the end of a list, the
+/// list's time), or an error; a `410` is routine and not counted.
+pub(crate) fn count<K>(progress: &WatchProgress, item: &Result<watcher::Event<K>, watcher::Error>) {
+    match item {
+        Ok(event) => {
+            progress.event();
+            if matches!(event, watcher::Event::InitDone) {
+                progress.listed(unix_now());
+            }
+        }
+        Err(e) if expired(e) => {}
+        Err(_) => progress.error(),
     }
 }
 
@@ -78,12 +93,9 @@ impl Health {
         &mut self,
         item: Result<watcher::Event<K>, watcher::Error>,
     ) -> Option<watcher::Event<K>> {
+        count(&self.progress, &item);
         match item {
             Ok(event) => {
-                self.progress.event();
-                if matches!(event, watcher::Event::InitDone) {
-                    self.progress.listed(unix_now());
-                }
                 self.ok();
                 Some(event)
             }
@@ -116,7 +128,6 @@ impl Health {
             );
             return;
         }
-        self.progress.error();
         self.recovery.unreachable();
         match &mut self.failing_since {
             Some((_, errors)) => {

@@ -208,23 +208,6 @@ async fn scan_dir(source: PluginSource, dir: Arc<Mutex<PluginDir>>, publisher: A
     }
 }
 
-/// Counts one item of the ConfigMap watch: an event, a completed list, a failure.
-fn progress_of(
-    progress: &crate::metrics::watch::WatchProgress,
-    item: &Result<watcher::Event<ConfigMap>, watcher::Error>,
-) {
-    match item {
-        Ok(event) => {
-            progress.event();
-            if matches!(event, watcher::Event::InitDone) {
-                progress.listed(crate::metrics::watch::unix_now());
-            }
-        }
-        Err(e) if super::health::expired(e) => {}
-        Err(_) => progress.error(),
-    }
-}
-
 /// Loads the ConfigMap's plugins at every change of it, and again while a plugin that failed
 /// (an artifact not fetched) is due another try, until the term ends. A deleted ConfigMap
 /// unloads its plugins, as a deleted file does.
@@ -249,7 +232,7 @@ async fn watch_configmap(
             Err(_) if publisher.tx.is_closed() => return,
             Err(_) if configmap.retry_due() => current.clone(),
             Err(_) => continue,
-            Ok(event) => match event.inspect(|e| progress_of(&progress, e)) {
+            Ok(event) => match event.inspect(|e| super::health::count(&progress, e)) {
                 None => return,
                 Some(Err(e)) => {
                     tracing::warn!(
