@@ -1,29 +1,93 @@
 #!/usr/bin/env bash
 # Checks that nothing of the local control plane or data plane is left on the machine (after
 # `make local-down`; .ci/run calls it after the tests and after the demo): no nsc-* network
-# namespace, no /etc/netns/nsc-* file, no process run from the binary cache (etcd, the API
-# server, kube-proxy, CoreDNS, cni-run, the CNI plugins), of the pod agent or of a pod's
-# container. Exit 1 naming what is left.
+# namespace, no /etc/netns/nsc-* file, and no process
+# - run from the binary cache (etcd, the API server, kube-proxy, CoreDNS, cni-run, the CNI
+#   plugins), of the pod agent or of a pod's container;
+# - of the controller: any executable named nad-service-controller (a cargo build's release/,
+#   the static build's static/, or the image's /nad-service-controller run by runc);
+# - of the node simulator: hack/node-sim's binary (release/ or debug/node-sim, as the demo runs
+#   it), or a test or bench binary that runs it in-process (cluster, dataplane, rbac, faults,
+#   controller_scale, controller_envelope in a cargo deps/ directory beside node-sim's library);
+# - of the CNCF distribution registry of hack/tools.sh (tools/bin/registry-<version>, which the
+#   OCI plugin tests and the RBAC test start).
+# Exit 1 naming what is left. Exit 2 when it cannot look (no `ip`, `ip netns list` failing, no
+# readable /proc, or processes whose executable it may not read, when not root): a check that
+# sees nothing must not pass.
+#
+# CHECK_CLEAN_PROC [/proc] is where processes are read from (another directory shows the exit 2).
 set -euo pipefail
 cache="${NAD_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/bin}"
+proc_root="${CHECK_CLEAN_PROC:-/proc}"
 left=()
 
+cannot_check() {
+  echo "check-clean: cannot check: $*" >&2
+  exit 2
+}
+
+command -v ip >/dev/null \
+  || cannot_check "ip (iproute2) is not installed, so the network namespaces cannot be listed: install iproute2 (apt-get install iproute2)"
+if ! namespaces="$(ip netns list 2>&1)"; then
+  cannot_check "\`ip netns list\` failed ($namespaces): run it by hand to see why"
+fi
 while read -r ns _; do
   [[ "$ns" == nsc-* ]] && left+=("network namespace $ns")
-done < <(ip netns list 2>/dev/null)
+done <<<"$namespaces"
 for f in /etc/netns/nsc-*; do
   [[ -e "$f" ]] && left+=("file $f")
 done
-for proc in /proc/[0-9]*; do
-  pid="${proc#/proc/}"
-  [[ "$pid" == "$$" ]] && continue
-  exe="$(readlink "$proc/exe" 2>/dev/null)" || continue
-  if [[ "$exe" == "$cache"/* || "$exe" == */release/pod-agent ]]; then
-    left+=("process $pid ($exe)")
-  elif tr '\0' '\n' <"$proc/environ" 2>/dev/null | grep -q '^POD_DIR='; then
-    left+=("process $pid ($exe, a pod's container)")
-  fi
+
+shopt -s nullglob
+procs=("$proc_root"/[0-9]*)
+shopt -u nullglob
+((${#procs[@]})) \
+  || cannot_check "$proc_root holds no process entries (not mounted, or not readable), so no leftover process can be seen: mount procfs there (mount -t proc proc /proc)"
+
+# This script and the ones that run it (which may have a pod's environment) are no leftovers.
+ancestors=" "
+pid=$$
+while [[ -n "$pid" && "$pid" != 0 && -r "$proc_root/$pid/status" ]]; do
+  ancestors+="$pid "
+  pid="$(sed -n 's/^PPid:[[:space:]]*//p' "$proc_root/$pid/status")"
 done
+# A process that exits during the scan is no leftover; one whose executable may not be read (another
+# user's, when not root) could be one. Kernel threads and zombies have no executable and an empty
+# command line. Root is not refused by the kernel but may be by a sandbox (pid 1 of some VMs).
+unreadable=()
+for proc in "${procs[@]}"; do
+  pid="${proc##*/}"
+  [[ "$ancestors" == *" $pid "* ]] && continue
+  if ! exe="$(readlink "$proc/exe" 2>/dev/null)"; then
+    first=""
+    IFS= read -r -d '' -n 1 first 2>/dev/null <"$proc/cmdline" || true
+    [[ -n "$first" && -d "$proc" ]] && unreadable+=("$pid")
+    continue
+  fi
+  # A process whose binary was rebuilt since it started.
+  exe="${exe% (deleted)}"
+  what=""
+  if [[ "$exe" == "$cache"/* ]]; then
+    what="the binary cache's"
+  elif [[ "$exe" == */release/pod-agent ]]; then
+    what="the pod agent"
+  elif [[ "${exe##*/}" == nad-service-controller ]]; then
+    what="the controller"
+  elif [[ "$exe" == */release/node-sim || "$exe" == */debug/node-sim ]]; then
+    what="the node simulator"
+  elif [[ "$exe" =~ /deps/(cluster|dataplane|rbac|faults|controller_scale|controller_envelope)-[0-9a-f]{16}$ ]] \
+    && compgen -G "${exe%/*}/libnode_sim-*" >/dev/null; then
+    what="a test running the node simulator"
+  elif [[ "$exe" == */nad-service-controller/tools/bin/registry-* ]]; then
+    what="the CNCF distribution registry"
+  elif tr '\0' '\n' 2>/dev/null <"$proc/environ" | grep -q '^POD_DIR='; then
+    what="a pod's container"
+  fi
+  [[ -n "$what" ]] && left+=("process $pid ($what: $exe)")
+done
+if ((EUID != 0 && ${#unreadable[@]})); then
+  cannot_check "the executables of ${#unreadable[@]} processes (pids ${unreadable[*]:0:5}${unreadable[5]:+ ...}) may not be read by uid $EUID, and the data plane's are root's: run it as root (sudo hack/check-clean.sh)"
+fi
 
 if ((${#left[@]})); then
   printf 'check-clean: left behind: %s\n' "${left[@]}" >&2
