@@ -1,6 +1,7 @@
 //! Reconcile errors: what failed, its cause, and how the controller reacts; and one-line
 //! descriptions of Kubernetes client errors (never a dump of the client's structs).
 
+use crate::reason::Reason;
 use std::time::Duration;
 
 use kube::runtime::watcher;
@@ -83,14 +84,14 @@ impl Category {
     }
 
     /// The Event reason shown by `kubectl describe service`.
-    pub fn event_reason(self) -> &'static str {
+    pub fn event_reason(self) -> Reason {
         match self {
             Category::PluginFailed | Category::PluginRejected | Category::PluginTask => {
-                "PluginFailed"
+                Reason::PluginFailed
             }
-            Category::UnknownPlugin => "UnknownPlugin",
-            Category::Apply | Category::Delete => "EndpointSliceWriteFailed",
-            Category::CachesNotReady => "NotReady",
+            Category::UnknownPlugin => Reason::UnknownPlugin,
+            Category::Apply | Category::Delete => Reason::EndpointSliceWriteFailed,
+            Category::CachesNotReady => Reason::NotReady,
         }
     }
 }
@@ -112,7 +113,7 @@ impl Error {
         self.category().metric_label()
     }
 
-    pub fn event_reason(&self) -> &'static str {
+    pub fn event_reason(&self) -> Reason {
         self.category().event_reason()
     }
 
@@ -328,7 +329,7 @@ mod tests {
         assert!(!e.is_transient());
         assert_eq!(retry_delay(&e, 1), Duration::from_secs(300));
         assert_eq!(e.metric_label(), "plugin_failed");
-        assert_eq!(e.event_reason(), "PluginFailed");
+        assert_eq!(e.event_reason(), Reason::PluginFailed);
         assert!(e.to_string().contains("plugin p"), "{e}");
         let refused = Error::from(Rejected {
             plugin: "p".into(),

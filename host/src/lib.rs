@@ -12,6 +12,7 @@
 //! - [`apply`]: the only writer (server-side apply, deletes), and the API's rules it checks;
 //! - [`plugin`]: the Wasm runtime that asks a Service's policy about its pods;
 //! - [`controller`]: the watches wired to the reconcile, for one term as leader;
+//! - [`reason`]: the one vocabulary of a Service's problems (Event reasons, metric labels);
 //! - the operational parts: [`cli`], [`leader`], [`metrics`], [`server`], [`telemetry`].
 
 pub mod apply;
@@ -23,6 +24,7 @@ pub mod input;
 pub mod leader;
 pub mod metrics;
 pub mod plugin;
+pub mod reason;
 pub mod reconcile;
 pub mod server;
 pub mod telemetry;

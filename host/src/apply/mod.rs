@@ -1,18 +1,35 @@
 //! The only writer: server-side apply of changed slices and deletion of unwanted ones, and
 //! the EndpointSlice API's rules, checked before anything is sent ([`validate`]).
+//!
+//! No write lands on an object this controller does not own:
+//! - a slice it saw is applied with the `resourceVersion` it saw (force takes over fields that
+//!   a hand edit took, and only of that version: had anyone changed the slice since, its
+//!   `managed-by` or `service-name` say, the API answers `409` and nothing is written);
+//! - a new slice is applied without force, so a slice of that name that this controller does
+//!   not manage, whose labels another field manager owns, is a conflict (`409`), not a take-over;
+//!   the slice then takes the next free name;
+//! - a delete is conditional on the uid and `resourceVersion` seen.
 
 pub mod validate;
+
+use std::collections::BTreeSet;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams},
+    api::{DeleteParams, Patch, PatchParams, Preconditions},
 };
 
-use crate::{error::Error, reconcile::slices::Changes};
+use crate::{
+    error::Error,
+    reconcile::slices::{self, Changes},
+};
 
 /// The one field manager this controller applies with.
 pub const FIELD_MANAGER: &str = "nad-service-controller.isim.dev";
+
+/// How many names a new slice tries when each is taken by an object of someone else.
+const NAME_TRIES: usize = 16;
 
 /// What a sync wrote: slice names with the generation the API server returned, and the writes
 /// that failed. Every write is attempted even when one fails.
@@ -21,6 +38,12 @@ pub struct Written {
     pub applied: Vec<(String, Option<i64>)>,
     pub deleted: Vec<String>,
     pub failed: Vec<Failed>,
+    /// Writes not made because the slice changed since it was seen (`409`): the watch brings
+    /// the change, and the next plan starts from it.
+    pub outdated: Vec<String>,
+    /// Names a new slice did not take because an object this controller does not manage has
+    /// them.
+    pub foreign: Vec<String>,
 }
 
 /// A write the API server did not take.
@@ -31,21 +54,38 @@ pub struct Failed {
     pub slice: Option<EndpointSlice>,
 }
 
+fn conflict(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 409)
+}
+
 /// Applies every changed slice and deletes the unwanted ones.
 pub async fn write(client: &Client, namespace: &str, changes: Changes) -> Written {
     let api: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
-    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let mut taken = changes.taken;
     let mut written = Written::default();
     for slice in changes.apply {
-        let name = slice.name_any();
-        match api.patch(&name, &params, &Patch::Apply(&slice)).await {
-            Ok(stored) => written.applied.push((name, stored.metadata.generation)),
-            Err(source) => {
+        let result = if slices::is_new(&slice) {
+            create(&api, slice, &mut taken, &mut written.foreign).await
+        } else {
+            let name = slice.name_any();
+            let params = PatchParams::apply(FIELD_MANAGER).force();
+            match api.patch(&name, &params, &Patch::Apply(&slice)).await {
+                Ok(stored) => Ok((name, stored.metadata.generation)),
+                Err(e) if conflict(&e) => {
+                    written.outdated.push(name);
+                    continue;
+                }
+                Err(source) => Err((slice, source)),
+            }
+        };
+        match result {
+            Ok(applied) => written.applied.push(applied),
+            Err((slice, source)) => {
                 let refused = crate::error::is_invalid(&source);
                 written.failed.push(Failed {
                     error: Error::Apply {
                         namespace: namespace.to_owned(),
-                        name,
+                        name: slice.name_any(),
                         source,
                     },
                     slice: refused.then_some(slice),
@@ -53,14 +93,22 @@ pub async fn write(client: &Client, namespace: &str, changes: Changes) -> Writte
             }
         }
     }
-    for name in changes.delete {
-        match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => written.deleted.push(name),
+    for seen in changes.delete {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: seen.uid,
+                resource_version: seen.resource_version,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&seen.name, &params).await {
+            Ok(_) => written.deleted.push(seen.name),
             Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) if conflict(&e) => written.outdated.push(seen.name),
             Err(source) => written.failed.push(Failed {
                 error: Error::Delete {
                     namespace: namespace.to_owned(),
-                    name,
+                    name: seen.name,
                     source,
                 },
                 slice: None,
@@ -68,6 +116,34 @@ pub async fn write(client: &Client, namespace: &str, changes: Changes) -> Writte
         }
     }
     written
+}
+
+/// Creates a new slice under its name or, while an object this controller does not manage
+/// holds that name, the next free one.
+async fn create(
+    api: &Api<EndpointSlice>,
+    mut slice: EndpointSlice,
+    taken: &mut BTreeSet<String>,
+    foreign: &mut Vec<String>,
+) -> Result<(String, Option<i64>), (EndpointSlice, kube::Error)> {
+    let params = PatchParams::apply(FIELD_MANAGER);
+    let mut tries = 0;
+    loop {
+        let name = slice.name_any();
+        match api.patch(&name, &params, &Patch::Apply(&slice)).await {
+            Ok(stored) => return Ok((name, stored.metadata.generation)),
+            Err(e) if conflict(&e) && tries + 1 < NAME_TRIES => {
+                tracing::info!(
+                    slice = %name,
+                    "an EndpointSlice this controller does not manage has this name; left alone, the new slice takes the next free name"
+                );
+                foreign.push(name);
+                slice.metadata.name = Some(slices::next_free_name(&slice, taken));
+                tries += 1;
+            }
+            Err(source) => return Err((slice, source)),
+        }
+    }
 }
 
 /// The pods a refused write concerns: those whose endpoints the refusal names (the API reports
@@ -126,6 +202,7 @@ mod tests {
     //! The request shape, checked against a mocked API (the behaviour is tested on a real API
     //! server by the integration tests).
     use super::*;
+    use crate::reconcile::slices::Seen;
     use http::{Method, Request, Response};
     use kube::client::Body;
 
@@ -142,8 +219,27 @@ mod tests {
         request.into_body().collect_bytes().await.unwrap().to_vec()
     }
 
+    fn status(code: u16, reason: &str, message: &str) -> Response<Body> {
+        let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": message, "reason": reason, "code": code});
+        Response::builder()
+            .status(code)
+            .body(Body::from(serde_json::to_vec(&status).unwrap()))
+            .unwrap()
+    }
+
+    fn seen(name: &str) -> Seen {
+        Seen {
+            name: name.into(),
+            uid: Some(format!("uid-{name}")),
+            resource_version: Some("7".into()),
+        }
+    }
+
+    /// A slice seen is applied with force over the version seen; a new one without force; a
+    /// delete is conditional on what was seen.
     #[tokio::test]
-    async fn applies_with_one_forced_field_manager_then_deletes() {
+    async fn updates_are_forced_over_the_version_seen_creates_are_not_deletes_are_conditional() {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let client = Client::new(service, "default");
         let server = tokio::spawn(async move {
@@ -160,37 +256,104 @@ mod tests {
             let body: serde_json::Value = serde_json::from_slice(&body_of(request).await).unwrap();
             assert_eq!(body["apiVersion"], "discovery.k8s.io/v1");
             assert_eq!(body["kind"], "EndpointSlice");
+            assert_eq!(body["metadata"]["resourceVersion"], "7");
             assert_eq!(body["endpoints"][0]["addresses"][0], "192.168.2.4");
             let reply = serde_json::to_vec(&slice("web-ipv4-0")).unwrap();
+            send.send_response(Response::new(Body::from(reply)));
+
+            let (request, send) = handle.next_request().await.unwrap();
+            assert_eq!(request.method(), Method::PATCH);
+            assert_eq!(
+                request.uri().to_string(),
+                "/apis/discovery.k8s.io/v1/namespaces/team-a/endpointslices/web-ipv4-1?&fieldManager=nad-service-controller.isim.dev",
+                "a new slice is not forced over an object of that name"
+            );
+            let body: serde_json::Value = serde_json::from_slice(&body_of(request).await).unwrap();
+            assert!(body["metadata"].get("resourceVersion").is_none());
+            let reply = serde_json::to_vec(&slice("web-ipv4-1")).unwrap();
             send.send_response(Response::new(Body::from(reply)));
 
             let (request, send) = handle.next_request().await.unwrap();
             assert_eq!(request.method(), Method::DELETE);
             assert_eq!(
                 request.uri().to_string(),
-                "/apis/discovery.k8s.io/v1/namespaces/team-a/endpointslices/web-ipv4-1?"
+                "/apis/discovery.k8s.io/v1/namespaces/team-a/endpointslices/web-ipv4-2?"
             );
-            let gone = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                "message": "not found", "reason": "NotFound", "code": 404});
-            send.send_response(
-                Response::builder()
-                    .status(404)
-                    .body(Body::from(serde_json::to_vec(&gone).unwrap()))
-                    .unwrap(),
+            let body: serde_json::Value = serde_json::from_slice(&body_of(request).await).unwrap();
+            assert_eq!(
+                body["preconditions"],
+                serde_json::json!({"uid": "uid-web-ipv4-2", "resourceVersion": "7"})
             );
+            send.send_response(status(404, "NotFound", "not found"));
         });
+        let mut update = slice("web-ipv4-0");
+        update.metadata.resource_version = Some("7".into());
         let changes = Changes {
-            apply: vec![slice("web-ipv4-0")],
-            delete: vec!["web-ipv4-1".into()],
+            apply: vec![update, slice("web-ipv4-1")],
+            delete: vec![seen("web-ipv4-2")],
             ..Changes::default()
         };
         let written = write(&client, "team-a", changes).await;
-        assert_eq!(written.applied, vec![("web-ipv4-0".into(), None)]);
+        assert_eq!(
+            written.applied,
+            vec![("web-ipv4-0".into(), None), ("web-ipv4-1".into(), None)]
+        );
         assert!(written.deleted.is_empty());
         assert!(
             written.failed.is_empty(),
             "a slice already gone is not an error"
         );
+        server.await.unwrap();
+    }
+
+    /// A name held by an object this controller does not manage (the apply conflicts) is left
+    /// to it: the new slice takes the next free name. A slice changed since it was seen is not
+    /// written, and that is no failure.
+    #[tokio::test]
+    async fn a_taken_name_is_left_alone_and_an_outdated_write_is_not_made() {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "default");
+        let server = tokio::spawn(async move {
+            let mut names = Vec::new();
+            for _ in 0..2 {
+                let (request, send) = handle.next_request().await.unwrap();
+                names.push(request.uri().path().rsplit('/').next().unwrap().to_owned());
+                if names.len() == 1 {
+                    send.send_response(status(409, "Conflict", "Apply failed with 1 conflict: conflict with \"kube-controller-manager\": .metadata.labels.endpointslice.kubernetes.io/managed-by"));
+                } else {
+                    let body: serde_json::Value =
+                        serde_json::from_slice(&body_of(request).await).unwrap();
+                    assert_eq!(body["metadata"]["name"], "web-ipv4-2");
+                    let reply = serde_json::to_vec(&slice("web-ipv4-2")).unwrap();
+                    send.send_response(Response::new(Body::from(reply)));
+                }
+            }
+            assert_eq!(names, ["web-ipv4-0", "web-ipv4-2"], "web-ipv4-1 is ours");
+            let (_, send) = handle.next_request().await.unwrap();
+            send.send_response(status(409, "Conflict", "the object has been modified"));
+            let (_, send) = handle.next_request().await.unwrap();
+            send.send_response(status(
+                409,
+                "Conflict",
+                "Precondition failed: UID in precondition",
+            ));
+        });
+        let mut new = slice("web-ipv4-0");
+        new.labels_mut()
+            .insert(slices::SERVICE_NAME_LABEL.into(), "web".into());
+        let mut outdated = slice("web-ipv4-1");
+        outdated.metadata.resource_version = Some("7".into());
+        let changes = Changes {
+            apply: vec![new, outdated],
+            delete: vec![seen("web-ipv4-3")],
+            taken: BTreeSet::from(["web-ipv4-0".into(), "web-ipv4-1".into()]),
+            ..Changes::default()
+        };
+        let written = write(&client, "team-a", changes).await;
+        assert_eq!(written.applied, vec![("web-ipv4-2".into(), None)]);
+        assert_eq!(written.foreign, ["web-ipv4-0"]);
+        assert_eq!(written.outdated, ["web-ipv4-1", "web-ipv4-3"]);
+        assert!(written.failed.is_empty(), "{:?}", written.failed);
         server.await.unwrap();
     }
 

@@ -360,7 +360,7 @@ mod tests {
         m.services.problems(
             "shop",
             "web",
-            services::Update::Failed(services::Problem::new("NotReady")),
+            services::Update::Failed(services::Problem::new(crate::reason::Reason::NotReady)),
         );
         assert!(m.encode().contains("reason=\"NotReady\""));
         m.end_term();

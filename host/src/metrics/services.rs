@@ -2,6 +2,7 @@
 //! pods (one series per Service and problem, present only while the problem lasts), and the
 //! endpoints its slices publish (summed over the Services).
 
+use crate::reason::Reason;
 use std::{
     collections::{BTreeSet, HashMap},
     sync::{Mutex, PoisonError},
@@ -29,19 +30,19 @@ pub struct ProblemLabels {
 /// One problem of a Service: its Event reason, and the plugin concerned (empty if none).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Problem {
-    pub reason: &'static str,
+    pub reason: Reason,
     pub plugin: String,
 }
 
 impl Problem {
-    pub fn new(reason: &'static str) -> Self {
+    pub fn new(reason: Reason) -> Self {
         Self {
             reason,
             plugin: String::new(),
         }
     }
 
-    pub fn of_plugin(reason: &'static str, plugin: &str) -> Self {
+    pub fn of_plugin(reason: Reason, plugin: &str) -> Self {
         Self {
             reason,
             plugin: plugin.to_owned(),
@@ -155,7 +156,7 @@ impl ServiceMetrics {
         let labels = |p: Problem| ProblemLabels {
             service_namespace: namespace.to_owned(),
             service_name: name.to_owned(),
-            reason: p.reason.to_owned(),
+            reason: p.reason.as_str().to_owned(),
             plugin: p.plugin,
         };
         for problem in removed {
@@ -222,15 +223,20 @@ mod tests {
 
     #[test]
     fn a_failure_adds_to_the_evaluated_problems_until_the_next_reconcile_ends_well() {
-        let network = Problem::new("NetworkNotFound");
-        let plugin = Problem::of_plugin("PluginFailed", "opt-out");
+        let network = Problem::new(Reason::NetworkNotFound);
+        let plugin = Problem::of_plugin(Reason::PluginFailed, "opt-out");
         let k = Known::default().apply(Update::Evaluated(set(std::slice::from_ref(&network))));
         let k = k.apply(Update::Failed(plugin.clone()));
         assert_eq!(k.shown(), set(&[network.clone(), plugin.clone()]));
-        let k = k.apply(Update::Failed(Problem::new("EndpointSliceWriteFailed")));
+        let k = k.apply(Update::Failed(Problem::new(
+            Reason::EndpointSliceWriteFailed,
+        )));
         assert_eq!(
             k.shown(),
-            set(&[network.clone(), Problem::new("EndpointSliceWriteFailed")]),
+            set(&[
+                network.clone(),
+                Problem::new(Reason::EndpointSliceWriteFailed)
+            ]),
             "only the last failure"
         );
         let k = k.apply(Update::Succeeded);
@@ -241,7 +247,11 @@ mod tests {
 
     #[test]
     fn the_diff_adds_new_and_removes_gone_problems_only() {
-        let (a, b, c) = (Problem::new("A"), Problem::new("B"), Problem::new("C"));
+        let (a, b, c) = (
+            Problem::new(Reason::PluginFailed),
+            Problem::new(Reason::NotReady),
+            Problem::new(Reason::EndpointLeftOut),
+        );
         let (added, removed) = diff(&set(&[a.clone(), b.clone()]), &set(&[b, c.clone()]));
         assert_eq!((added, removed), (vec![c], vec![a]));
     }
@@ -253,12 +263,12 @@ mod tests {
         m.problems(
             "shop",
             "web",
-            Update::Failed(Problem::of_plugin("PluginFailed", "opt-out")),
+            Update::Failed(Problem::of_plugin(Reason::PluginFailed, "opt-out")),
         );
         m.problems(
             "shop",
             "db",
-            Update::Evaluated(set(&[Problem::new("NetworkNotFound")])),
+            Update::Evaluated(set(&[Problem::new(Reason::NetworkNotFound)])),
         );
         let text = exposition(&registry);
         assert!(text.contains(
@@ -298,7 +308,7 @@ mod tests {
         m.problems(
             "shop",
             "web",
-            Update::Evaluated(set(&[Problem::new("NetworkNotFound")])),
+            Update::Evaluated(set(&[Problem::new(Reason::NetworkNotFound)])),
         );
         m.clear();
         assert_eq!(m.published.get(), 0);

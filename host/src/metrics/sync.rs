@@ -1,12 +1,17 @@
 //! The EndpointSlice sync metrics of Kubernetes' own EndpointSlice controller
 //! (`endpoint_slice_controller_*`), with the same suffixes, types, buckets and label values
 //! under this controller's prefix, so that dashboards built for upstream carry over.
+//!
+//! Kubernetes 1.38 renamed `endpoint_slice_controller_changes` to `..._changes_total` (the
+//! suffix a counter should have) and keeps the old name, deprecated, beside it: so do these,
+//! `changes` typed `unknown` (an OpenMetrics counter's samples must end in `_total`).
 
 use std::{collections::HashMap, sync::Mutex};
 
 use prometheus_client::{
-    encoding::EncodeLabelSet,
+    encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder},
     metrics::{
+        MetricType, TypedMetric,
         counter::Counter,
         family::Family,
         gauge::Gauge,
@@ -43,6 +48,25 @@ pub struct Changed {
     pub deleted: usize,
 }
 
+/// A counter exposed under its bare name, without `_total`, as an `unknown` metric: the
+/// deprecated name upstream still serves.
+#[derive(Debug, Default, Clone)]
+struct Unsuffixed(Counter);
+
+impl TypedMetric for Unsuffixed {
+    const TYPE: MetricType = MetricType::Unknown;
+}
+
+impl EncodeMetric for Unsuffixed {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.encode_gauge(&self.0.get())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
 pub struct SyncMetrics {
     endpoints_added_per_sync: Histogram,
     endpoints_removed_per_sync: Histogram,
@@ -50,6 +74,7 @@ pub struct SyncMetrics {
     num_endpoint_slices: Gauge,
     desired_endpoint_slices: Gauge,
     changes: Family<OperationLabels, Counter>,
+    changes_deprecated: Family<OperationLabels, Unsuffixed>,
     syncs: Family<SyncLabels, Counter>,
     per_service: Mutex<HashMap<(String, String), Figures>>,
 }
@@ -68,6 +93,7 @@ impl SyncMetrics {
             num_endpoint_slices: Gauge::default(),
             desired_endpoint_slices: Gauge::default(),
             changes: Family::default(),
+            changes_deprecated: Family::default(),
             syncs: Family::default(),
             per_service: Mutex::default(),
         };
@@ -102,15 +128,23 @@ impl SyncMetrics {
             metrics.changes.clone(),
         );
         registry.register(
+            "changes",
+            "Number of EndpointSlice changes. Deprecated in favor of \
+             nad_service_controller_changes_total (as upstream's endpoint_slice_controller_changes)",
+            metrics.changes_deprecated.clone(),
+        );
+        registry.register(
             "syncs",
             "Number of EndpointSlice syncs, by result (success, stale or error)",
             metrics.syncs.clone(),
         );
         // Known label values start at 0 (see `Metrics::default`).
         for operation in ["create", "update", "delete"] {
-            drop(metrics.changes.get_or_create(&OperationLabels {
+            let labels = OperationLabels {
                 operation: operation.to_owned(),
-            }));
+            };
+            drop(metrics.changes.get_or_create(&labels));
+            drop(metrics.changes_deprecated.get_or_create(&labels));
         }
         for result in ["success", "stale", "error"] {
             drop(metrics.syncs.get_or_create(&SyncLabels {
@@ -143,10 +177,13 @@ impl SyncMetrics {
             ("delete", changed.deleted),
         ] {
             if n > 0 {
-                self.changes
-                    .get_or_create(&OperationLabels {
-                        operation: operation.to_owned(),
-                    })
+                let labels = OperationLabels {
+                    operation: operation.to_owned(),
+                };
+                self.changes.get_or_create(&labels).inc_by(n as u64);
+                self.changes_deprecated
+                    .get_or_create(&labels)
+                    .0
                     .inc_by(n as u64);
             }
         }
@@ -189,6 +226,31 @@ impl SyncMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// As Kubernetes 1.38: `changes_total` and, deprecated, `changes`, with the same values.
+    #[test]
+    fn changes_are_counted_under_both_names() {
+        let mut registry = Registry::with_prefix("nad_service_controller");
+        let m = SyncMetrics::register(&mut registry);
+        m.changed(Changed {
+            created: 2,
+            updated: 1,
+            deleted: 0,
+        });
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "# TYPE nad_service_controller_changes counter",
+            "nad_service_controller_changes_total{operation=\"create\"} 2",
+            "nad_service_controller_changes_total{operation=\"delete\"} 0",
+            "# TYPE nad_service_controller_changes unknown",
+            "nad_service_controller_changes{operation=\"create\"} 2",
+            "nad_service_controller_changes{operation=\"update\"} 1",
+            "nad_service_controller_changes{operation=\"delete\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in:\n{text}");
+        }
+    }
 
     #[test]
     fn figures_are_summed_over_services_and_cleared_with_a_term() {

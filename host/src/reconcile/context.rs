@@ -1,5 +1,6 @@
 //! What a reconcile reads and writes through.
 
+use crate::reason::Reason;
 use std::{
     collections::BTreeSet,
     sync::{Arc, RwLock, RwLockReadGuard},
@@ -116,7 +117,7 @@ impl Context {
     }
 
     /// Publishes a Warning Event on the Service; a failure to publish is logged, not fatal.
-    pub async fn warn(&self, service: &Service, reason: &str, action: &str, note: String) {
+    pub async fn warn(&self, service: &Service, reason: Reason, action: &str, note: String) {
         self.events.warn(service, reason, action, note).await;
     }
 }

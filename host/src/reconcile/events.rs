@@ -6,6 +6,7 @@
 //! Here a Service's reason gets a recorder of its own, replaced when the note changes, so the
 //! same note repeats as a series and a new note is a new Event.
 
+use crate::reason::Reason;
 use std::{
     collections::HashMap,
     sync::{Mutex, PoisonError},
@@ -28,7 +29,7 @@ const NOTE_LIMIT: usize = 1024;
 /// Event starts a new series), so Services deleted long ago do not hold memory.
 const REMEMBERED: usize = 4096;
 
-type Key = (ObjectRef<Service>, String);
+type Key = (ObjectRef<Service>, Reason);
 
 pub struct Events {
     client: Client,
@@ -47,11 +48,11 @@ impl Events {
     }
 
     /// Publishes a Warning Event on the Service; a failure to publish is logged, not fatal.
-    pub async fn warn(&self, service: &Service, reason: &str, action: &str, note: String) {
+    pub async fn warn(&self, service: &Service, reason: Reason, action: &str, note: String) {
         let note = truncate(note, NOTE_LIMIT);
         let recorder = {
             let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
-            let key = (ObjectRef::from_obj(service), reason.to_owned());
+            let key = (ObjectRef::from_obj(service), reason);
             match last.get(&key) {
                 Some((previous, recorder)) if *previous == note => recorder.clone(),
                 _ => {
@@ -66,13 +67,13 @@ impl Events {
         };
         let event = Event {
             type_: EventType::Warning,
-            reason: reason.to_owned(),
+            reason: reason.as_str().to_owned(),
             note: Some(note),
             action: action.to_owned(),
             secondary: None,
         };
         if let Err(e) = recorder.publish(&event, &service.object_ref(&())).await {
-            tracing::warn!(service = %service.name_any(), reason, error = %describe(&e), "could not publish Event");
+            tracing::warn!(service = %service.name_any(), %reason, error = %describe(&e), "could not publish Event");
         }
     }
 }

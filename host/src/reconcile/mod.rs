@@ -26,6 +26,7 @@ pub use events::Events;
 #[cfg(test)]
 mod tests;
 
+use crate::reason::Reason;
 use std::{
     collections::BTreeSet,
     sync::Arc,
@@ -219,10 +220,11 @@ async fn plan_and_write(
                 problems.join("; ")
             );
             tracing::warn!(problems = ?problems, "Service cannot be served; its EndpointSlices are removed");
-            ctx.warn(service, "InvalidService", "Validate", note).await;
+            ctx.warn(service, Reason::InvalidService, "Validate", note)
+                .await;
             write::remove_all(ctx, service, &key, existing, "the Service is invalid").await?;
             ctx.forget(&key);
-            let invalid = BTreeSet::from([Problem::new("InvalidService")]);
+            let invalid = BTreeSet::from([Problem::new(Reason::InvalidService)]);
             return Ok((Action::await_change(), Update::Evaluated(invalid)));
         }
     };
@@ -266,10 +268,10 @@ async fn plan_and_write(
     report::decided(ctx, service, &decided).await;
     let mut found = BTreeSet::new();
     if decided.load_warning.is_some() {
-        found.insert(Problem::of_plugin("PluginLoadFailed", &plugin));
+        found.insert(Problem::of_plugin(Reason::PluginLoadFailed, &plugin));
     }
     if decided.fell_back.is_some() {
-        found.insert(Problem::of_plugin("PluginFallback", &plugin));
+        found.insert(Problem::of_plugin(Reason::PluginFallback, &plugin));
     }
     if let Some(remembered) = decided.remembered.take() {
         ctx.book.lock().remember(&key, remembered);
@@ -306,9 +308,9 @@ async fn plan_and_write(
     )
     .await;
     for (reason, present) in [
-        ("NetworkNotFound", missing.is_some()),
-        ("DuplicateAddress", !desired.conflicts.is_empty()),
-        ("EndpointLeftOut", !desired.dropped.is_empty()),
+        (Reason::NetworkNotFound, missing.is_some()),
+        (Reason::DuplicateAddress, !desired.conflicts.is_empty()),
+        (Reason::EndpointLeftOut, !desired.dropped.is_empty()),
     ] {
         if present {
             found.insert(Problem::new(reason));
@@ -334,6 +336,7 @@ async fn plan_and_write(
         slices: count(changes.unchanged + changes.apply.len()),
     };
     let mut held_back = write::hold_back(ctx, service, &key, &mut changes).await;
+    let mut outdated = false;
     if changes.is_empty() {
         tracing::debug!(
             endpoints = included.len(),
@@ -357,6 +360,7 @@ async fn plan_and_write(
             "EndpointSlices updated"
         );
         held_back += written.refused;
+        outdated = written.outdated > 0;
     }
     ctx.metrics
         .sync
@@ -366,9 +370,15 @@ async fn plan_and_write(
     book.state(&key).node_retry = retry;
     if held_back > 0 {
         book.replan(&key);
-        found.insert(Problem::new("EndpointSliceRefused"));
+        found.insert(Problem::new(Reason::EndpointSliceRefused));
     }
-    let next = Action::requeue(if retry { NODE_RETRY } else { RESYNC });
+    let next = Action::requeue(if outdated {
+        STALE_RETRY
+    } else if retry {
+        NODE_RETRY
+    } else {
+        RESYNC
+    });
     Ok((next, Update::Evaluated(found)))
 }
 

@@ -1,6 +1,7 @@
 //! What a reconcile tells the operator: Events and metrics of the decision, and the
 //! Service's input problems, each once while it lasts.
 
+use crate::reason::Reason;
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::ObjectRef;
 
@@ -15,7 +16,7 @@ use crate::{
 pub async fn decided(ctx: &Context, service: &Service, decided: &Decided) {
     ctx.metrics.plugin_calls(&decided.calls);
     if let Some(warning) = &decided.load_warning {
-        ctx.warn(service, "PluginLoadFailed", "Load", warning.clone())
+        ctx.warn(service, Reason::PluginLoadFailed, "Load", warning.clone())
             .await;
     }
     if let Some(reason) = &decided.fell_back {
@@ -27,7 +28,8 @@ pub async fn decided(ctx: &Context, service: &Service, decided: &Decided) {
         let note = format!(
             "{reason}; decided by the built-in default plugin instead (failure policy: fallback)"
         );
-        ctx.warn(service, "PluginFallback", "Evaluate", note).await;
+        ctx.warn(service, Reason::PluginFallback, "Evaluate", note)
+            .await;
     }
 }
 
@@ -98,7 +100,8 @@ pub async fn problems(
                      publishes it. Give each pod its own address (check static IPAM settings)",
                     conflict.address, conflict.kept, conflict.left_out, conflict.kept
                 );
-                ctx.warn(service, "DuplicateAddress", "Plan", note).await;
+                ctx.warn(service, Reason::DuplicateAddress, "Plan", note)
+                    .await;
             }
             Problem::NetworkNotFound { network, closest } => {
                 let missing = Missing { network, closest };
@@ -115,7 +118,8 @@ pub async fn problems(
                     "{}: {missing}: {fix}; its EndpointSlices are kept until then",
                     key.name
                 );
-                ctx.warn(service, "NetworkNotFound", "Validate", note).await;
+                ctx.warn(service, Reason::NetworkNotFound, "Validate", note)
+                    .await;
             }
         }
     }

@@ -10,6 +10,13 @@
 //!   two).
 //!
 //! So one added or removed pod costs one slice write, whatever the Service's size. Pure.
+//!
+//! Every write says what it was planned against, so that it never lands on an object this
+//! controller does not own: a slice that exists is written with the `resourceVersion` it was
+//! seen with (someone who changed it since, its `managed-by` say, makes the write fail, and the
+//! next plan sees the change), and a new slice carries none, which the writer sends as a
+//! create that never takes over an existing object of that name ([`crate::apply`] then tries
+//! [`next_free_name`]).
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
@@ -42,10 +49,13 @@ pub const MAX_ENDPOINTS_PER_SLICE: usize = 1000;
 /// The writes that turn a Service's slices into what [`Desired`] asks for.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Changes {
-    /// Slices to server-side apply (created or updated), whole.
+    /// Slices to server-side apply, whole: with the `resourceVersion` of the slice they update,
+    /// or without one when they are new.
     pub apply: Vec<EndpointSlice>,
-    /// Names of slices that are no longer wanted.
-    pub delete: Vec<String>,
+    /// Slices that are no longer wanted, as they were seen.
+    pub delete: Vec<Seen>,
+    /// The names the Service's slices have (a new slice takes none of them).
+    pub taken: BTreeSet<String>,
     /// Slices already as desired: no write.
     pub unchanged: usize,
     /// Endpoints that are new in this pass.
@@ -58,6 +68,30 @@ impl Changes {
     pub fn is_empty(&self) -> bool {
         self.apply.is_empty() && self.delete.is_empty()
     }
+}
+
+/// A slice as this controller last saw it: a write or delete of it is conditional on it being
+/// still so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub name: String,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+impl Seen {
+    pub fn of(slice: &EndpointSlice) -> Self {
+        Seen {
+            name: slice.name_any(),
+            uid: slice.uid(),
+            resource_version: slice.resource_version(),
+        }
+    }
+}
+
+/// Whether `slice` is a new slice (to be created) rather than an update of one seen.
+pub fn is_new(slice: &EndpointSlice) -> bool {
+    slice.metadata.resource_version.is_none()
 }
 
 /// The labels every slice of `target` carries: the Service's own, then this controller's.
@@ -256,7 +290,8 @@ fn name_and_build(
     changes: &mut Changes,
 ) {
     // Names stay taken while a slice of that name exists, even one being deleted.
-    let mut taken: BTreeSet<String> = existing.iter().map(|s| s.name_any()).collect();
+    let taken = &mut changes.taken;
+    taken.extend(existing.iter().map(|s| s.name_any()));
     let mut reusable = obsolete.iter().copied().collect::<VecDeque<_>>();
     for slice in &working {
         if !slice.changed {
@@ -265,7 +300,7 @@ fn name_and_build(
         }
         let (name, previous) = match slice.base.or_else(|| reusable.pop_front()) {
             Some(previous) => (previous.name_any(), Some(previous)),
-            None => (fresh_name(target, slice.family, &mut taken), None),
+            None => (fresh_name(&target.name, slice.family, taken), None),
         };
         let time = trigger.map(|t| t.to_string()).or_else(|| {
             previous?
@@ -273,24 +308,42 @@ fn name_and_build(
                 .get(TRIGGER_TIME_ANNOTATION)
                 .cloned()
         });
-        changes.apply.push(build(target, name, slice, time));
+        let seen = previous.and_then(|p| p.resource_version());
+        changes.apply.push(build(target, name, seen, slice, time));
     }
-    changes.delete = reusable.iter().map(|s| s.name_any()).collect();
+    changes.delete = reusable.iter().map(|s| Seen::of(s)).collect();
 }
 
 /// `<service>-<ipv4|ipv6>-<n>` with the smallest `n` not taken.
-fn fresh_name(target: &ServiceTarget, family: Family, taken: &mut BTreeSet<String>) -> String {
+fn fresh_name(service: &str, family: Family, taken: &mut BTreeSet<String>) -> String {
     let name = (0..)
-        .map(|n| format!("{}-{}-{n}", target.name, family.slug()))
+        .map(|n| format!("{service}-{}-{n}", family.slug()))
         .find(|name| !taken.contains(name))
         .unwrap_or_default();
     taken.insert(name.clone());
     name
 }
 
+/// The name a new slice takes when its own turns out to belong to an object this controller
+/// does not manage (one its watch does not show): the next one not in `taken`, which gains it.
+pub fn next_free_name(slice: &EndpointSlice, taken: &mut BTreeSet<String>) -> String {
+    let family = match slice.address_type.as_str() {
+        "IPv6" => Family::V6,
+        _ => Family::V4,
+    };
+    let service = slice
+        .labels()
+        .get(SERVICE_NAME_LABEL)
+        .cloned()
+        .unwrap_or_default();
+    taken.insert(slice.name_any());
+    fresh_name(&service, family, taken)
+}
+
 fn build(
     target: &ServiceTarget,
     name: String,
+    resource_version: Option<String>,
     slice: &Working<'_>,
     trigger_time: Option<String>,
 ) -> EndpointSlice {
@@ -298,6 +351,7 @@ fn build(
         metadata: ObjectMeta {
             name: Some(name),
             namespace: Some(target.namespace.clone()),
+            resource_version,
             labels: Some(slice_labels(target)),
             annotations: trigger_time
                 .map(|t| BTreeMap::from([(TRIGGER_TIME_ANNOTATION.to_owned(), t)])),
@@ -401,8 +455,8 @@ mod tests {
     fn after(existing: &[Arc<EndpointSlice>], changes: &Changes) -> Vec<Arc<EndpointSlice>> {
         let mut out: BTreeMap<String, Arc<EndpointSlice>> =
             existing.iter().map(|s| (s.name_any(), s.clone())).collect();
-        for name in &changes.delete {
-            out.remove(name);
+        for gone in &changes.delete {
+            out.remove(&gone.name);
         }
         for slice in stored(&changes.apply) {
             out.insert(slice.name_any(), slice);
@@ -540,7 +594,17 @@ mod tests {
         assert_eq!((changes.added, changes.removed), (0, 1));
 
         let changes = place_all(&desired(endpoints[..1].to_vec()), &existing);
-        assert_eq!(changes.delete, ["web-ipv4-1", "web-ipv4-2"]);
+        let deleted: Vec<_> = changes.delete.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(deleted, ["web-ipv4-1", "web-ipv4-2"]);
+        assert_eq!(
+            changes.delete[0],
+            Seen {
+                name: "web-ipv4-1".into(),
+                uid: Some("uid-web-ipv4-1".into()),
+                resource_version: Some("42".into()),
+            },
+            "deleted only as it was seen"
+        );
         assert_eq!(changes.apply.len(), 1, "the first slice shrinks");
         let changes = place_all(&desired(vec![]), &existing);
         assert_eq!(changes.delete.len(), 3);
@@ -639,7 +703,7 @@ mod tests {
     }
 
     #[test]
-    fn foreign_and_terminating_slices_are_left_alone_and_keep_their_names() {
+    fn terminating_slices_are_left_alone_and_keep_their_names() {
         let want = desired(pods(0..3));
         let mut doomed = (*stored(&place_all(&want, &[]).apply)[0]).clone();
         doomed.metadata.deletion_timestamp = Some(
@@ -652,5 +716,89 @@ mod tests {
             "web-ipv4-1",
             "the name is still taken"
         );
+    }
+
+    /// A slice that exists is written only as it was seen; a new one carries no
+    /// resourceVersion, which the writer sends as a create.
+    #[test]
+    fn writes_are_conditional_on_the_slice_as_it_was_seen() {
+        let existing = stored(&place_all(&desired(pods(0..150)), &[]).apply);
+        assert!(
+            place_all(&desired(pods(0..150)), &[])
+                .apply
+                .iter()
+                .all(is_new)
+        );
+        let mut endpoints = pods(0..150);
+        endpoints[0] = endpoint("p0000", "10.0.0.1", false);
+        endpoints.extend(pods(150..260));
+        let changes = place_all(&desired(endpoints), &existing);
+        let seen: Vec<_> = changes
+            .apply
+            .iter()
+            .map(|s| (s.name_any(), s.resource_version()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("web-ipv4-0".into(), Some("42".into())),
+                ("web-ipv4-1".into(), Some("42".into())),
+                ("web-ipv4-2".into(), None),
+            ]
+        );
+        assert_eq!(
+            changes.taken,
+            BTreeSet::from([
+                "web-ipv4-0".into(),
+                "web-ipv4-1".into(),
+                "web-ipv4-2".into()
+            ])
+        );
+        // A new slice that takes over an obsolete one's name updates that one.
+        let moved = place(
+            &target("team-a/m"),
+            &desired_with(pods(0..50), vec![http(8080)]),
+            &existing[..1],
+            100,
+            None,
+        );
+        assert_eq!(moved.apply[0].resource_version().as_deref(), Some("42"));
+    }
+
+    #[test]
+    fn a_taken_name_gives_the_next_free_one() {
+        let changes = place_all(&desired(pods(0..3)), &[]);
+        let mut slice = changes.apply[0].clone();
+        let mut taken = changes.taken;
+        assert_eq!(next_free_name(&slice, &mut taken), "web-ipv4-1");
+        slice.metadata.name = Some("web-ipv4-1".into());
+        taken.insert("web-ipv4-2".into());
+        assert_eq!(next_free_name(&slice, &mut taken), "web-ipv4-3");
+        slice.address_type = "IPv6".into();
+        assert_eq!(next_free_name(&slice, &mut taken), "web-ipv6-0");
+    }
+
+    #[test]
+    fn a_slice_of_another_controller_is_not_this_controllers() {
+        let mut foreign = (*stored(&place_all(&desired(pods(0..1)), &[]).apply)[0]).clone();
+        foreign.labels_mut().insert(
+            MANAGED_BY_LABEL.into(),
+            "endpointslice-controller.k8s.io".into(),
+        );
+        assert!(!is_managed_slice_of(&foreign, "web"));
+    }
+
+    /// kubernetes#136502: the API returns a slice written with `ports: []` without ports; a
+    /// Service without ports must not see that as a change.
+    #[test]
+    fn a_service_without_ports_is_not_rewritten_for_a_missing_empty_port_list() {
+        let want = desired_with(pods(0..3), vec![]);
+        let written = place_all(&want, &[]).apply;
+        assert_eq!(written[0].ports, Some(vec![]));
+        let mut returned = (*stored(&written)[0]).clone();
+        returned.ports = None;
+        let changes = place_all(&want, &[Arc::new(returned)]);
+        assert!(changes.is_empty(), "{changes:?}");
+        assert_eq!(changes.unchanged, 1);
     }
 }

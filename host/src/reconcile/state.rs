@@ -132,10 +132,12 @@ impl ServiceState {
     }
 }
 
-/// A hash of a slice's content, stable within this process. The trigger time is left out:
-/// it is when the write was caused, not what it holds.
+/// A hash of a slice's content, stable within this process. The trigger time and the
+/// resourceVersion it was planned against are left out: they are when and over what the write
+/// was made, not what it holds.
 fn fingerprint(slice: &EndpointSlice) -> u64 {
     let mut content = slice.clone();
+    content.metadata.resource_version = None;
     if let Some(annotations) = content.metadata.annotations.as_mut() {
         annotations.remove(TRIGGER_TIME_ANNOTATION);
         if annotations.is_empty() {
@@ -264,6 +266,11 @@ mod tests {
         assert!(
             s.was_refused(&later),
             "the same content caused by a later change"
+        );
+        later.metadata.resource_version = Some("43".into());
+        assert!(
+            s.was_refused(&later),
+            "the same content over a later version of the slice"
         );
         s.accepted("web-ipv4-0");
         assert!(!s.was_refused(&slice("10.0.0.1")));

@@ -56,6 +56,8 @@ fn built_in() -> Plugins {
 enum Call {
     /// A server-side apply of this slice; answered with what was sent, at generation 1.
     Apply(&'static str),
+    /// A server-side apply of this slice, answered `409`: it changed since it was seen.
+    Outdated(&'static str),
     /// A delete of this slice.
     Delete(&'static str),
     /// A Warning Event with this reason.
@@ -74,7 +76,18 @@ async fn verify(mut handle: Handle<Request<Body>, Response<Body>>, calls: Vec<Ca
         let body = request.into_body().collect_bytes().await.unwrap();
         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let slices = "/apis/discovery.k8s.io/v1/namespaces/ns/endpointslices";
+        let mut code = 200;
         let answer = match &call {
+            Call::Outdated(name) => {
+                assert_eq!(
+                    (&method, path.as_str()),
+                    (&Method::PATCH, &*format!("{slices}/{name}"))
+                );
+                assert!(body["metadata"]["resourceVersion"].is_string(), "{body}");
+                code = 409;
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409,
+                    "reason": "Conflict", "message": "the object has been modified"})
+            }
             Call::Apply(name) => {
                 assert_eq!(
                     (&method, path.as_str()),
@@ -100,9 +113,12 @@ async fn verify(mut handle: Handle<Request<Body>, Response<Body>>, calls: Vec<Ca
             }
         };
         sent.push(body);
-        reply.send_response(Response::new(Body::from(
-            serde_json::to_vec(&answer).unwrap(),
-        )));
+        reply.send_response(
+            Response::builder()
+                .status(code)
+                .body(Body::from(serde_json::to_vec(&answer).unwrap()))
+                .unwrap(),
+        );
     }
     if let Some((request, _)) = handle.next_request().await {
         panic!("unexpected call: {} {}", request.method(), request.uri());
@@ -188,6 +204,7 @@ impl Harness {
             let mut slice: EndpointSlice = serde_json::from_value(body.clone()).unwrap();
             slice.metadata.generation = Some(1);
             slice.metadata.uid = Some(format!("uid-{}", slice.name_any()));
+            slice.metadata.resource_version = Some("1".into());
             self.store_slice(slice);
         }
     }
@@ -230,6 +247,10 @@ impl Harness {
         metric(&self.ctx.metrics, name)
     }
 
+    fn metric_once(&self, name: &str) -> Option<u64> {
+        metric_once(&self.ctx.metrics, name)
+    }
+
     /// The Service's problem series: `reason` or `reason/plugin`.
     fn problems(&self) -> Vec<String> {
         let text = self.ctx.metrics.encode();
@@ -258,13 +279,45 @@ impl Harness {
     }
 }
 
+/// The value of the first series `name` (a metric, or a metric with its labels); a series
+/// that is not there fails the test rather than reading as 0.
 fn metric(metrics: &Metrics, name: &str) -> u64 {
+    metric_once(metrics, name)
+        .unwrap_or_else(|| panic!("no series {name} in:\n{}", metrics.encode()))
+}
+
+/// The value of the first series `name`, if there is one.
+fn metric_once(metrics: &Metrics, name: &str) -> Option<u64> {
     metrics
         .encode()
         .lines()
-        .find(|l| l.starts_with(name))
+        .find(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0)
+}
+
+#[test]
+fn a_missing_series_fails_instead_of_reading_zero() {
+    let metrics = Metrics::default();
+    assert_eq!(
+        metric(
+            &metrics,
+            "nad_service_controller_changes_total{operation=\"create\"}"
+        ),
+        0
+    );
+    let read = |name: &'static str| {
+        let metrics = std::panic::AssertUnwindSafe(&metrics);
+        std::panic::catch_unwind(move || metric(&metrics, name))
+    };
+    assert!(read("nad_service_controller_no_such_total").is_err());
+    let prefix = read("nad_service_controller_change");
+    assert!(
+        prefix.is_err(),
+        "a prefix of a metric's name is not that metric"
+    );
 }
 
 fn key() -> ObjectRef<Service> {
@@ -314,7 +367,7 @@ fn addresses(sent: &Value) -> BTreeMap<String, bool> {
 
 fn a_slice(name: &str) -> EndpointSlice {
     serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "generation": 1,
+        "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "generation": 1, "resourceVersion": "1",
             "labels": {"endpointslice.kubernetes.io/managed-by": "nad-service-controller.isim.dev",
                        "kubernetes.io/service-name": "web"}},
         "addressType": "IPv4", "endpoints": [{"addresses": ["192.168.2.1"]}]}))
@@ -613,8 +666,9 @@ async fn a_trapping_plugin_under_each_policy() {
         };
         assert_eq!(h.problems(), [problem], "{policy:?}");
         assert_eq!(
-            h.metric("nad_service_controller_plugin_fallbacks_total"),
-            u64::from(writes)
+            h.metric_once("nad_service_controller_plugin_fallbacks_total"),
+            writes.then_some(1),
+            "{policy:?}: a fallback is counted, and no series exists without one"
         );
     }
 }
@@ -645,6 +699,33 @@ async fn a_slice_edited_by_hand_is_restored_without_asking_the_plugin() {
     assert_eq!(
         h.metric("nad_service_controller_plugin_evaluated_pods_total"),
         evaluated
+    );
+}
+
+/// A slice changed by someone between the plan and the write is not written over: no failure,
+/// no Event, and the Service is planned again from the change.
+#[tokio::test]
+async fn a_slice_changed_since_it_was_seen_is_not_written_over() {
+    let mut h = Harness::new(built_in());
+    let web = headless(json!({}));
+    h.pod("web-a", "web", true, "n1");
+    h.everything_changed();
+    let (_, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    h.stored(&sent);
+    h.pod("web-b", "web", true, "n1");
+    let (result, _) = h.reconcile(&web, vec![Call::Outdated("web-ipv4-0")]).await;
+    assert_eq!(result.unwrap(), Action::requeue(STALE_RETRY));
+    assert!(h.problems().is_empty(), "{:?}", h.problems());
+    assert_eq!(
+        h.metric("nad_service_controller_reconciles_total{result=\"ok\"}"),
+        2
+    );
+    let (result, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    result.unwrap();
+    assert_eq!(
+        addresses(&sent[0]).len(),
+        2,
+        "planned again, web-b included"
     );
 }
 
@@ -702,4 +783,26 @@ async fn a_missing_network_is_warned_about_once_and_the_slices_are_kept() {
         .await;
     result.unwrap();
     assert!(h.problems().is_empty(), "{:?}", h.problems());
+}
+
+/// A slice held back by this controller's own check of the API's rules tells the Service and
+/// the metrics one and the same reason.
+#[tokio::test]
+async fn a_slice_the_api_would_refuse_is_held_back_under_one_reason() {
+    let mut h = Harness::new(built_in());
+    h.pod("web-a", "web", true, "n1");
+    h.everything_changed();
+    let mut svc = headless(json!({}));
+    // Copied to the slice, where the API refuses it (this Service never passed validation).
+    svc.labels_mut()
+        .insert("example.com/team".into(), "not a label value".into());
+    let (result, _) = h
+        .reconcile(&svc, vec![Call::Event("EndpointSliceRefused")])
+        .await;
+    result.unwrap();
+    assert_eq!(h.problems(), ["EndpointSliceRefused"]);
+    assert_eq!(
+        h.metric("nad_service_controller_endpointslice_refused_total{by=\"precheck\"}"),
+        1
+    );
 }

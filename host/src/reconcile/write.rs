@@ -1,12 +1,16 @@
 //! Writing a reconcile's changes: what must not be sent, the writes, and the bookkeeping of
 //! what was written and what failed.
 
+use crate::reason::Reason;
 use std::sync::Arc;
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{ResourceExt, runtime::reflector::ObjectRef};
 
-use super::{Context, slices::Changes};
+use super::{
+    Context,
+    slices::{Changes, Seen},
+};
 use crate::{
     apply::{self, validate},
     error::{Error, describe},
@@ -40,8 +44,8 @@ pub async fn hold_back(
             refused_now.push((slice.name_any(), violations));
             false
         });
-        for name in &changes.delete {
-            state.accepted(name);
+        for seen in &changes.delete {
+            state.accepted(&seen.name);
         }
     }
     for (slice, violations) in refused_now {
@@ -54,7 +58,7 @@ pub async fn hold_back(
         tracing::error!(%slice, violations = %text, "EndpointSlice held back: the API would refuse it (a bug: please report it)");
         ctx.warn(
             service,
-            "EndpointSliceInvalid",
+            Reason::EndpointSliceRefused,
             "Apply",
             format!("EndpointSlice {slice} was not written: {text}. This is a bug in nad-service-controller; please report it"),
         )
@@ -69,6 +73,8 @@ pub struct Written {
     pub deleted: Vec<String>,
     /// Slices the API refused (`422`): not sent again until their content changes.
     pub refused: usize,
+    /// Writes not made because the slice changed since it was planned: planned again.
+    pub outdated: usize,
 }
 
 /// Writes the changes, counting them and recording what the cache should show afterwards.
@@ -116,6 +122,10 @@ pub async fn write(
             state.accepted(slice);
         }
     }
+    if !written.outdated.is_empty() {
+        tracing::debug!(slices = ?written.outdated, "EndpointSlices changed since they were planned; planning again from the change");
+        ctx.book.lock().replan(key);
+    }
     let mut refused = 0;
     let mut first_error = None;
     for failed in written.failed {
@@ -136,6 +146,7 @@ pub async fn write(
             applied: written.applied.into_iter().map(|(n, _)| n).collect(),
             deleted: written.deleted,
             refused,
+            outdated: written.outdated.len(),
         }),
     }
 }
@@ -151,7 +162,7 @@ pub async fn remove_all(
         return Ok(());
     }
     let changes = Changes {
-        delete: existing.iter().map(|s| s.name_any()).collect(),
+        delete: existing.iter().map(|s| Seen::of(s)).collect(),
         removed: existing
             .iter()
             .map(|s| s.endpoints.as_ref().map_or(0, Vec::len))
@@ -187,7 +198,7 @@ async fn report_refusal(
     );
     ctx.warn(
         service,
-        "EndpointSliceRefused",
+        Reason::EndpointSliceRefused,
         "Apply",
         format!(
             "the API server refused EndpointSlice {} ({}); pods concerned: {}. This is a bug in \

@@ -1,0 +1,83 @@
+//! The one vocabulary of what can be wrong with a Service: each reason is the Event's reason
+//! (`kubectl describe service`) and the `reason` label of the `service_problem` metric, so an
+//! alert and the Event it points to always say the same.
+
+use std::fmt;
+
+/// Why a Service's EndpointSlices do not (or may not) follow its pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reason {
+    /// The Service's plugin failed or refused to decide (its slices stay as last applied).
+    PluginFailed,
+    /// The Service names a plugin that is not loaded.
+    UnknownPlugin,
+    /// A version of the Service's plugin did not load; the last good one serves.
+    PluginLoadFailed,
+    /// The plugin failed and the configured fallback decided instead.
+    PluginFallback,
+    /// No NetworkAttachmentDefinition of the Service's network exists.
+    NetworkNotFound,
+    /// The Service cannot be served (not headless, has a selector, ExternalName, ...).
+    InvalidService,
+    /// Two pods have the same address on the network.
+    DuplicateAddress,
+    /// An endpoint was left out (an address the EndpointSlice API rejects, ...).
+    EndpointLeftOut,
+    /// A slice was not written because the API refuses it: held back by this controller's
+    /// own check of the API's rules, or refused by the API server (`422`). A bug here.
+    EndpointSliceRefused,
+    /// A write or delete failed (the API unreachable, say): retried.
+    EndpointSliceWriteFailed,
+    /// The controller's caches are not ready.
+    NotReady,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 11] = [
+        Reason::PluginFailed,
+        Reason::UnknownPlugin,
+        Reason::PluginLoadFailed,
+        Reason::PluginFallback,
+        Reason::NetworkNotFound,
+        Reason::InvalidService,
+        Reason::DuplicateAddress,
+        Reason::EndpointLeftOut,
+        Reason::EndpointSliceRefused,
+        Reason::EndpointSliceWriteFailed,
+        Reason::NotReady,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::PluginFailed => "PluginFailed",
+            Reason::UnknownPlugin => "UnknownPlugin",
+            Reason::PluginLoadFailed => "PluginLoadFailed",
+            Reason::PluginFallback => "PluginFallback",
+            Reason::NetworkNotFound => "NetworkNotFound",
+            Reason::InvalidService => "InvalidService",
+            Reason::DuplicateAddress => "DuplicateAddress",
+            Reason::EndpointLeftOut => "EndpointLeftOut",
+            Reason::EndpointSliceRefused => "EndpointSliceRefused",
+            Reason::EndpointSliceWriteFailed => "EndpointSliceWriteFailed",
+            Reason::NotReady => "NotReady",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_reason_has_a_name_of_its_own() {
+        let names: std::collections::BTreeSet<_> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names.len(), Reason::ALL.len());
+        assert!(names.iter().all(|n| n.chars().all(char::is_alphanumeric)));
+    }
+}
