@@ -2,7 +2,8 @@
 //! objects, real watches, the real garbage collector, the controller running in-process.
 //!
 //! Each test gets its own namespace and its own controller watching only that namespace; the
-//! node simulator plays scheduler, kubelet and Multus for the test's pods.
+//! node simulator plays scheduler, kubelet and Multus for the test's pods. A controller that
+//! watches every namespace has a test binary of its own (`cluster_wide.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
@@ -31,7 +32,7 @@ use nad_service_controller::{
         oci::{OciRef, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryOptions},
         prepare,
     },
-    reconcile::slices::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL},
+    reconcile::slices::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, is_managed_slice_of},
     watch::plugin_dir::{ConfigMapSource, PluginSource},
 };
 use node_sim::Simulator;
@@ -87,6 +88,7 @@ struct Env {
     sim: Arc<Simulator>,
     heartbeat: tokio::task::JoinHandle<()>,
     controller: support::Controller,
+    source: PluginSource,
     _runtime: Arc<Runtime>,
 }
 
@@ -142,7 +144,7 @@ async fn env_with(
         poll: Duration::from_millis(200),
         configmap,
     };
-    let controller = support::Controller::start(&client, &ns, source);
+    let controller = support::Controller::start(&client, &ns, source.clone());
     let (sim, heartbeat) = Simulator::for_tests(client.clone()).await.unwrap();
     Env {
         client,
@@ -150,6 +152,7 @@ async fn env_with(
         sim,
         heartbeat,
         controller,
+        source,
         _runtime: runtime,
     }
 }
@@ -270,6 +273,13 @@ impl Env {
         metric_with(self, "nad_service_controller_reconciles_total", "")
     }
 
+    /// Stops the controller and starts a new one with the same plugins, as a restarted pod
+    /// would (fresh caches and metrics).
+    async fn restart(&mut self) {
+        self.controller.stop().await;
+        self.controller = support::Controller::start(&self.client, &self.ns, self.source.clone());
+    }
+
     async fn finish(mut self) {
         self.controller.stop().await;
         self.heartbeat.abort();
@@ -277,9 +287,11 @@ impl Env {
     }
 }
 
-/// Sum of a counter over all its label sets (`labels` "") or the one set `labels`.
-fn metric(text: &str, name: &str, labels: &str) -> u64 {
-    text.lines()
+/// Sum of a counter over all its label sets (`labels` "") or the one set `labels`; `None`
+/// when there is no such series.
+fn metric(text: &str, name: &str, labels: &str) -> Option<u64> {
+    let values: Vec<f64> = text
+        .lines()
         .filter(|l| {
             l.strip_prefix(name).is_some_and(|rest| {
                 rest.strip_prefix('{')
@@ -289,7 +301,18 @@ fn metric(text: &str, name: &str, labels: &str) -> u64 {
             })
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() as u64)
+}
+
+#[test]
+fn a_missing_series_is_none_not_zero() {
+    let text = "a_total{result=\"ok\"} 2\na_total{result=\"error\"} 0\nab_total 5\n";
+    assert_eq!(metric(text, "a_total", ""), Some(2));
+    assert_eq!(metric(text, "a_total", "result=\"error\""), Some(0));
+    assert_eq!(metric(text, "a_total", "result=\"stale\""), None);
+    assert_eq!(metric(text, "a", ""), None, "a prefix is not the metric");
+    assert_eq!(metric(text, "b_total", ""), None);
 }
 
 fn endpoints(slice: &EndpointSlice) -> &[k8s_openapi::api::discovery::v1::Endpoint] {
@@ -855,41 +878,16 @@ async fn only_one_replica_leads_and_a_released_lease_passes_on() {
     env.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pods_in_other_namespaces_are_never_published() {
-    let other = env("crossns-other").await;
-    let env = env("crossns").await;
-    env.headless("web").await;
-    // Same network name, same labels, other namespace: not a candidate.
-    other
-        .pod(
-            "web-x",
-            json!({"app": "web"}),
-            &format!("{}/macvlan", env.ns),
-            true,
-        )
-        .await;
-    env.pod("web-a", json!({"app": "web"}), "macvlan", true)
-        .await;
-    let slices = env
-        .wait_slices("web", "one endpoint", |s| endpoint_count(s) == 1)
-        .await;
-    assert_eq!(
-        endpoints(&slices[0])[0]
-            .target_ref
-            .as_ref()
-            .unwrap()
-            .name
-            .as_deref(),
-        Some("web-a")
-    );
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(endpoint_count(&env.slices("web").await), 1);
-    other.finish().await;
-    env.finish().await;
+/// The series `name{labels}` of the test's controller (summed over label sets when `labels` is
+/// empty); a missing series fails the test rather than reading as 0.
+fn metric_with(env: &Env, name: &str, labels: &str) -> u64 {
+    let text = env.controller.metrics.encode();
+    metric(&text, name, labels)
+        .unwrap_or_else(|| panic!("no series {name}{{{labels}}} in:\n{text}"))
 }
 
-fn metric_with(env: &Env, name: &str, labels: &str) -> u64 {
+/// The series, once it exists (for polling for one that appears later).
+fn metric_once(env: &Env, name: &str, labels: &str) -> Option<u64> {
     metric(&env.controller.metrics.encode(), name, labels)
 }
 
@@ -1808,12 +1806,13 @@ async fn dashboards_and_alerts_name_only_exported_metrics() {
     .await;
     std::fs::write(dir.join("tenant.wasm"), OPT_OUT).unwrap();
     eventually("the plugin loaded while running", || async {
-        (metric_with(
+        metric_once(
             &env,
             "nad_service_controller_plugin_loads_total",
             "plugin=\"tenant\",result=\"ok\"",
-        ) > 0)
-            .then_some(())
+        )
+        .is_some_and(|n| n > 0)
+        .then_some(())
     })
     .await;
 
@@ -1852,4 +1851,182 @@ async fn dashboards_and_alerts_name_only_exported_metrics() {
     assert!(checked.len() > 20, "{checked:?}");
     env.finish().await;
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The slices of `service` that this controller manages.
+fn ours<'a>(slices: &'a [EndpointSlice], service: &str) -> Vec<&'a EndpointSlice> {
+    slices
+        .iter()
+        .filter(|s| is_managed_slice_of(s, service))
+        .collect()
+}
+
+/// An EndpointSlice of another controller that happens to have the name this controller would
+/// choose is never written: it stays byte for byte as it was, and the Service is published
+/// under the next free name. A slice of this controller whose `managed-by` someone changes is
+/// no longer its own: left alone too, and the Service's endpoints published beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_slice_with_the_chosen_name_is_never_written() {
+    let env = env("foreign").await;
+    let api = env.api::<EndpointSlice>();
+    let someone = PostParams {
+        field_manager: Some("someone-else".into()),
+        ..PostParams::default()
+    };
+    let foreign: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "web-ipv4-0",
+            "labels": {MANAGED_BY_LABEL: "someone-else.example.com", SERVICE_NAME_LABEL: "web"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["192.168.99.1"], "conditions": {"ready": true}}],
+        "ports": [{"name": "http", "port": 9999, "protocol": "TCP"}],
+    }))
+    .unwrap();
+    let foreign = api.create(&someone, &foreign).await.unwrap();
+    env.headless("web").await;
+    env.pod("web-a", json!({"app": "web"}), "macvlan", true)
+        .await;
+    let slices = env
+        .wait_slices("web", "web-a published by this controller", |s| {
+            ours(s, "web")
+                .iter()
+                .map(|s| endpoints(s).len())
+                .sum::<usize>()
+                == 1
+        })
+        .await;
+    assert_eq!(ours(&slices, "web")[0].name_any(), "web-ipv4-1");
+    env.pod("web-b", json!({"app": "web"}), "macvlan", true)
+        .await;
+    env.wait_slices("web", "web-b added to this controller's slice", |s| {
+        ours(s, "web")
+            .iter()
+            .map(|s| endpoints(s).len())
+            .sum::<usize>()
+            == 2
+    })
+    .await;
+    let unchanged = |slice: &EndpointSlice, before: &EndpointSlice, what: &str| {
+        assert_eq!(
+            serde_json::to_value(slice).unwrap(),
+            serde_json::to_value(before).unwrap(),
+            "{what} was written"
+        );
+    };
+    unchanged(
+        &api.get("web-ipv4-0").await.unwrap(),
+        &foreign,
+        "the foreign slice",
+    );
+
+    // Ours relabelled by someone: theirs now.
+    let relabel = json!({"metadata": {"labels": {MANAGED_BY_LABEL: "someone-else.example.com"}}});
+    let taken = api
+        .patch(
+            "web-ipv4-1",
+            &PatchParams {
+                field_manager: Some("someone-else".into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(&relabel),
+        )
+        .await
+        .unwrap();
+    let slices = env
+        .wait_slices(
+            "web",
+            "both pods published beside the relabelled slice",
+            |s| {
+                ours(s, "web")
+                    .iter()
+                    .map(|s| endpoints(s).len())
+                    .sum::<usize>()
+                    == 2
+            },
+        )
+        .await;
+    assert_eq!(ours(&slices, "web")[0].name_any(), "web-ipv4-2");
+    env.pod("web-c", json!({"app": "web"}), "macvlan", true)
+        .await;
+    env.wait_slices("web", "web-c added", |s| {
+        ours(s, "web")
+            .iter()
+            .map(|s| endpoints(s).len())
+            .sum::<usize>()
+            == 3
+    })
+    .await;
+    unchanged(
+        &api.get("web-ipv4-0").await.unwrap(),
+        &foreign,
+        "the foreign slice",
+    );
+    unchanged(
+        &api.get("web-ipv4-1").await.unwrap(),
+        &taken,
+        "the relabelled slice",
+    );
+    assert!(
+        env.log_tail().contains("does not manage has this name"),
+        "the controller says why it chose another name:\n{}",
+        env.log_tail()
+    );
+    env.finish().await;
+}
+
+/// kubernetes#136502: the API stores `ports: []` as no ports at all. A headless Service without
+/// ports is written once; neither a reconcile with nothing changed nor a restarted controller
+/// (fresh caches) rewrites its slice or recreates it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_without_ports_is_written_once_also_across_a_restart() {
+    let mut env = env("noports").await;
+    env.service(
+        "web",
+        json!({"app": "web"}),
+        json!({"isim.dev/network": "macvlan"}),
+        json!({"clusterIP": "None"}),
+    )
+    .await;
+    env.pod("web-a", json!({"app": "web"}), "macvlan", true)
+        .await;
+    env.wait_slices("web", "one endpoint", |s| endpoint_count(s) == 1)
+        .await;
+    // Let the controller see its own write settle.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = env.slices("web").await;
+    assert_eq!(before.len(), 1);
+    assert!(
+        before[0].ports.as_ref().is_none_or(Vec::is_empty),
+        "{:?}",
+        before[0].ports
+    );
+    let (writes, reconciles) = (env.writes(), env.reconciles());
+    let touch = json!({"metadata": {"annotations": {"example.com/touched": "1"}}});
+    env.api::<Service>()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&touch))
+        .await
+        .unwrap();
+    env.reconciled_after(reconciles).await;
+    assert_eq!(env.writes(), writes, "no EndpointSlice writes");
+
+    env.restart().await;
+    env.reconciled_after(0).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = env.slices("web").await;
+    assert_eq!(
+        (after[0].uid(), after[0].resource_version()),
+        (before[0].uid(), before[0].resource_version()),
+        "the slice was neither recreated nor written"
+    );
+    assert_eq!(env.writes(), 0, "no write by the restarted controller");
+    env.finish().await;
+}
+
+/// `Controller::stop` fails the test when the controller task panicked.
+#[tokio::test]
+async fn a_controller_that_panicked_fails_the_test_when_stopped() {
+    let mut dead = support::Controller::of_task(tokio::spawn(async { panic!("deliberate") }));
+    let stopped = std::panic::AssertUnwindSafe(dead.stop())
+        .catch_unwind()
+        .await;
+    assert!(stopped.is_err(), "a panic was swallowed");
 }

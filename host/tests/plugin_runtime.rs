@@ -237,6 +237,31 @@ fn the_default_plugin_filters_by_label_and_phase() {
     assert_eq!(included, 3);
 }
 
+/// The host's environment, arguments and working directory stay outside the sandbox.
+#[test]
+fn a_plugin_sees_an_empty_environment() {
+    let rt = runtime();
+    let guest = rt.load("misbehaving", MISBEHAVING).unwrap();
+    assert!(
+        std::env::vars().any(|(k, _)| k == "PATH"),
+        "the test process has an environment to leak"
+    );
+    let got = evaluate(
+        &guest,
+        &target(&[], false),
+        &[pod("a", "web")],
+        "environment",
+    )
+    .unwrap();
+    let Decision::Exclude(seen) = &got[0] else {
+        panic!("{got:?}")
+    };
+    assert!(
+        seen.starts_with("env=[] args=[] "),
+        "the plugin saw: {seen}"
+    );
+}
+
 #[test]
 fn pods_carry_only_the_labels_and_annotations_the_plugin_declared() {
     let rt = runtime();

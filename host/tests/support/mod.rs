@@ -90,7 +90,8 @@ pub async fn agent_namespace(client: &Client, test: &str) -> String {
     ns
 }
 
-/// A controller running in this process for one namespace (as `--namespace` would scope it).
+/// A controller running in this process for one namespace (as `--watch-namespace` would scope
+/// it), or for all.
 /// Not every test binary starts one.
 #[allow(dead_code)]
 pub struct Controller {
@@ -107,6 +108,23 @@ impl Controller {
         namespace: &str,
         source: nad_service_controller::watch::plugin_dir::PluginSource,
     ) -> Self {
+        Self::start_in(client, Some(namespace), source)
+    }
+
+    /// Starts it for every namespace (as without `--watch-namespace`). Only a test binary
+    /// with no other controller running may: it reconciles every annotated Service.
+    pub fn start_cluster_wide(
+        client: &Client,
+        source: nad_service_controller::watch::plugin_dir::PluginSource,
+    ) -> Self {
+        Self::start_in(client, None, source)
+    }
+
+    fn start_in(
+        client: &Client,
+        namespace: Option<&str>,
+        source: nad_service_controller::watch::plugin_dir::PluginSource,
+    ) -> Self {
         use nad_service_controller::{
             controller, metrics::Metrics, reconcile::Settings, server::Readiness,
         };
@@ -117,14 +135,14 @@ impl Controller {
             source,
             Settings {
                 max_endpoints_per_slice: 100,
-                namespace: Some(namespace.to_owned()),
+                namespace: namespace.map(str::to_owned),
                 concurrent_syncs: 5,
             },
             metrics.clone(),
             Readiness::default(),
             kube::runtime::events::Reporter {
                 controller: "nad-service-controller".into(),
-                instance: Some(namespace.to_owned()),
+                instance: Some(namespace.unwrap_or("cluster").to_owned()),
             },
             async move {
                 let _ = stopped.await;
@@ -137,11 +155,29 @@ impl Controller {
         }
     }
 
-    /// Stops it (at most 10 s).
+    /// A controller that is the task `task` (to test [`Controller::stop`] itself).
+    pub fn of_task(task: tokio::task::JoinHandle<()>) -> Self {
+        Self {
+            metrics: std::sync::Arc::default(),
+            stop: None,
+            task,
+        }
+    }
+
+    /// Stops it, and fails the test if it panicked (at any time) or did not stop within 10 s:
+    /// a controller that died mid-test must not pass for one that stopped.
     pub async fn stop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let _ = tokio::time::timeout(Duration::from_secs(10), &mut self.task).await;
+        match tokio::time::timeout(Duration::from_secs(10), &mut self.task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Ok(Err(e)) => panic!("the controller task ended abnormally: {e}"),
+            Err(_) => {
+                self.task.abort();
+                panic!("the controller did not stop within 10 s of being told to");
+            }
+        }
     }
 }

@@ -13,6 +13,7 @@
 //! | `echo`         | includes every pod (ready = serving = pod.ready) and logs "echo"     |
 //! | `show-inputs`  | excludes every pod with a reason describing what the plugin received |
 //! | `trap-on-team-red` | like `echo`, but traps when a pod has the label `team=red` |
+//! | `environment`  | excludes every pod with a reason listing the environment variables, arguments and working directory it sees |
 //!
 //! `bad-config` is always rejected by `validate-config` (and by `evaluate`); anything else is an
 //! unknown mode.
@@ -48,10 +49,11 @@ enum Mode {
     Echo,
     ShowInputs,
     TrapOnTeamRed,
+    Environment,
 }
 
-const MODES: &str =
-    "loop, memory-bomb, trap, short-answer, policy-error, echo, show-inputs, trap-on-team-red";
+const MODES: &str = "loop, memory-bomb, trap, short-answer, policy-error, echo, show-inputs, \
+                     trap-on-team-red, environment";
 
 impl Mode {
     fn parse(config: &str) -> Result<Self, String> {
@@ -64,6 +66,7 @@ impl Mode {
             "echo" => Ok(Self::Echo),
             "show-inputs" => Ok(Self::ShowInputs),
             "trap-on-team-red" => Ok(Self::TrapOnTeamRed),
+            "environment" => Ok(Self::Environment),
             "bad-config" => Err("bad-config is never valid".to_string()),
             other => Err(format!("unknown mode {other:?} (expected one of: {MODES})")),
         }
@@ -105,6 +108,13 @@ impl Guest for Misbehaving {
                 .iter()
                 .map(|pod| Decision::Exclude(show_inputs(pod)))
                 .collect()),
+            Mode::Environment => {
+                let seen = environment();
+                Ok(pods
+                    .iter()
+                    .map(|_| Decision::Exclude(seen.clone()))
+                    .collect())
+            }
             // A bug that only some inputs reach (the host's self-test passes).
             Mode::TrapOnTeamRed => {
                 if pods.iter().any(|p| {
@@ -118,6 +128,20 @@ impl Guest for Misbehaving {
             }
         }
     }
+}
+
+/// What the process around the plugin would tell it: its environment variables, arguments and
+/// working directory (a sandbox gives none).
+fn environment() -> String {
+    let vars: Vec<String> = std::env::vars().map(|(k, v)| format!("{k}={v}")).collect();
+    let args: Vec<String> = std::env::args().collect();
+    let cwd =
+        std::env::current_dir().map_or_else(|e| format!("none ({e})"), |d| d.display().to_string());
+    format!(
+        "env=[{}] args=[{}] cwd={cwd}",
+        vars.join(","),
+        args.join(",")
+    )
 }
 
 /// Never returns; the counter goes through `black_box` so the loop cannot be optimized away.
