@@ -1861,6 +1861,14 @@ fn ours<'a>(slices: &'a [EndpointSlice], service: &str) -> Vec<&'a EndpointSlice
         .collect()
 }
 
+/// The endpoints of `service` in this controller's slices.
+fn our_endpoints(slices: &[EndpointSlice], service: &str) -> usize {
+    ours(slices, service)
+        .iter()
+        .map(|s| endpoints(s).len())
+        .sum()
+}
+
 /// An EndpointSlice of another controller that happens to have the name this controller would
 /// choose is never written: it stays byte for byte as it was, and the Service is published
 /// under the next free name. A slice of this controller whose `managed-by` someone changes is
@@ -1887,22 +1895,14 @@ async fn a_foreign_slice_with_the_chosen_name_is_never_written() {
         .await;
     let slices = env
         .wait_slices("web", "web-a published by this controller", |s| {
-            ours(s, "web")
-                .iter()
-                .map(|s| endpoints(s).len())
-                .sum::<usize>()
-                == 1
+            our_endpoints(s, "web") == 1
         })
         .await;
     assert_eq!(ours(&slices, "web")[0].name_any(), "web-ipv4-1");
     env.pod("web-b", json!({"app": "web"}), "macvlan", true)
         .await;
     env.wait_slices("web", "web-b added to this controller's slice", |s| {
-        ours(s, "web")
-            .iter()
-            .map(|s| endpoints(s).len())
-            .sum::<usize>()
-            == 2
+        our_endpoints(s, "web") == 2
     })
     .await;
     let unchanged = |slice: &EndpointSlice, before: &EndpointSlice, what: &str| {
@@ -1935,26 +1935,14 @@ async fn a_foreign_slice_with_the_chosen_name_is_never_written() {
         .wait_slices(
             "web",
             "both pods published beside the relabelled slice",
-            |s| {
-                ours(s, "web")
-                    .iter()
-                    .map(|s| endpoints(s).len())
-                    .sum::<usize>()
-                    == 2
-            },
+            |s| our_endpoints(s, "web") == 2,
         )
         .await;
     assert_eq!(ours(&slices, "web")[0].name_any(), "web-ipv4-2");
     env.pod("web-c", json!({"app": "web"}), "macvlan", true)
         .await;
-    env.wait_slices("web", "web-c added", |s| {
-        ours(s, "web")
-            .iter()
-            .map(|s| endpoints(s).len())
-            .sum::<usize>()
-            == 3
-    })
-    .await;
+    env.wait_slices("web", "web-c added", |s| our_endpoints(s, "web") == 3)
+        .await;
     unchanged(
         &api.get("web-ipv4-0").await.unwrap(),
         &foreign,
