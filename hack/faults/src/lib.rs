@@ -14,15 +14,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed step is a failed test
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     io::Write as _,
     os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{
         Arc,
-        atomic::{AtomicU32, Ordering},
+        atomic::{AtomicBool, AtomicU32, Ordering},
     },
+    thread::JoinHandle,
     time::{Duration, Instant},
 };
 
@@ -264,6 +265,7 @@ pub struct Controller {
     child: Option<Child>,
     pub log: PathBuf,
     metrics: String,
+    health: String,
     pub options: Options,
 }
 
@@ -300,8 +302,36 @@ impl Controller {
             child: Some(child),
             log,
             metrics: format!("http://127.0.0.1:{port}/metrics"),
+            health: format!("http://127.0.0.1:{health}"),
             options,
         }
+    }
+
+    /// The URL of `path` (`/healthz`, `/readyz`) on the health address (`--health-address`).
+    pub fn health_url(&self, path: &str) -> String {
+        format!("{}{path}", self.health)
+    }
+
+    /// The HTTP status `GET <health address><path>` answers (`None`: no answer within 5 s).
+    pub fn health_status(&self, path: &str) -> Option<u16> {
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "5",
+            ])
+            .arg(self.health_url(path))
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .ok()
+            .filter(|code| *code != 0)
     }
 
     /// Whether a Lease's holder identity is this process (`<POD_NAME>_<pid>`).
@@ -318,24 +348,37 @@ impl Controller {
     }
 
     /// The sum of a counter over its label sets, from `/metrics` (`None`: not answering).
+    /// `name` may name one label set too: `name{label="value"}`.
     pub fn metric(&self, name: &str) -> Option<f64> {
-        let out = Command::new("curl")
-            .args(["-fsS", "--max-time", "5", &self.metrics])
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            return None;
+        scrape(&self.metrics).map(|text| sum_of(&text, name))
+    }
+
+    /// Scrapes `/metrics` every `every` in a thread of its own until [`Sampler::finish`],
+    /// keeping the figures `names` name (each as [`Self::metric`] reads it).
+    pub fn sample(&self, names: &[&str], every: Duration) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let url = self.metrics.clone();
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut samples = Vec::new();
+            while !stopped.load(Ordering::SeqCst) {
+                let at = Instant::now();
+                let figures = scrape(&url).map(|text| {
+                    names
+                        .iter()
+                        .map(|n| (n.clone(), sum_of(&text, n)))
+                        .collect()
+                });
+                samples.push(Sample { at, figures });
+                std::thread::sleep(every.saturating_sub(at.elapsed()));
+            }
+            samples
+        });
+        Sampler {
+            stop,
+            thread: Some(thread),
         }
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        Some(
-            text.lines()
-                .filter(|l| {
-                    l.strip_prefix(name)
-                        .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-                })
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum(),
-        )
     }
 
     /// EndpointSlice writes so far (applies and deletes).
@@ -401,6 +444,72 @@ impl Drop for Controller {
             signal(child.id(), "-CONT");
         }
         self.kill();
+    }
+}
+
+/// `GET url`, its body (`None`: no answer, or not `2xx`).
+fn scrape(url: &str) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-fsS", "--max-time", "5", url])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The sum of the series of `name` in a metrics exposition (`name` alone: over its label
+/// sets; `name{...}`: that label set only); a missing series fails the test.
+fn sum_of(text: &str, name: &str) -> f64 {
+    let values: Vec<f64> = text
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .collect();
+    // A series that is not there is a renamed metric or a wrong name, not a 0.
+    assert!(!values.is_empty(), "no series {name} in:\n{text}");
+    values.iter().sum()
+}
+
+/// One scrape of a [`Sampler`]: when it started, and the figures asked for (`None`: the
+/// controller did not answer).
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub at: Instant,
+    pub figures: Option<BTreeMap<String, f64>>,
+}
+
+impl Sample {
+    /// A figure of this sample (`None`: the controller did not answer).
+    pub fn get(&self, name: &str) -> Option<f64> {
+        self.figures.as_ref().map(|f| f[name])
+    }
+}
+
+/// A thread scraping a controller's `/metrics` ([`Controller::sample`]); stopped when
+/// finished or dropped, also when a test fails.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Vec<Sample>>>,
+}
+
+impl Sampler {
+    /// Stops sampling; every sample taken, oldest first.
+    pub fn finish(mut self) -> Vec<Sample> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 

@@ -106,13 +106,94 @@ fn assert_clean_log(log: &str) {
     }
 }
 
-async fn api_server_restart(name: &str, outage: Duration) {
+/// The figures of `/metrics` the outage tests follow.
+const LEADER: &str = "nad_service_controller_leader";
+const RECONCILES: &str = "nad_service_controller_reconciles_total";
+const WRITES: &str = "nad_service_controller_endpointslice_writes_total";
+/// Reconciles whose slice write failed (other than a `422`): an apply, a delete.
+const FAILED_APPLIES: &str = "nad_service_controller_reconciles_total{result=\"apply\"}";
+const FAILED_DELETES: &str = "nad_service_controller_reconciles_total{result=\"delete\"}";
+
+/// What the controller logs when a term as leader ends, and when one begins.
+const TERM_ENDED: &str = "no longer the leader; reconciling stopped";
+const LEASE_LOST: &str = "could not renew the lease in time";
+const BECAME_LEADER: &str = "became the leader";
+/// What it logs when the API server is ready again after an outage (with `retrying=<n>`).
+const RETRIED: &str = "reconciling the Services that failed meanwhile";
+/// What it logs when a Service whose last reconcile failed is reconciled.
+const SUCCEEDED_AGAIN: &str = "reconcile succeeded again";
+
+/// The Services a recovery line says it retries (its `retrying=<n>`).
+fn retrying(line: &str) -> usize {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("retrying="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no retrying=<n> in {line:?}"))
+}
+
+/// The lines only a running term logs: those of its watches, its controller and its
+/// reconciles (by their targets), those in the runner's span of one reconcile
+/// (`reconciling object{..}`, which holds the error policy's `reconcile failed` too) or in the
+/// reconcile's own (`reconcile{service=..}`), and a slice written or removed. At
+/// `--log-filter=info` a failed slice write shows only as a Service's first `reconcile failed`
+/// of a term (the write failure itself and the repeats are logged at debug), so a write
+/// attempt shows for sure in the metrics only.
+fn term_lines<'a>(lines: &[&'a str]) -> Vec<&'a str> {
+    const MARKERS: [&str; 8] = [
+        "nad_service_controller::watch",
+        "nad_service_controller::controller",
+        "nad_service_controller::reconcile",
+        "nad_service_controller::apply",
+        "reconciling object{",
+        "reconcile{",
+        "reconcile failed",
+        "EndpointSlice",
+    ];
+    lines
+        .iter()
+        .filter(|l| MARKERS.iter().any(|marker| l.contains(marker)))
+        .copied()
+        .collect()
+}
+
+/// When a line was logged: seconds into its day (the log's lines start with an RFC 3339 time).
+fn logged_at(line: &str) -> f64 {
+    let time = line
+        .get(11..26)
+        .unwrap_or_else(|| panic!("no time in {line:?}"));
+    let parts: Vec<f64> = time
+        .split(':')
+        .map(|p| p.parse().unwrap_or_else(|_| panic!("no time in {line:?}")))
+        .collect();
+    parts[0] * 3600.0 + parts[1] * 60.0 + parts[2]
+}
+
+/// The index of the first of `lines` from `from` on that holds `needle`.
+fn line_after(lines: &[&str], from: usize, needle: &str) -> Option<usize> {
+    lines
+        .iter()
+        .skip(from)
+        .position(|l| l.contains(needle))
+        .map(|i| from + i)
+}
+
+/// The slice writes that failed so far (reconciles that ended in a failed apply or delete).
+fn failed_writes(figures: &BTreeMap<String, f64>) -> f64 {
+    figures[FAILED_APPLIES] + figures[FAILED_DELETES]
+}
+
+/// The API server is killed for `outage` while a change waits to be written; the leader either
+/// keeps its term (`keeps_its_term`: the outage is shorter than its Lease) or stops reconciling
+/// once it could not renew its Lease, stands by without a single reconcile, and leads again.
+async fn api_server_restart(name: &str, outage: Duration, keeps_its_term: bool) {
     let scene = Scene::new(name).await;
     let (pods, mut expected) = ready_pods(&scene, 6).await;
     let mut controller = Controller::start(&scene.plane, scene.options("a", true));
     scene
         .converge("before the outage", &expected, Duration::from_secs(60))
         .await;
+    let failed_before =
+        controller.metric(FAILED_APPLIES).unwrap() + controller.metric(FAILED_DELETES).unwrap();
 
     // A change the controller only gets to act on once the API server is gone: its writes
     // fail for the whole outage, and nothing about the Service happens afterwards.
@@ -124,7 +205,15 @@ async fn api_server_restart(name: &str, outage: Duration) {
     let argv = scene.plane.kill_apiserver();
     let down = Instant::now();
     controller.freeze(false);
+    // Its metrics answer all along (they need no API server): whether it leads, and every
+    // reconcile it ran and slice it wrote, every 100 ms.
+    let sampler = controller.sample(
+        &[LEADER, RECONCILES, WRITES, FAILED_APPLIES, FAILED_DELETES],
+        Duration::from_millis(100),
+    );
     tokio::time::sleep(outage).await;
+    let log_while_down = controller.log();
+    let restarted = Instant::now();
     scene.plane.start_apiserver(&argv);
     scene.plane.wait_ready(&scene.client).await;
     let downtime = down.elapsed();
@@ -135,39 +224,184 @@ async fn api_server_restart(name: &str, outage: Duration) {
             RECOVERY_BOUND,
         )
         .await;
+    let log_in_step = controller.log();
+    // Where the leader keeps its term: the first recovery after the outage and the first
+    // success of the Service whose write failed, once both are logged.
+    let recovered = if keeps_its_term {
+        let recovery_lines = lines_with(&log_while_down, RETRIED).len();
+        let successes = lines_with(&log_while_down, SUCCEEDED_AGAIN).len();
+        Some(
+            eventually(
+                "the recovery after the outage, and the Service reconciled again",
+                Duration::from_secs(15),
+                || async {
+                    let log = controller.log();
+                    let recovery = lines_with(&log, RETRIED).get(recovery_lines)?.to_string();
+                    let success = lines_with(&log, SUCCEEDED_AGAIN)
+                        .get(successes)
+                        .filter(|l| l.contains("service=web"))?
+                        .to_string();
+                    Some((recovery, success))
+                },
+            )
+            .await,
+        )
+    } else {
+        None
+    };
     let after = changes_are_followed(&scene, &mut controller, &pods, &mut expected).await;
-    let retried = lines_with(
-        &controller.log(),
-        "reconciling the Services that failed meanwhile",
-    )
-    .iter()
-    .filter(|l| !l.contains("retrying=0"))
-    .count();
-    report(
-        name,
-        &[
-            ("api_down", ms(downtime)),
-            ("earlier_change_in_step_after_api_ready", ms(quiet)),
-            ("changes_in_step_after_first_change", ms(after.in_step)),
-            ("writes_for_the_changes", after.writes.to_string()),
-            ("failed_services_retried_on_readyz", retried.to_string()),
-        ],
+    let samples: Vec<(Instant, BTreeMap<String, f64>)> = sampler
+        .finish()
+        .into_iter()
+        .filter_map(|s| Some((s.at, s.figures?)))
+        .collect();
+    let log = controller.log();
+    let lines: Vec<&str> = log_in_step.lines().collect();
+    let during = samples.iter().rev().find(|(at, _)| *at < restarted);
+    let failed_while_down = during.map_or(0.0, |(_, f)| failed_writes(f)) - failed_before;
+    // The change's write was tried, and failed, while the API server was down.
+    assert!(
+        failed_while_down >= 1.0,
+        "no slice write failed while the API server was down: the change was not tried?\n{log}"
     );
+
+    let mut figures = vec![
+        ("api_down", ms(downtime)),
+        ("earlier_change_in_step_after_api_ready", ms(quiet)),
+        ("changes_in_step_after_first_change", ms(after.in_step)),
+        ("writes_for_the_changes", after.writes.to_string()),
+        ("failed_writes_while_down", failed_while_down.to_string()),
+    ];
+    if keeps_its_term {
+        // The leader kept its term: one term, led all along.
+        assert_eq!(
+            lines_with(&log, BECAME_LEADER).len(),
+            1,
+            "the leader did not keep its term through a {outage:?} outage (the API server \
+             answered again after {downtime:?}; a leader gives up 13 s after its last renewal):\n{log}"
+        );
+        assert!(!log.contains(TERM_ENDED), "the term ended:\n{log}");
+        let not_leading = samples.iter().filter(|(_, f)| f[LEADER] != 1.0).count();
+        assert_eq!(not_leading, 0, "scrapes showing no leader:\n{log}");
+        // Its write failed meanwhile, with no event about the Service since: once the API
+        // server is ready the Service is retried at once, not when its backoff ends. By the
+        // recovery (`retrying=1`: the Service still failed when the API server was ready), or
+        // already by a relist: the restarted API server's watch cache is new, so every watch
+        // gets 410 Expired and lists again, which reconciles every Service; then the Service
+        // succeeded again no later than the recovery looked (which retries nothing).
+        let (recovery, success) = recovered.unwrap();
+        let retried = retrying(&recovery);
+        let by_relist = logged_at(&success) <= logged_at(&recovery) + 0.1;
+        assert!(
+            retried >= 1 || by_relist,
+            "the Service whose write failed was not retried once the API server was ready \
+             (the recovery retried none, and the Service succeeded only after it):\n{}",
+            controller.log()
+        );
+        figures.extend([
+            ("failed_services_retried_on_readyz", retried.to_string()),
+            (
+                "retried_by",
+                if retried >= 1 { "recovery" } else { "relist" }.to_owned(),
+            ),
+        ]);
+    } else {
+        // The term ended, for want of renewing the Lease, before the API server was back.
+        assert!(
+            log_while_down.contains(LEASE_LOST) && log_while_down.contains(TERM_ENDED),
+            "the leader did not end its term during a {outage:?} outage:\n{log_while_down}"
+        );
+        let ended = samples
+            .iter()
+            .position(|(_, f)| f[LEADER] == 0.0)
+            .unwrap_or_else(|| panic!("no scrape showed the term ended:\n{log}"));
+        assert!(
+            samples[ended].0 < restarted,
+            "the leader stopped leading only {:?} after the API server was started again",
+            samples[ended].0 - restarted
+        );
+        let resumed = samples[ended..]
+            .iter()
+            .position(|(_, f)| f[LEADER] == 1.0)
+            .map(|i| ended + i)
+            .unwrap_or_else(|| panic!("it did not lead again:\n{log}"));
+        // Standing by, it reconciled nothing and wrote nothing, also once the API server was
+        // back and until it led again.
+        let (ended_at, at_end) = &samples[ended];
+        for (at, f) in &samples[ended..resumed] {
+            for figure in [RECONCILES, WRITES] {
+                assert_eq!(
+                    f[figure],
+                    at_end[figure],
+                    "{figure} went from {} to {} {:?} after the term ended, while standing by:\n{log}",
+                    at_end[figure],
+                    f[figure],
+                    *at - *ended_at
+                );
+            }
+        }
+        // Its log says the same: between the end of the term and the next, no reconcile, no
+        // watch: nothing of the ended term.
+        let term_ended = line_after(&lines, 0, TERM_ENDED).unwrap();
+        let next_term = line_after(&lines, term_ended, BECAME_LEADER)
+            .unwrap_or_else(|| panic!("no new term in the log:\n{log_in_step}"));
+        let busy = term_lines(&lines[term_ended..next_term]);
+        assert!(
+            busy.is_empty(),
+            "the ended term still ran while standing by:\n{}",
+            busy.join("\n")
+        );
+        // The new term starts from scratch: fresh caches, every Service reconciled, the
+        // change from before the outage written by that term.
+        let synced = line_after(&lines, next_term, "caches synced")
+            .unwrap_or_else(|| panic!("the new term has no caches synced:\n{log_in_step}"));
+        assert!(
+            lines[synced..]
+                .iter()
+                .any(|l| l.contains("service=web") && l.contains("EndpointSlices updated")),
+            "the new term did not write the change from before the outage:\n{log_in_step}"
+        );
+        // No Service is retried for a failure of the ended term: its failures went with it.
+        assert!(
+            lines[..synced]
+                .iter()
+                .filter(|l| l.contains(RETRIED))
+                .all(|l| retrying(l) == 0),
+            "failures of the ended term retried:\n{log_in_step}"
+        );
+        assert_eq!(
+            lines_with(&log, BECAME_LEADER).len(),
+            2,
+            "two terms:\n{log}"
+        );
+        figures.extend([
+            ("term_ended_after_api_down", ms(*ended_at - down)),
+            ("standing_by", ms(samples[resumed].0 - *ended_at)),
+            ("scrapes_standing_by", (resumed - ended).to_string()),
+            (
+                "leading_again_after_api_restart",
+                ms(samples[resumed].0 - restarted),
+            ),
+        ]);
+    }
+    report(name, &figures);
     assert_clean_log(&controller.stop());
     scene.finish().await;
 }
 
-/// Down for less than a Lease: the leader keeps leading, its watches come back by themselves.
+/// Down for less than a Lease: the leader keeps leading, its watches come back by themselves,
+/// and the Service whose write failed meanwhile is retried once the API server is ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_killed_and_restarted_briefly() {
-    api_server_restart("api-restart-8s", Duration::from_secs(8)).await;
+    api_server_restart("api-restart-8s", Duration::from_secs(8), true).await;
 }
 
-/// Down for longer than a Lease (23 s, as in the chaos test): the leader lost its Lease, stands
-/// again, wins it and starts a new term with fresh caches.
+/// Down for longer than a Lease (23 s, as in the chaos test): the leader cannot renew its
+/// Lease and stops reconciling before the API server is back, stands by without a write, wins
+/// the Lease again and starts a new term with fresh caches.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_killed_and_restarted_for_longer_than_a_lease() {
-    api_server_restart("api-restart-23s", Duration::from_secs(23)).await;
+    api_server_restart("api-restart-23s", Duration::from_secs(23), false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -345,6 +579,126 @@ async fn the_leader_killed_and_the_follower_takes_over() {
         "takeover took {takeover:?}; the Lease lasts 15 s and is retried every 2 s"
     );
     assert_clean_log(&follower.stop());
+    scene.finish().await;
+}
+
+/// The health endpoints of the binary (`--health-address`). `/healthz` answers 200 all along;
+/// `/readyz` 503 while the caches cannot sync (etcd paused under the API server, which still
+/// answers `/version`, so the controller starts), 200 once they did; a leader answers 200, and
+/// so does a standby replica, which is doing its job by waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_endpoints_follow_the_caches_and_the_lease() {
+    let scene = Scene::new("health").await;
+    let (_, expected) = ready_pods(&scene, 3).await;
+
+    // Started with etcd paused: it connects, but lists nothing.
+    let paused = scene.plane.pause_etcd();
+    let solo = Controller::start(&scene.plane, scene.options("solo", false));
+    eventually(
+        "the health endpoints answering",
+        Duration::from_secs(30),
+        || async { solo.health_status("/healthz").map(|_| ()) },
+    )
+    .await;
+    let unsynced = Instant::now();
+    let mut asked = 0;
+    while unsynced.elapsed() < Duration::from_secs(6) {
+        assert_eq!(
+            solo.health_status("/healthz"),
+            Some(200),
+            "/healthz while the caches cannot sync:\n{}",
+            solo.log()
+        );
+        assert_eq!(
+            solo.health_status("/readyz"),
+            Some(503),
+            "/readyz while the caches cannot sync:\n{}",
+            solo.log()
+        );
+        asked += 1;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let not_ready_for = unsynced.elapsed();
+    assert!(
+        !solo.log().contains("caches synced"),
+        "caches synced with etcd paused:\n{}",
+        solo.log()
+    );
+    paused.resume();
+    let resumed = Instant::now();
+    scene.plane.wait_ready(&scene.client).await;
+    scene.sim.ensure_nodes().await.unwrap();
+    let ready_after = eventually(
+        "/readyz answering 200 once etcd is back",
+        Duration::from_secs(60),
+        || async { (solo.health_status("/readyz") == Some(200)).then(|| resumed.elapsed()) },
+    )
+    .await;
+    assert!(
+        solo.log().contains("caches synced"),
+        "ready before its caches synced:\n{}",
+        solo.log()
+    );
+    assert_eq!(solo.health_status("/healthz"), Some(200));
+    scene
+        .converge("once the caches synced", &expected, Duration::from_secs(30))
+        .await;
+    assert_clean_log(&solo.stop());
+
+    // A leader, ready once its caches synced; a standby replica, ready while it waits.
+    let leader = Controller::start(&scene.plane, scene.options("a", true));
+    eventually("a leader", Duration::from_secs(60), || async {
+        leader
+            .is(scene.lease_holder().await.as_deref())
+            .then_some(())
+    })
+    .await;
+    eventually("the leader ready", Duration::from_secs(60), || async {
+        (leader.health_status("/readyz") == Some(200)).then_some(())
+    })
+    .await;
+    let standby = Controller::start(&scene.plane, scene.options("b", true));
+    eventually(
+        "the standby standing by",
+        Duration::from_secs(60),
+        || async {
+            standby
+                .log()
+                .contains("another replica leads")
+                .then_some(())
+        },
+    )
+    .await;
+    for _ in 0..8 {
+        for (who, controller) in [("the leader", &leader), ("the standby", &standby)] {
+            for path in ["/healthz", "/readyz"] {
+                assert_eq!(
+                    controller.health_status(path),
+                    Some(200),
+                    "{path} of {who}:\n{}",
+                    controller.log()
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        leader.is(scene.lease_holder().await.as_deref()),
+        "the first replica no longer leads"
+    );
+    assert_eq!(leader.metric(LEADER), Some(1.0), "the leader's gauge");
+    assert_eq!(standby.metric(LEADER), Some(0.0), "the standby's gauge");
+    assert_eq!(standby.writes(), 0, "the standby wrote");
+    report(
+        "health-endpoints",
+        &[
+            ("readyz_503_with_etcd_paused_for", ms(not_ready_for)),
+            ("asked_while_unsynced", asked.to_string()),
+            ("readyz_200_after_etcd_resumed", ms(ready_after)),
+        ],
+    );
+    assert_clean_log(&standby.stop());
+    assert_clean_log(&leader.stop());
     scene.finish().await;
 }
 
