@@ -261,6 +261,16 @@ impl Env {
         )
     }
 
+    /// Changes the Service in a way no plan reads (an unrelated annotation): a reconcile
+    /// that must write nothing.
+    async fn touch_service(&self, name: &str) {
+        let touch = json!({"metadata": {"annotations": {"example.com/touched": "1"}}});
+        self.api::<Service>()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&touch))
+            .await
+            .unwrap();
+    }
+
     /// Waits until the reconcile count passes `count`.
     async fn reconciled_after(&self, count: u64) {
         eventually("a reconcile", || async {
@@ -768,11 +778,7 @@ async fn with_nothing_changing_a_reconcile_writes_nothing() {
     // Changes that move no endpoint: an unrelated Service annotation, a pod label the
     // policy ignores, Ready re-set to what it was. One at a time, each followed by the
     // reconcile it triggers (queued triggers for one Service merge into one reconcile).
-    let touch = json!({"metadata": {"annotations": {"example.com/touched": "1"}}});
-    env.api::<Service>()
-        .patch("web", &PatchParams::default(), &Patch::Merge(&touch))
-        .await
-        .unwrap();
+    env.touch_service("web").await;
     env.reconciled_after(reconciles).await;
     let label = json!({"metadata": {"labels": {"example.com/irrelevant": "x"}}});
     let count = env.reconciles();
@@ -1988,11 +1994,7 @@ async fn a_service_without_ports_is_written_once_also_across_a_restart() {
         before[0].ports
     );
     let (writes, reconciles) = (env.writes(), env.reconciles());
-    let touch = json!({"metadata": {"annotations": {"example.com/touched": "1"}}});
-    env.api::<Service>()
-        .patch("web", &PatchParams::default(), &Patch::Merge(&touch))
-        .await
-        .unwrap();
+    env.touch_service("web").await;
     env.reconciled_after(reconciles).await;
     assert_eq!(env.writes(), writes, "no EndpointSlice writes");
 
