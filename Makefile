@@ -96,7 +96,11 @@ local-down: ## Stop the local control plane and remove its state
 	@hack/local-down.sh
 
 .PHONY: lint
-lint: lint-rust lint-workflows deny ## All linters: lint-rust, lint-workflows, deny
+lint: lint-packages lint-rust lint-workflows deny ## All linters: lint-rust, lint-workflows, deny (after the packages they need)
+
+.PHONY: lint-packages
+lint-packages: ## Install what the linters need and is missing: shellcheck, PyYAML, rustfmt, clippy (hack/system-packages.sh lint)
+	hack/system-packages.sh lint
 
 .PHONY: lint-rust
 lint-rust: wasm-target ## cargo fmt --check and clippy (host and wasm32 guests) with warnings as errors

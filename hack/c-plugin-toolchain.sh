@@ -4,7 +4,7 @@
 #   make -C plugins/examples/default-c $(hack/c-plugin-toolchain.sh)   # or: eval "$(...)"
 #
 # What it installs, and where:
-# - Debian packages (apt-get, as root or with sudo, only those missing): clang-19 and lld-19
+# - Debian packages (hack/system-packages.sh c-plugins, only those missing): clang-19 and lld-19
 #   (the compiler and wasm-ld, under /usr/lib/llvm-19/bin), libclang-rt-19-dev-wasm32
 #   (compiler-rt's builtins for wasm32, which clang links into every wasm32 program) and
 #   wasi-libc (the C library for wasm32-wasi, headers and libraries under /usr). LLVM 19 is
@@ -15,27 +15,15 @@
 #   (lib/), all at pinned versions.
 # Debian 12's wasi-libc and compiler-rt are laid out for the triple wasm32-wasi (the older name
 # of wasm32-wasip1, which clang 19 compiles alike), so the plugin's Makefile uses
-# --target=wasm32-wasi with WASI_SYSROOT=/usr. A cold install takes about 4 minutes on 2 cores
-# (mostly cargo building wasm-tools); every later call is a few file checks.
+# --target=wasm32-wasi with WASI_SYSROOT=/usr. A cold install takes a few minutes on 2 cores
+# (the packages' download, cargo building wasm-tools and wit-bindgen; hack/README.md has the
+# measured times); every later call is a few file checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 LLVM_VERSION=19
-packages=("clang-$LLVM_VERSION" "lld-$LLVM_VERSION" "libclang-rt-$LLVM_VERSION-dev-wasm32" wasi-libc)
-
-missing=()
-for package in "${packages[@]}"; do
-  if ! dpkg-query -W -f '${Status}' "$package" 2>/dev/null | grep -q 'ok installed'; then
-    missing+=("$package")
-  fi
-done
-if ((${#missing[@]})); then
-  echo "c-plugin-toolchain: installing the Debian packages ${missing[*]}" >&2
-  sudo=()
-  [[ "$(id -u)" == 0 ]] || sudo=(sudo)
-  "${sudo[@]}" apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -qq -y --no-install-recommends "${missing[@]}" >&2
-fi
+# The packages above, where missing (the one install path of every command's packages).
+hack/system-packages.sh c-plugins
 
 llvm_bin="/usr/lib/llvm-$LLVM_VERSION/bin"
 wit_bindgen="$(hack/tools.sh wit-bindgen)"

@@ -5,86 +5,143 @@
 # By default on the local control plane (hack/local-up.sh) with the real data plane of
 # hack/pod-agent.sh (as root): nodes as network namespaces, Multus writing network-status,
 # whereabouts, kube-proxy, CoreDNS, and the seed's four curls from inside the netutils pods.
-# Without root (or ip netns, nft) it says what is missing and falls back to the node simulator
-# (slices only, no traffic). DEMO_CLUSTER=existing uses the cluster in KUBECONFIG instead (a
-# real one, with Multus). DEMO_ONESHOT=1 exits right after the checks.
+# The system packages it needs are installed first (hack/system-packages.sh demo). Only where
+# the data plane cannot run at all (not root, no network namespaces, no overlayfs) does it fall
+# back to the node simulator (slices only, no traffic): it says so before the build and again
+# at its end. DEMO_CLUSTER=existing uses the cluster in KUBECONFIG instead (a real one, with
+# Multus). DEMO_ONESHOT=1 exits right after the checks: non-zero after a fallback, unless
+# DEMO_SIMULATOR_OK=1. Each step prints its wall time, and the table of them comes at the end.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
+# shellcheck source=hack/steps.sh
+source hack/steps.sh
+steps_init demo
 
 cluster="${DEMO_CLUSTER:-local}"
 oneshot="${DEMO_ONESHOT:-0}"
+simulator_ok="${DEMO_SIMULATOR_OK:-0}"
 timeout="${DEMO_TIMEOUT:-120}"
 target_dir="${CARGO_TARGET_DIR:-$repo/target}"
 logs="$repo/.local/logs"
-step() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
+show() { printf '\n%s== %s%s\n' "$steps_bold" "$*" "$steps_plain" >&2; }
 die() { echo "demo: error: $*" >&2; exit 1; }
-started=$SECONDS
 
 pids=()
+go_builds=""
 started_cluster=false
 started_dataplane=false
 cleanup() {
   local status=$?
+  [[ -z "$go_builds" ]] || kill -- "-$go_builds" 2>/dev/null || true
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   if [[ "$started_cluster" == true ]]; then
-    step "stopping the data plane and the local control plane"
+    show "stopping the data plane and the local control plane"
     hack/local-down.sh || true
   elif [[ "$started_dataplane" == true ]]; then
-    step "stopping the data plane"
+    show "stopping the data plane"
     hack/pod-agent.sh down || true
   fi
+  steps_report
   exit "$status"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-step "building the controller, the pod agent and the node simulator (cargo build --release; the first build takes minutes)"
+# Why the data plane cannot run here at all, if it cannot; empty if it can. Asked before the
+# build, so that a newcomer hears it at once rather than after it. (The pod agent's own check,
+# after the build, has the last word.)
+cannot_run_dataplane() {
+  if [[ "$(id -u)" != 0 ]]; then
+    echo "not root: the data plane makes network namespaces, veth links and mounts (run make demo as root)"
+  elif ! command -v ip >/dev/null; then
+    echo "no ip (iproute2), so no network namespaces: apt-get install iproute2"
+  elif ! err="$(ip netns add nsc-demo-preflight 2>&1)"; then
+    echo "network namespaces cannot be made here (ip netns add: $err)"
+  elif ! ip netns delete nsc-demo-preflight 2>/dev/null; then
+    echo "a network namespace could not be removed (ip netns delete nsc-demo-preflight)"
+  elif ! grep -qw overlay /proc/filesystems; then
+    echo "no overlayfs in the kernel (modprobe overlay), which whereabouts' settings need"
+  fi
+}
+dataplane=false
+fallback=""
+if [[ "$cluster" == local ]]; then
+  fallback="$(cannot_run_dataplane)"
+  if [[ -z "$fallback" ]]; then
+    dataplane=true
+  else
+    show "NOTE: no data plane on this machine, so no traffic: $fallback. The demo will show the slices, from the node simulator, without the curls."
+  fi
+fi
+
+step "system packages" "system packages (hack/system-packages.sh demo: installs what is missing)"
+hack/system-packages.sh demo
+
+step "release build" "builds: the control plane$([[ "$dataplane" == true ]] && echo " and the data plane") from Go modules in the background (log: .local/logs/go-builds.log), the controller, the pod agent and the node simulator here (cargo build --release; the first build takes minutes)"
+mkdir -p "$logs"
+if [[ "$cluster" == local ]]; then
+  go_log="$logs/go-builds.log"
+  # In a process group of its own, so that cleanup stops all of it.
+  groups=(control-plane)
+  [[ "$dataplane" == true ]] && groups+=(data-plane)
+  setsid hack/go-builds.sh "${groups[@]}" >"$go_log" 2>&1 &
+  go_builds=$!
+fi
 make --no-print-directory wasm-target >&2
 # The same packages as hack/pod-agent.sh builds (one build of the dependencies for both).
 ${CARGO:-cargo} build --release --locked -p nad-service-controller -p pod-agent -p node-sim >&2
+
+if [[ -n "$go_builds" ]]; then
+  step "go: waiting" "waiting for the Go builds (.local/logs/go-builds.log)"
+  if ! wait "$go_builds"; then
+    go_builds=""
+    tail -n 40 "$go_log" >&2
+    die "a Go build failed (above; the whole log: $go_log)"
+  fi
+  go_builds=""
+  sed 's/^/  /' "$go_log" >&2
+fi
 
 if [[ "$cluster" == local ]]; then
   if ! [[ -f .local/kubeconfig ]] || ! .local/bin/kubectl --kubeconfig .local/kubeconfig get --raw /readyz >/dev/null 2>&1; then
     started_cluster=true
   fi
-  step "starting the local control plane (etcd, kube-apiserver, kube-controller-manager)"
+  step "control plane" "starting the local control plane (etcd, kube-apiserver, kube-controller-manager)"
   eval "$(hack/local-up.sh)"
   export PATH="$repo/.local/bin:$PATH"
 else
   [[ -n "${KUBECONFIG:-}" ]] || die "DEMO_CLUSTER=existing needs KUBECONFIG"
 fi
-mkdir -p "$logs"
 
-dataplane=false
 if [[ "$cluster" == local ]]; then
-  if "$target_dir/release/pod-agent" check >"$logs/pod-agent-check.log" 2>&1; then
-    dataplane=true
-  fi
   if [[ "$dataplane" == true ]]; then
-    step "starting the data plane (hack/pod-agent.sh up: 2 nodes as network namespaces, Multus, whereabouts, kube-proxy, CoreDNS; the first run builds them from the Go module proxy)"
+    if ! "$target_dir/release/pod-agent" check >"$logs/pod-agent-check.log" 2>&1; then
+      sed 's/^/  /' "$logs/pod-agent-check.log" >&2
+      die "this machine has root and network namespaces, but the data plane needs more (above)"
+    fi
+    step "data plane" "starting the data plane (hack/pod-agent.sh up: 2 nodes as network namespaces, Multus, whereabouts, kube-proxy, CoreDNS)"
     [[ -f .local/pids/pod-agent.pid ]] && kill -0 "$(<.local/pids/pod-agent.pid)" 2>/dev/null || started_dataplane=true
     hack/pod-agent.sh up
   else
-    step "no data plane on this machine; falling back to the node simulator (slices only, no traffic)"
-    sed 's/^/  /' "$logs/pod-agent-check.log" >&2
+    step "node simulator" "starting the node simulator (no data plane: $fallback)"
     "$target_dir/release/node-sim" --range macvlan=192.168.2.0/24 >"$logs/node-sim.log" 2>&1 &
     pids+=($!)
   fi
 fi
 
-step "starting the controller (log: .local/logs/controller.log)"
+step "slices" "the controller publishes testdata/'s pods: starting it (log: .local/logs/controller.log)"
 "$target_dir/release/nad-service-controller" --leader-election=false \
   --metrics-address 127.0.0.1:18080 --health-address 127.0.0.1:18081 \
   >"$logs/controller.log" 2>&1 &
 controller=$!
 pids+=("$controller")
 
-step "kubectl apply -f testdata/"
+show "kubectl apply -f testdata/"
 kubectl apply -f testdata/
 
-step "waiting for the nginx-nad EndpointSlice to list both pods (at most ${timeout}s)"
+show "waiting for the nginx-nad EndpointSlice to list both pods (at most ${timeout}s)"
 endpoints() {
   kubectl get endpointslices -l kubernetes.io/service-name=nginx-nad \
     -o jsonpath='{range .items[*].endpoints[*]}{.addresses[0]}{"\n"}{end}' 2>/dev/null | sort
@@ -118,24 +175,24 @@ if [[ "$dataplane" == true ]]; then
   done
 fi
 
-step "kubectl get deploy,svc,po"
+show "kubectl get deploy,svc,po"
 kubectl get deploy,svc,po
-step "kubectl get endpointslices -l kubernetes.io/service-name=nginx-nad"
+show "kubectl get endpointslices -l kubernetes.io/service-name=nginx-nad"
 kubectl get endpointslices -l kubernetes.io/service-name=nginx-nad
-step "the endpoints' addresses"
+show "the endpoints' addresses"
 kubectl get endpointslices -l kubernetes.io/service-name=nginx-nad -o jsonpath='{.items[*].endpoints[*].addresses}'
 echo
-step "the nginx-nad pods' k8s.v1.cni.cncf.io/network-status (written by $([[ "$dataplane" == true ]] && echo Multus || echo the node simulator))"
+show "the nginx-nad pods' k8s.v1.cni.cncf.io/network-status (written by $([[ "$dataplane" == true ]] && echo Multus || echo the node simulator))"
 kubectl get pods -l app=nginx-nad -o json | python3 -c '
 import json, sys
 for pod in json.load(sys.stdin)["items"]:
     status = json.loads(pod["metadata"].get("annotations", {}).get("k8s.v1.cni.cncf.io/network-status", "[]"))
     print(pod["metadata"]["name"] + ": " + json.dumps(status, separators=(",", ":")))
 '
-step "OK: the slice holds exactly the pods' secondary-network IPs"
+show "OK: the slice holds exactly the pods' secondary-network IPs"
 
 if [[ "$dataplane" == true ]]; then
-  step "the seed's four curls, from inside the netutils pods (hack/pod-exec stands in for kubectl exec)"
+  step "curls" "the seed's four curls, from inside the netutils pods (hack/pod-exec stands in for kubectl exec)"
   pod_of() { kubectl get pods -l "app=$1" -o jsonpath='{.items[0].metadata.name}'; }
   failed=0
   curl_from() {
@@ -160,10 +217,17 @@ if [[ "$dataplane" == true ]]; then
   curl_from "$base" nginx-basic 200
   curl_from "$base" nginx-nad 000
   ((failed == 0)) || die "the curls did not answer as in the seed's README"
-  step "OK: netutils-nad reaches both Services; netutils-base reaches nginx-basic only (demo took $((SECONDS - started)) s)"
+  show "OK: netutils-nad reaches both Services; netutils-base reaches nginx-basic only (demo took $(steps_duration $((SECONDS - steps_first))))"
 fi
 
+steps_report
+if [[ -n "$fallback" ]]; then
+  show "NOTE: this was the node simulator, not the data plane, so no curls: $fallback"
+fi
 if [[ "$oneshot" == 1 ]]; then
+  if [[ -n "$fallback" && "$simulator_ok" != 1 ]]; then
+    die "DEMO_ONESHOT=1 without the data plane (above): set DEMO_SIMULATOR_OK=1 if the slices alone are enough"
+  fi
   exit 0
 fi
 echo "The controller keeps running (Ctrl-C stops the demo and tears down what it started)." >&2

@@ -15,8 +15,8 @@
 # MONITORING_DIR [deploy/monitoring] checks another copy of the bundle (rules.yaml,
 # rules-test.yaml, dashboard.json), e.g. a broken one to see a check fail.
 #
-# promtool is the pinned one of hack/tools.sh (built from the Prometheus Go module the first
-# time). That the dashboard's and the rules' metric names are the ones the controller exports
+# promtool is hack/tools.sh's: Debian 12's (Prometheus 2.42, taken from its .deb the first
+# time), or where apt-get has none, built from the pinned Prometheus Go module. That the dashboard's and the rules' metric names are the ones the controller exports
 # is checked against a running controller by the cluster test
 # dashboards_and_alerts_name_only_exported_metrics (host/tests/cluster.rs).
 set -euo pipefail

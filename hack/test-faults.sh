@@ -22,26 +22,37 @@ export NAD_ETCD_CLIENT_PORT=23792 NAD_ETCD_PEER_PORT=23802 NAD_APISERVER_PORT=16
 export NSC_FAULT_REPORT="${NSC_FAULT_REPORT:-$target/fault-report.md}"
 export NSC_FAULT_LOGS="${NSC_FAULT_LOGS:-$target/fault-logs}"
 rm -rf "$NSC_FAULT_LOGS" && mkdir -p "$NSC_FAULT_LOGS"
+# shellcheck source=hack/steps.sh
+source hack/steps.sh
+steps_init test-faults
+trap steps_report EXIT
 
-echo "== building the controller (release) and the fault tests" >&2
-$cargo build --release --locked -p nad-service-controller
+step "system packages" "system packages (hack/system-packages.sh test-faults: installs what is missing)"
+hack/system-packages.sh test-faults
+
+step "builds" "building the controller (release) and the fault tests"
+# The same packages as hack/test.sh and hack/demo.sh: the same features, so the same build.
+$cargo build --release --locked -p nad-service-controller -p pod-agent -p node-sim
 $cargo test --release --locked -p nad-fault-tests --no-run
 export NSC_CONTROLLER_BIN="${NSC_CONTROLLER_BIN:-$target/release/nad-service-controller}"
 
+step "control plane" "starting the fault control plane in $NAD_LOCAL_DIR"
 # Left over by an interrupted run: start from nothing.
 hack/local-down.sh
 stop() {
+  local status=$?
   # The control plane's logs outlive it, beside the controllers' (a failed run needs them).
   cp -r "$NAD_LOCAL_DIR/logs" "$NSC_FAULT_LOGS/control-plane" 2>/dev/null || true
   echo "== stopping the fault control plane" >&2
-  hack/local-down.sh
+  hack/local-down.sh || status=1
+  steps_report
+  exit "$status"
 }
 trap stop EXIT
-echo "== starting the fault control plane in $NAD_LOCAL_DIR" >&2
 eval "$(hack/local-up.sh)"
 
 printf '| scenario | measured |\n|---|---|\n' >"$NSC_FAULT_REPORT"
-echo "== fault tests (one at a time: they share the control plane)" >&2
+step "fault tests" "fault tests (one at a time: they share the control plane)"
 $cargo test --release --locked -p nad-fault-tests -- --test-threads=1 "$@"
 echo "== measurements ($NSC_FAULT_REPORT; the controllers' logs are in $NSC_FAULT_LOGS)" >&2
 cat "$NSC_FAULT_REPORT" >&2

@@ -1,61 +1,115 @@
 #!/usr/bin/env bash
 # Runs every test: unit, plugin and (on the local control plane) integration tests.
 # Starts the local control plane if it is not running, and stops it afterwards (even when tests
-# fail) unless it was already running before.
+# fail) unless it was already running before. Each step prints its wall time, and the table of
+# them comes at the end (hack/steps.sh; hack/README.md keeps the measured cold and warm times).
+#
+# The builds come first, in two streams that do not wait on each other: the Go parts (control
+# plane, data plane, helm, registry, oras) in the background, the Rust ones (release build, C
+# plugin toolchain, static build, test binaries) in the foreground. Where one stream waits on
+# the network, a linker or one crate's long compile, the other has the core.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
+# shellcheck source=hack/steps.sh
+source hack/steps.sh
+steps_init test
+cargo="${CARGO:-cargo}"
+target_dir="${CARGO_TARGET_DIR:-$repo/target}"
+logs="$repo/.local/logs"
 
 was_up=false
 if [[ -f .local/kubeconfig ]] && [[ -x .local/bin/kubectl ]] \
   && .local/bin/kubectl --kubeconfig .local/kubeconfig get --raw /readyz >/dev/null 2>&1; then
   was_up=true
 fi
+dataplane_was_up=false
+[[ -f .local/pids/pod-agent.pid ]] && kill -0 "$(<.local/pids/pod-agent.pid)" 2>/dev/null && dataplane_was_up=true
+started_cluster=false started_dataplane=false go_builds=""
+cleanup() {
+  local status=$?
+  [[ -z "$go_builds" ]] || kill -- "-$go_builds" 2>/dev/null || true
+  if [[ "$started_cluster" == true ]]; then
+    echo "== stopping the local control plane" >&2
+    hack/local-down.sh || status=1
+  elif [[ "$started_dataplane" == true ]]; then
+    echo "== stopping the data plane" >&2
+    hack/pod-agent.sh down || status=1
+  fi
+  steps_report
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
-echo "== starting the local control plane (the first run builds it from source: minutes)" >&2
+step "system packages" "system packages (hack/system-packages.sh test: installs what is missing)"
+hack/system-packages.sh test
+
+step "rust: release build" "builds: the Go parts in the background (hack/go-builds.sh, log: .local/logs/go-builds.log); here cargo build --release of the controller, the pod agent and the node simulator"
+mkdir -p "$logs"
+go_log="$logs/go-builds.log"
+# In a process group of its own, so that cleanup stops all of it.
+setsid hack/go-builds.sh control-plane data-plane test-tools >"$go_log" 2>&1 &
+go_builds=$!
+
+make --no-print-directory wasm-target
+# The same packages as hack/demo.sh and hack/pod-agent.sh: one build of the dependencies for all.
+$cargo build --release --locked -p nad-service-controller -p pod-agent -p node-sim
+
+step "rust: tools" "the C plugin toolchain (hack/c-plugin-toolchain.sh: clang, wasi-libc, wit-bindgen, wasm-tools) and cargo-sbom (the image's SBOM)"
+# The CLI tests build the C example and a `plugin new --lang c` project with it.
+hack/c-plugin-toolchain.sh >/dev/null
+hack/tools.sh cargo-sbom >/dev/null
+
+step "rust: static build" "the static (musl) binary of the image, which the RBAC test runs with runc (make build-static)"
+image_layout="$target_dir/image/oci"
+image_tag="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)"
+make --no-print-directory build-static >/dev/null
+export NSC_IMAGE_LAYOUT="$image_layout:$image_tag"
+
+step "rust: test binaries" "cargo test --no-run (unit, plugin-runtime, plugin-CLI, cluster, data-plane and RBAC tests)"
+# The fault tests kill the API server: they run on a control plane of their own
+# (make test-faults, hack/test-faults.sh).
+$cargo test --release --locked --workspace --exclude nad-fault-tests --no-run
+
+step "go: waiting" "waiting for the Go builds (.local/logs/go-builds.log)"
+if ! wait "$go_builds"; then
+  go_builds=""
+  tail -n 40 "$go_log" >&2
+  echo "test: a Go build failed (above; the whole log: $go_log)" >&2
+  exit 1
+fi
+go_builds=""
+sed 's/^/  /' "$go_log" >&2
+
+step "image" "the image's OCI layout (umoci), with its SBOM (cargo-sbom, oras)"
+make --no-print-directory image-oci IMAGE_LAYOUT="$image_layout" IMAGE_TAG="$image_tag" >/dev/null
+
+step "control plane" "starting the local control plane"
 if ! exports="$(hack/local-up.sh)"; then
   echo "test: the local control plane did not start; see the messages above and .local/logs/" >&2
   exit 1
 fi
 eval "$exports"
-if [[ "$was_up" == false ]]; then
-  trap 'echo "== stopping the local control plane" >&2; hack/local-down.sh' EXIT
-fi
+[[ "$was_up" == true ]] || started_cluster=true
 
-echo "== the data plane (hack/pod-agent.sh: nodes as network namespaces, Multus, CNI plugins, whereabouts, kube-proxy, CoreDNS)" >&2
-dataplane_was_up=false
-[[ -f .local/pids/pod-agent.pid ]] && kill -0 "$(<.local/pids/pod-agent.pid)" 2>/dev/null && dataplane_was_up=true
-if ! hack/pod-agent.sh up; then
-  echo "test: the data plane did not start (above); the data-plane tests (host/tests/dataplane.rs) need it: run as root" >&2
+step "data plane" "the data plane (hack/pod-agent.sh: nodes as network namespaces, Multus, CNI plugins, whereabouts, kube-proxy, CoreDNS)"
+if ! "$target_dir/release/pod-agent" check >"$logs/pod-agent-check.log" 2>&1; then
+  sed 's/^/  /' "$logs/pod-agent-check.log" >&2
+  echo "test: this machine cannot run the data plane (above), which the data-plane tests (host/tests/dataplane.rs) need" >&2
   exit 1
 fi
-if [[ "$was_up" == true && "$dataplane_was_up" == false ]]; then
-  trap 'echo "== stopping the data plane" >&2; hack/pod-agent.sh down' EXIT
-fi
+hack/pod-agent.sh up
+[[ "$was_up" == true && "$dataplane_was_up" == false ]] && started_dataplane=true
 
-echo "== deploy/ manifests: deploy.yaml up to date, server-side dry runs of every overlay" >&2
+step "manifests" "deploy/ manifests: deploy.yaml up to date, server-side dry runs of every overlay"
 hack/manifests.sh check
 
-echo "== the Helm chart: lint, its defaults equal deploy.yaml, server-side dry runs of its value sets (hack/helm.sh; helm built from its Go module the first time)" >&2
+step "helm chart" "the Helm chart: lint, its defaults equal deploy.yaml, server-side dry runs of its value sets (hack/helm.sh)"
 hack/helm.sh check
 
-echo "== deploy/monitoring: promtool check/test rules (hack/tools.sh promtool; built from its Go module the first time), the dashboard's queries" >&2
+step "monitoring" "deploy/monitoring: promtool check/test rules, the dashboard's queries (hack/monitoring.sh)"
 hack/monitoring.sh check
 
-echo "== the C plugin toolchain (hack/c-plugin-toolchain.sh: clang, wasi-libc, wit-bindgen, wasm-tools; minutes the first time)" >&2
-# The CLI tests build the C example and a `plugin new --lang c` project with it.
-hack/c-plugin-toolchain.sh >/dev/null
-
-echo "== the CNCF distribution registry (hack/tools.sh registry; built from its Go module the first time), for the OCI plugin tests" >&2
-hack/tools.sh registry >/dev/null
-
-echo "== the image (make image-oci: the static binary in an OCI layout, by umoci), which the RBAC test runs with runc" >&2
-image_layout="${CARGO_TARGET_DIR:-$repo/target}/image/oci"
-image_tag="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)"
-make --no-print-directory image-oci IMAGE_LAYOUT="$image_layout" IMAGE_TAG="$image_tag" >/dev/null
-export NSC_IMAGE_LAYOUT="$image_layout:$image_tag"
-
-echo "== cargo test (unit, plugin-runtime, plugin-CLI, cluster, data-plane and RBAC tests)" >&2
-# The fault tests kill the API server: they run on a control plane of their own
-# (make test-faults, hack/test-faults.sh).
-${CARGO:-cargo} test --release --locked --workspace --exclude nad-fault-tests
+step "cargo test" "cargo test (unit, plugin-runtime, plugin-CLI, cluster, data-plane and RBAC tests)"
+$cargo test --release --locked --workspace --exclude nad-fault-tests

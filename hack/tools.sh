@@ -4,9 +4,10 @@
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/tools/bin/<tool>-<version>
 # Tools: actionlint (Go module proxy), cargo-deny, wasm-tools and wit-bindgen (crates.io, built
 # with cargo install --locked), kind, registry (the CNCF distribution registry, which the OCI
-# plugin and image tests run on loopback), helm (the chart's checks), promtool (the alert
-# rules' checks and unit tests) and oras (the image's SBOM, pushing and pulling the image), all
-# five from the Go module proxy, cargo-sbom (the SBOM; crates.io), and wasi-adapter: not a program but the
+# plugin and image tests run on loopback), helm (the chart's checks) and oras (the image's SBOM,
+# pushing and pulling the image), all four from the Go module proxy, promtool (the alert rules'
+# checks and unit tests: Debian's, see debian_promtool, else from the Go module proxy),
+# cargo-sbom (the SBOM; crates.io), and wasi-adapter: not a program but the
 # WASI preview1-to-preview2 reactor adapter of wasmtime (the .crate of
 # wasi-preview1-component-adapter-provider from crates.io, checked against a pinned sha256),
 # placed as tools/lib/wasi_snapshot_preview1.reactor-<version>.wasm. C plugins need the last
@@ -18,7 +19,8 @@ CARGO_DENY_VERSION=0.20.2
 KIND_VERSION=v0.33.0
 REGISTRY_VERSION=v3.0.0
 HELM_VERSION=v3.22.0
-# Prometheus v3.x is the Go module's v0.3xx line: v0.316.0 is Prometheus 3.16.0.
+# Where Debian's prometheus package is not to be had. Prometheus v3.x is the Go module's v0.3xx
+# line: v0.316.0 is Prometheus 3.16.0.
 PROMTOOL_VERSION=v0.316.0
 # The image's SBOM (make image-oci): cargo-sbom writes it from Cargo.lock as SPDX JSON, oras
 # attaches it to the image in its OCI layout and copies both to a registry.
@@ -41,10 +43,16 @@ bin="$root/bin"
 mkdir -p "$bin"
 
 # cargo install of one binary into a versioned name: <crate> <binary> <version> [cargo args].
+# These tools run a few times on small inputs, so they are built for build speed, not run speed:
+# no optimisation, no debug info, and one target directory for all of them (kept in the cache),
+# so that the crates they share (clap, serde, wasmparser, ...) are compiled once.
 cargo_install() {
   local crate="$1" binary="$2" version="$3" path="$bin/$2-$3"
   shift 3
-  ${CARGO:-cargo} install --quiet --locked --version "$version" --root "$root/$crate-$version" "$@" "$crate"
+  CARGO_PROFILE_RELEASE_OPT_LEVEL=0 CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_LTO=false \
+    CARGO_PROFILE_RELEASE_CODEGEN_UNITS=256 CARGO_PROFILE_RELEASE_STRIP=true \
+    ${CARGO:-cargo} install --quiet --locked --version "$version" --root "$root/$crate-$version" \
+    --target-dir "$root/cargo-target" "$@" "$crate"
   mv "$root/$crate-$version/bin/$binary" "$path"
   rm -rf "${root:?}/$crate-$version"
 }
@@ -56,6 +64,33 @@ go_install() {
   GOBIN="$root/go-$binary-$version" go install "$package@$version"
   mv "$root/go-$binary-$version/$binary" "$bin/$binary-$version"
   rm -rf "${root:?}/go-$binary-$version"
+}
+
+# promtool from Debian's prometheus package: the same program as the Go module's, without
+# building the whole of Prometheus (minutes). Only promtool is taken from the .deb (apt-get
+# download, dpkg-deb -x): no server is installed or started, and no root is needed. Debian 12
+# ships Prometheus 2.42, whose promtool checks and tests deploy/monitoring/ alike (make
+# check-monitoring). Installed as tools/bin/promtool-debian-<package version>; where apt-get
+# has no prometheus package, the pinned Go module's is built instead.
+debian_promtool() {
+  command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || return 1
+  local tmp version path
+  for path in "$bin"/promtool-debian-*; do
+    [[ -x "$path" ]] && { echo "$path"; return 0; }
+  done
+  tmp="$(mktemp -d "$root/promtool-deb.XXXXXX")"
+  if ! (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1); then
+    rm -rf "$tmp"
+    echo "tools: apt-get download prometheus failed (no package list? apt-get update); building promtool from its Go module" >&2
+    return 1
+  fi
+  dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/root"
+  version="$(dpkg-deb -f "$tmp"/prometheus_*.deb Version)"
+  path="$bin/promtool-debian-$version"
+  echo "tools: installing promtool from Debian's prometheus $version into $bin" >&2
+  mv "$tmp/root/usr/bin/promtool" "$path"
+  rm -rf "$tmp"
+  echo "$path"
 }
 
 # Installs into a versioned name, so that a version bump here installs the new one.
@@ -107,7 +142,7 @@ case "${1:-}" in
   kind) install kind "$KIND_VERSION" ;;
   registry) install registry "$REGISTRY_VERSION" ;;
   helm) install helm "$HELM_VERSION" ;;
-  promtool) install promtool "$PROMTOOL_VERSION" ;;
+  promtool) debian_promtool || install promtool "$PROMTOOL_VERSION" ;;
   oras) install oras "$ORAS_VERSION" ;;
   cargo-sbom) install cargo-sbom "$CARGO_SBOM_VERSION" ;;
   wasm-tools) install wasm-tools "$WASM_TOOLS_VERSION" ;;

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds the Go parts a command needs into the shared caches, each skipped if already there,
+# and prints how long each took. hack/test.sh and hack/demo.sh run it in the background while
+# cargo builds the Rust parts, so that neither waits on the other.
+#   hack/go-builds.sh GROUP...
+# GROUP: control-plane (etcd, kube-apiserver, kube-controller-manager, kubectl), data-plane
+# (kube-proxy, Multus, the CNI plugins, whereabouts, CoreDNS, cni-run), test-tools (helm,
+# the registry, oras, promtool).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+timed() {
+  local start=$SECONDS
+  "$@" >/dev/null
+  echo "go-builds: $* took $((SECONDS - start)) s"
+}
+for group in "$@"; do
+  case "$group" in
+    control-plane) timed hack/controlplane/build.sh ;;
+    data-plane)
+      timed hack/controlplane/build.sh kube-proxy
+      timed hack/dataplane/build.sh
+      ;;
+    test-tools)
+      for tool in helm registry oras promtool; do timed hack/tools.sh "$tool"; done
+      ;;
+    *) echo "usage: hack/go-builds.sh control-plane|data-plane|test-tools..." >&2; exit 2 ;;
+  esac
+done

@@ -1,0 +1,61 @@
+# Sourced by the scripts of long commands (hack/test.sh, hack/demo.sh, hack/test-faults.sh,
+# .ci/run): each step prints its title when it starts and its wall time when it ends, and
+# steps_report prints the table of all of them (call it from the script's EXIT trap). The table
+# is also appended to ${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/timings/<name>.tsv
+# (date, commit, step, seconds), the raw data of hack/README.md's table ("How long things take").
+#
+#   steps_init NAME           once, before the first step
+#   step KEY [DESCRIPTION]    ends the step before (printing its time), starts KEY
+#   steps_report              ends the last step, prints the table
+# shellcheck shell=bash
+
+steps_name=""
+steps_key=""
+steps_started=0
+steps_first=0
+steps_rows=()
+
+steps_bold="" steps_dim="" steps_plain=""
+if [[ -t 2 ]]; then
+  steps_bold=$'\033[1m' steps_dim=$'\033[2m' steps_plain=$'\033[0m'
+fi
+
+steps_init() {
+  steps_name="$1"
+  steps_first=$SECONDS
+}
+
+steps_duration() { # seconds -> "4 min 02 s" / "12 s"
+  if (($1 >= 60)); then printf '%d min %02d s' $(($1 / 60)) $(($1 % 60)); else printf '%d s' "$1"; fi
+}
+
+steps_end() {
+  [[ -n "$steps_key" ]] || return 0
+  local took=$((SECONDS - steps_started))
+  printf '%s-- %s: %s%s\n' "$steps_dim" "$steps_key" "$(steps_duration "$took")" "$steps_plain" >&2
+  steps_rows+=("$took|$steps_key")
+  steps_key=""
+}
+
+step() {
+  steps_end
+  steps_key="$1"
+  steps_started=$SECONDS
+  printf '\n%s== %s%s\n' "$steps_bold" "${2:-$1}" "$steps_plain" >&2
+}
+
+steps_report() {
+  steps_end
+  ((${#steps_rows[@]})) || return 0
+  local row total=$((SECONDS - steps_first)) dir commit
+  dir="${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/timings"
+  commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  mkdir -p "$dir" 2>/dev/null || true
+  printf '\n%s== %s: wall time per step%s\n' "$steps_bold" "$steps_name" "$steps_plain" >&2
+  for row in "${steps_rows[@]}"; do
+    printf '  %-44s %12s\n' "${row#*|}" "$(steps_duration "${row%%|*}")" >&2
+    printf '%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$commit" "${row#*|}" "${row%%|*}" >>"$dir/$steps_name.tsv" 2>/dev/null || true
+  done
+  printf '  %-44s %12s\n' "total" "$(steps_duration "$total")" >&2
+  steps_rows=()
+}
