@@ -101,7 +101,7 @@ if [[ -n "$go_builds" ]]; then
     die "a Go build failed (above; the whole log: $go_log)"
   fi
   go_builds=""
-  sed 's/^/  /' "$go_log" >&2
+  grep '^go-builds:' "$go_log" | sed 's/^/  /' >&2
 fi
 
 if [[ "$cluster" == local ]]; then

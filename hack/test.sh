@@ -80,7 +80,7 @@ if ! wait "$go_builds"; then
   exit 1
 fi
 go_builds=""
-sed 's/^/  /' "$go_log" >&2
+grep '^go-builds:' "$go_log" | sed 's/^/  /' >&2
 
 step "image" "the image's OCI layout (umoci), with its SBOM (cargo-sbom, oras)"
 make --no-print-directory image-oci IMAGE_LAYOUT="$image_layout" IMAGE_TAG="$image_tag" >/dev/null
