@@ -16,10 +16,11 @@ STATIC_TARGET ?= $(shell uname -m)-unknown-linux-musl
 STATIC_OUT ?= $(TARGET_DIR)/static
 # The static binary's bytes do not depend on where the clone, the cargo home or the target
 # directory is (panic messages name source files, build scripts' generated ones among them): the
-# Dockerfile's build, in /src, gives the same bytes. The target directory's mapping comes last,
-# so that it wins over the clone's for a target directory inside the clone.
+# Dockerfile's build, in /src, gives the same bytes. Cargo names the workspace's own sources by
+# their path in the clone (host/src/...), so only the cargo home and the target directory are
+# remapped: flags that named the clone would make every fresh clone rebuild every dependency.
 CARGO_HOME_DIR := $(or $(CARGO_HOME),$(HOME)/.cargo)
-STATIC_RUSTFLAGS := --remap-path-prefix=$(CURDIR)=/src --remap-path-prefix=$(CARGO_HOME_DIR)=/cargo \
+STATIC_RUSTFLAGS := --remap-path-prefix=$(CARGO_HOME_DIR)=/cargo \
 	--remap-path-prefix=$(abspath $(TARGET_DIR))=/target
 # `make image-oci`: the image as an OCI layout, without a container engine (hack/image-oci.sh).
 IMAGE_LAYOUT ?= $(TARGET_DIR)/image/oci
