@@ -49,26 +49,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Why the data plane cannot run here at all, if it cannot; empty if it can. Asked before the
-# build, so that a newcomer hears it at once rather than after it. (The pod agent's own check,
-# after the build, has the last word.)
-cannot_run_dataplane() {
-  if [[ "$(id -u)" != 0 ]]; then
-    echo "not root: the data plane makes network namespaces, veth links and mounts (run make demo as root)"
-  elif ! command -v ip >/dev/null; then
-    echo "no ip (iproute2), so no network namespaces: apt-get install iproute2"
-  elif ! err="$(ip netns add nsc-demo-preflight 2>&1)"; then
-    echo "network namespaces cannot be made here (ip netns add: $err)"
-  elif ! ip netns delete nsc-demo-preflight 2>/dev/null; then
-    echo "a network namespace could not be removed (ip netns delete nsc-demo-preflight)"
-  elif ! grep -qw overlay /proc/filesystems; then
-    echo "no overlayfs in the kernel (modprobe overlay), which whereabouts' settings need"
-  fi
-}
 dataplane=false
 fallback=""
 if [[ "$cluster" == local ]]; then
-  fallback="$(cannot_run_dataplane)"
+  # Asked before the build, so that a newcomer hears it at once rather than after it.
+  fallback="$(hack/pod-agent.sh preflight 2>&1)" || true
   if [[ -z "$fallback" ]]; then
     dataplane=true
   else

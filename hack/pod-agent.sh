@@ -2,6 +2,8 @@
 # The local data plane: the pod agent (hack/pod-agent) with real networking parts, on the local
 # control plane of hack/local-up.sh. See hack/README.md ("The data plane").
 #
+#   hack/pod-agent.sh preflight  why the data plane cannot run here at all (not root, no network
+#                             namespaces, no overlayfs), without building anything; exit 1 if so
 #   hack/pod-agent.sh check   what this machine lacks (root, ip netns, nft, overlayfs); exit 1 if any
 #   hack/pod-agent.sh up      build the parts (first time: minutes), start the agent, wait until its
 #                             nodes, kube-proxy and CoreDNS are ready. Idempotent.
@@ -133,9 +135,31 @@ sweep() {
   rm -rf "$dataplane"
 }
 
+# Why the data plane cannot run here at all, on stdout, exit 1; nothing and exit 0 if it can. What
+# a package would fix (nft) is not asked: hack/system-packages.sh installs it. The pod agent's own
+# check, after the build, has the last word.
+preflight() {
+  local err
+  if [[ "$(id -u)" != 0 ]]; then
+    echo "not root: the data plane makes network namespaces, veth links and mounts (run it as root)"
+  elif ! command -v ip >/dev/null; then
+    echo "no ip (iproute2), so no network namespaces: apt-get install iproute2"
+  elif ! err="$(ip netns add nsc-preflight 2>&1)"; then
+    echo "network namespaces cannot be made here (ip netns add: $err)"
+  elif ! ip netns delete nsc-preflight 2>/dev/null; then
+    echo "a network namespace could not be removed (ip netns delete nsc-preflight)"
+  elif ! grep -qw overlay /proc/filesystems; then
+    echo "no overlayfs in the kernel (modprobe overlay), which whereabouts' settings need"
+  else
+    return 0
+  fi
+  return 1
+}
+
 case "${1:-}" in
+  preflight) preflight ;;
   check) build_agent && exec "$agent" check ;;
   up) up ;;
   down) down ;;
-  *) echo "usage: hack/pod-agent.sh check|up|down" >&2; exit 2 ;;
+  *) echo "usage: hack/pod-agent.sh preflight|check|up|down" >&2; exit 2 ;;
 esac

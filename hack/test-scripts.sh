@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Tests of the scripts every command starts with (hack/test.sh runs them, as root):
+# - hack/system-packages.sh, as an unprivileged user on a machine without one of the packages,
+#   names the package, what needs it and the apt-get line, and exits 1 without installing;
+# - hack/pod-agent.sh preflight says "not root" to a user and nothing to root (and leaves no
+#   network namespace behind);
+# - hack/steps.sh prints each step's time and the table, and appends the rows to its TSV.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+
+[[ "$(id -u)" == 0 ]] || { echo "test-scripts: run as root (it runs the scripts as another user too)" >&2; exit 1; }
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+chmod 755 "$work"
+failed=0
+fail() { echo "test-scripts: FAIL: $*" >&2; failed=1; }
+pass() { echo "test-scripts: ok: $*" >&2; }
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+
+# A copy of the repository's scripts that nobody can read, and a PATH without shellcheck.
+mkdir -p "$work/repo/hack" "$work/path"
+cp hack/system-packages.sh hack/pod-agent.sh hack/steps.sh "$work/repo/hack/"
+chmod -R a+rX "$work/repo"
+for dir in /usr/bin /bin; do
+  for program in "$dir"/*; do
+    name="${program##*/}"
+    [[ "$name" == shellcheck || -e "$work/path/$name" ]] || ln -s "$program" "$work/path/$name"
+  done
+done
+
+# system-packages: not root, shellcheck missing.
+status=0
+out="$(cd "$work/repo" && as_nobody env -i PATH="$work/path" HOME=/nonexistent bash hack/system-packages.sh lint </dev/null 2>&1)" || status=$?
+if [[ "$status" == 1 && "$out" == *"shellcheck: actionlint's check"* && "$out" == *"apt-get install -y "*shellcheck* ]]; then
+  pass "system-packages names a missing package and the apt-get line to a user, and exits 1"
+else
+  fail "system-packages as a user without shellcheck: exit $status, said: $out"
+fi
+# ... and lists what each command needs.
+listed="$(hack/system-packages.sh --list ci)"
+for package in nftables iproute2 musl-tools umoci runc clang-19 wasi-libc shellcheck; do
+  grep -qx "debian $package" <<<"$listed" || fail "system-packages --list ci does not list $package"
+done
+grep -qx "debian nftables" <<<"$(hack/system-packages.sh --list lint)" \
+  && fail "system-packages --list lint lists nftables, which only the data plane needs"
+pass "system-packages --list"
+
+# pod-agent.sh preflight.
+status=0
+out="$(cd "$work/repo" && as_nobody bash hack/pod-agent.sh preflight 2>&1)" || status=$?
+if [[ "$status" == 1 && "$out" == "not root:"* ]]; then
+  pass "preflight says not root to a user"
+else
+  fail "preflight as a user: exit $status, said: $out"
+fi
+status=0
+out="$(hack/pod-agent.sh preflight 2>&1)" || status=$?
+if [[ "$status" == 0 && -z "$out" ]]; then
+  pass "preflight says nothing to root"
+else
+  fail "preflight as root: exit $status, said: $out"
+fi
+ip netns list | grep -q '^nsc-preflight' && fail "preflight left its network namespace"
+
+# steps.sh.
+out="$(XDG_CACHE_HOME="$work/cache" bash -c 'source hack/steps.sh; steps_init selftest; step one "the first step"; sleep 1; step two; steps_report' 2>&1)"
+rows="$(cut -f3,4 "$work/cache/nad-service-controller/timings/selftest.tsv" 2>/dev/null || true)"
+if [[ "$out" == *"== the first step"* && "$out" == *"-- one: 1 s"* && "$out" == *"-- two: 0 s"* \
+  && "$out" == *"selftest: wall time per step"* && "$rows" == $'one\t1\ntwo\t0' ]]; then
+  pass "steps prints each step's time and the table, and keeps the rows"
+else
+  fail "steps said: $out; kept: $rows"
+fi
+
+exit "$failed"
