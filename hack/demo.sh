@@ -64,10 +64,10 @@ fi
 step "system packages" "system packages (hack/system-packages.sh demo: installs what is missing)"
 hack/system-packages.sh demo
 
-step "release build" "builds: the control plane$([[ "$dataplane" == true ]] && echo " and the data plane") from Go modules in the background (log: .local/logs/go-builds.log), the controller, the pod agent and the node simulator here (cargo build --release; the first build takes minutes)"
+step "release build" "builds: the control plane$([[ "$dataplane" == true ]] && echo " and the data plane") from Go modules in the background (log: .local/logs/go-builds-demo.log), the controller, the pod agent and the node simulator here (cargo build --release; the first build takes minutes)"
 mkdir -p "$logs"
 if [[ "$cluster" == local ]]; then
-  go_log="$logs/go-builds.log"
+  go_log="$logs/go-builds-demo.log"
   # In a process group of its own, so that cleanup stops all of it.
   groups=(control-plane)
   [[ "$dataplane" == true ]] && groups+=(data-plane)
@@ -79,7 +79,7 @@ make --no-print-directory wasm-target >&2
 ${CARGO:-cargo} build --release --locked -p nad-service-controller -p pod-agent -p node-sim >&2
 
 if [[ -n "$go_builds" ]]; then
-  step "go: waiting" "waiting for the Go builds (.local/logs/go-builds.log)"
+  step "go: waiting" "waiting for the Go builds (.local/logs/go-builds-demo.log)"
   if ! wait "$go_builds"; then
     go_builds=""
     tail -n 40 "$go_log" >&2

@@ -45,9 +45,9 @@ trap 'exit 130' INT TERM
 step "system packages" "system packages (hack/system-packages.sh test: installs what is missing)"
 hack/system-packages.sh test
 
-step "rust: release build" "builds: the Go parts in the background (hack/go-builds.sh, log: .local/logs/go-builds.log); here cargo build --release of the controller, the pod agent and the node simulator"
+step "rust: release build" "builds: the Go parts in the background (hack/go-builds.sh, log: .local/logs/go-builds-test.log); here cargo build --release of the controller, the pod agent and the node simulator"
 mkdir -p "$logs"
-go_log="$logs/go-builds.log"
+go_log="$logs/go-builds-test.log"
 # In a process group of its own, so that cleanup stops all of it.
 setsid hack/go-builds.sh control-plane data-plane test-tools >"$go_log" 2>&1 &
 go_builds=$!
@@ -72,7 +72,7 @@ step "rust: test binaries" "cargo test --no-run (unit, plugin-runtime, plugin-CL
 # (make test-faults, hack/test-faults.sh).
 $cargo test --release --locked --workspace --exclude nad-fault-tests --no-run
 
-step "go: waiting" "waiting for the Go builds (.local/logs/go-builds.log)"
+step "go: waiting" "waiting for the Go builds (.local/logs/go-builds-test.log)"
 if ! wait "$go_builds"; then
   go_builds=""
   tail -n 40 "$go_log" >&2
