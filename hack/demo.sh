@@ -28,12 +28,11 @@ show() { printf '\n%s== %s%s\n' "$steps_bold" "$*" "$steps_plain" >&2; }
 die() { echo "demo: error: $*" >&2; exit 1; }
 
 pids=()
-go_builds=""
 started_cluster=false
 started_dataplane=false
 cleanup() {
   local status=$?
-  [[ -z "$go_builds" ]] || kill -- "-$go_builds" 2>/dev/null || true
+  background_stop
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   if [[ "$started_cluster" == true ]]; then
@@ -67,27 +66,15 @@ hack/system-packages.sh demo
 step "release build" "builds: the control plane$([[ "$dataplane" == true ]] && echo " and the data plane") from Go modules in the background (log: .local/logs/go-builds-demo.log), the controller, the pod agent and the node simulator here (cargo build --release; the first build takes minutes)"
 mkdir -p "$logs"
 if [[ "$cluster" == local ]]; then
-  go_log="$logs/go-builds-demo.log"
-  # In a process group of its own, so that cleanup stops all of it.
   groups=(control-plane)
   [[ "$dataplane" == true ]] && groups+=(data-plane)
-  setsid hack/go-builds.sh "${groups[@]}" >"$go_log" 2>&1 &
-  go_builds=$!
+  background_start "$logs/go-builds-demo.log" hack/go-builds.sh "${groups[@]}"
 fi
 make --no-print-directory wasm-target >&2
 # The same packages as hack/pod-agent.sh builds (one build of the dependencies for both).
 ${CARGO:-cargo} build --release --locked -p nad-service-controller -p pod-agent -p node-sim >&2
 
-if [[ -n "$go_builds" ]]; then
-  step "go: waiting" "waiting for the Go builds (.local/logs/go-builds-demo.log)"
-  if ! wait "$go_builds"; then
-    go_builds=""
-    tail -n 40 "$go_log" >&2
-    die "a Go build failed (above; the whole log: $go_log)"
-  fi
-  go_builds=""
-  grep '^go-builds:' "$go_log" | sed 's/^/  /' >&2
-fi
+background_wait "go: waiting" "waiting for the Go builds (.local/logs/go-builds-demo.log)" || die "a Go build failed"
 
 if [[ "$cluster" == local ]]; then
   if ! [[ -f .local/kubeconfig ]] || ! .local/bin/kubectl --kubeconfig .local/kubeconfig get --raw /readyz >/dev/null 2>&1; then
@@ -102,10 +89,6 @@ fi
 
 if [[ "$cluster" == local ]]; then
   if [[ "$dataplane" == true ]]; then
-    if ! "$target_dir/release/pod-agent" check >"$logs/pod-agent-check.log" 2>&1; then
-      sed 's/^/  /' "$logs/pod-agent-check.log" >&2
-      die "this machine has root and network namespaces, but the data plane needs more (above)"
-    fi
     step "data plane" "starting the data plane (hack/pod-agent.sh up: 2 nodes as network namespaces, Multus, whereabouts, kube-proxy, CoreDNS)"
     [[ -f .local/pids/pod-agent.pid ]] && kill -0 "$(<.local/pids/pod-agent.pid)" 2>/dev/null || started_dataplane=true
     hack/pod-agent.sh up

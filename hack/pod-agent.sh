@@ -55,7 +55,7 @@ up() {
   [[ -s "$KUBECONFIG" ]] || die "no control plane: run hack/local-up.sh first"
   export PATH="$state/bin:$PATH"
   build_agent
-  "$agent" check >&2 || die "this machine cannot run the data plane (above); make demo falls back to the node simulator"
+  "$agent" check >&2 || die "this machine cannot run the data plane (above)"
   if running && ready; then
     log "already running (pid $(<"$pidfile"))"
     return 0

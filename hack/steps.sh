@@ -44,6 +44,33 @@ step() {
   printf '\n%s== %s%s\n' "$steps_bold" "${2:-$1}" "$steps_plain" >&2
 }
 
+# A step that runs beside the others: background_start LOG COMMAND... starts it in a process
+# group of its own; background_wait KEY DESCRIPTION waits for it as a step of its own, printing
+# its "<name>:" lines (or its log's tail if it failed); background_stop, for an EXIT trap, stops it.
+background_pid="" background_log=""
+background_start() {
+  background_log="$1"
+  shift
+  setsid "$@" >"$background_log" 2>&1 &
+  background_pid=$!
+}
+background_wait() {
+  [[ -n "$background_pid" ]] || return 0
+  step "$1" "$2"
+  local status=0
+  wait "$background_pid" || status=$?
+  background_pid=""
+  if ((status)); then
+    tail -n 40 "$background_log" >&2
+    echo "$2: failed (above; the whole log: $background_log)" >&2
+    return "$status"
+  fi
+  grep -E '^[a-z-]+: .* took ' "$background_log" | sed 's/^/  /' >&2 || true
+}
+background_stop() {
+  [[ -z "$background_pid" ]] || kill -- "-$background_pid" 2>/dev/null || true
+}
+
 steps_report() {
   steps_end
   ((${#steps_rows[@]})) || return 0

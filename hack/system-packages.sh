@@ -88,7 +88,8 @@ for entry in "${DEBIAN[@]}"; do
 done
 missing_pypi=()
 system_python=false
-[[ "$(command -v python3)" == /usr/bin/python3 ]] && system_python=true
+python3 -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))' 2>/dev/null \
+  && system_python=true
 for entry in "${PYPI[@]}"; do
   IFS='|' read -r package module debian commands why <<<"$entry"
   needed_by "$commands" || continue

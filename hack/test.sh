@@ -25,10 +25,10 @@ if [[ -f .local/kubeconfig ]] && [[ -x .local/bin/kubectl ]] \
 fi
 dataplane_was_up=false
 [[ -f .local/pids/pod-agent.pid ]] && kill -0 "$(<.local/pids/pod-agent.pid)" 2>/dev/null && dataplane_was_up=true
-started_cluster=false started_dataplane=false go_builds=""
+started_cluster=false started_dataplane=false
 cleanup() {
   local status=$?
-  [[ -z "$go_builds" ]] || kill -- "-$go_builds" 2>/dev/null || true
+  background_stop
   if [[ "$started_cluster" == true ]]; then
     echo "== stopping the local control plane" >&2
     hack/local-down.sh || status=1
@@ -47,10 +47,7 @@ hack/system-packages.sh test
 
 step "rust: release build" "builds: the Go parts in the background (hack/go-builds.sh, log: .local/logs/go-builds-test.log); here cargo build --release of the controller, the pod agent and the node simulator"
 mkdir -p "$logs"
-go_log="$logs/go-builds-test.log"
-# In a process group of its own, so that cleanup stops all of it.
-setsid hack/go-builds.sh control-plane data-plane test-tools >"$go_log" 2>&1 &
-go_builds=$!
+background_start "$logs/go-builds-test.log" hack/go-builds.sh control-plane data-plane test-tools
 
 make --no-print-directory wasm-target
 # The same packages as hack/demo.sh and hack/pod-agent.sh: one build of the dependencies for all.
@@ -72,15 +69,7 @@ step "rust: test binaries" "cargo test --no-run (unit, plugin-runtime, plugin-CL
 # (make test-faults, hack/test-faults.sh).
 $cargo test --release --locked --workspace --exclude nad-fault-tests --no-run
 
-step "go: waiting" "waiting for the Go builds (.local/logs/go-builds-test.log)"
-if ! wait "$go_builds"; then
-  go_builds=""
-  tail -n 40 "$go_log" >&2
-  echo "test: a Go build failed (above; the whole log: $go_log)" >&2
-  exit 1
-fi
-go_builds=""
-grep '^go-builds:' "$go_log" | sed 's/^/  /' >&2
+background_wait "go: waiting" "waiting for the Go builds (.local/logs/go-builds-test.log)"
 
 step "image" "the image's OCI layout (umoci), with its SBOM (cargo-sbom, oras)"
 make --no-print-directory image-oci IMAGE_LAYOUT="$image_layout" IMAGE_TAG="$image_tag" >/dev/null
@@ -94,12 +83,10 @@ eval "$exports"
 [[ "$was_up" == true ]] || started_cluster=true
 
 step "data plane" "the data plane (hack/pod-agent.sh: nodes as network namespaces, Multus, CNI plugins, whereabouts, kube-proxy, CoreDNS)"
-if ! "$target_dir/release/pod-agent" check >"$logs/pod-agent-check.log" 2>&1; then
-  sed 's/^/  /' "$logs/pod-agent-check.log" >&2
-  echo "test: this machine cannot run the data plane (above), which the data-plane tests (host/tests/dataplane.rs) need" >&2
+if ! hack/pod-agent.sh up; then
+  echo "test: the data plane did not start (above), which the data-plane tests (host/tests/dataplane.rs) need" >&2
   exit 1
 fi
-hack/pod-agent.sh up
 [[ "$was_up" == true && "$dataplane_was_up" == false ]] && started_dataplane=true
 
 step "manifests" "deploy/ manifests: deploy.yaml up to date, server-side dry runs of every overlay"
