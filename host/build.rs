@@ -13,7 +13,7 @@ use std::{
     process::Command,
 };
 
-const PLUGINS: [(&str, &str, &str); 7] = [
+const PLUGINS: [(&str, &str, &str); 8] = [
     (
         "nad-default-plugin",
         "nad_default_plugin",
@@ -38,6 +38,11 @@ const PLUGINS: [(&str, &str, &str); 7] = [
         "nad-test-contract-1-0",
         "nad_test_contract_1_0",
         "NSC_TEST_CONTRACT_1_0_WASM",
+    ),
+    (
+        "nad-test-contract-1-1",
+        "nad_test_contract_1_1",
+        "NSC_TEST_CONTRACT_1_1_WASM",
     ),
     (
         "nad-test-stale-wit",

@@ -305,7 +305,7 @@ fn view_all(candidate: &Candidate) -> wit::Pod {
 /// The baseline must decide exactly as the plugin does, or the comparison means nothing.
 fn check_native_matches(plugin: &Plugin, service: &wit::Service, pods: &[wit::Pod]) {
     let wasm = plugin
-        .evaluate(service, pods, "")
+        .evaluate(service, pods, None, "")
         .expect("the plugin evaluates")
         .expect("the plugin decides");
     let native: Vec<Decision> = native::evaluate(service, pods, "")
@@ -349,7 +349,7 @@ fn evaluate(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("wasm", n), pods, |b, pods| {
             b.iter(|| {
                 plugin
-                    .evaluate(black_box(&service), black_box(pods), "")
+                    .evaluate(black_box(&service), black_box(pods), None, "")
                     .expect("the plugin evaluates")
             });
         });
@@ -468,7 +468,7 @@ fn fields(c: &mut Criterion) {
         group.bench_with_input(id.clone(), pods, |b, pods| {
             b.iter(|| {
                 plugin
-                    .evaluate(black_box(&service), black_box(pods), "")
+                    .evaluate(black_box(&service), black_box(pods), None, "")
                     .expect("the plugin evaluates")
             });
         });
@@ -554,7 +554,7 @@ fn component(c: &mut Criterion) {
     group.bench_function("instantiate", |b| {
         b.iter(|| {
             plugin
-                .evaluate(black_box(&service), &[], "")
+                .evaluate(black_box(&service), &[], None, "")
                 .expect("the plugin evaluates")
         });
     });

@@ -26,6 +26,7 @@ use kube::{
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use nad_service_controller::{
+    input::network_ready,
     leader::LeaderElector,
     plugin::{
         FailurePolicy, Limits, PluginDir, Plugins, Runtime, SharedPlugins,
@@ -197,6 +198,19 @@ impl Env {
             .create_and_start(&self.ns, pod, ready)
             .await
             .unwrap()
+    }
+
+    /// Sets `pod`'s readiness on network `macvlan` of this namespace, as the network prober
+    /// writes it (a strategic merge of its own condition type).
+    async fn set_network_ready(&self, pod: &str, status: &str, reason: &str, message: &str) {
+        let condition = network_ready::condition_type(&format!("{}/macvlan", self.ns));
+        let patch = json!({"status": {"conditions": [{"type": condition, "status": status,
+            "reason": reason, "message": message,
+            "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string()}]}});
+        self.api::<Pod>()
+            .patch_status(pod, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+            .unwrap();
     }
 
     async fn slices(&self, service: &str) -> Vec<EndpointSlice> {
@@ -1203,6 +1217,23 @@ async fn explain_tells_for_every_pod_what_the_controller_made_of_it() {
         })
         .await;
     let slice = slices[0].name_any();
+    // web-a does not answer on the network although it is Ready: published, not serving.
+    env.set_network_ready(
+        "web-a",
+        "False",
+        "ConnectFailed",
+        "192.168.2.10:8080: connection timed out",
+    )
+    .await;
+    env.wait_slices("web", "web-a not serving", |s| {
+        s[0].endpoints.iter().flatten().any(|e| {
+            e.target_ref.as_ref().and_then(|r| r.name.as_deref()) == Some("web-a")
+                && e.conditions.as_ref().and_then(|c| c.serving) == Some(false)
+        })
+    })
+    .await;
+    // The simulator's own status writes (Ready, as kubelet) keep the prober's condition.
+    env.sim.set_ready(&ns, "web-a", true).await.unwrap();
     set_plugin_configmap(
         &env.api::<ConfigMap>(),
         Some(ConfigMap {
@@ -1245,25 +1276,30 @@ async fn explain_tells_for_every_pod_what_the_controller_made_of_it() {
             "Service {ns}/web: valid; network {ns}/macvlan; plugin opt-out "
         )) && text.contains(&format!(
             "(ConfigMap {ns}/plugins, opt-out.wasm); 1 EndpointSlice"
+        )) && text.contains(&format!(
+            "Readiness on the network: pod condition network-ready.isim.dev/{ns}.macvlan\n"
         )),
         "{text}"
     );
     assert_eq!(
         line("web-a"),
-        format!("web-a yes include ready=true serving=true terminating=false {slice}")
+        format!(
+            "web-a yes False (ConnectFailed: 192.168.2.10:8080: connection timed out) include \
+             ready=false serving=false terminating=false {slice}"
+        )
     );
     assert_eq!(
         line("web-c"),
-        format!("web-c yes include ready=false serving=false terminating=false {slice}")
+        format!("web-c yes - include ready=false serving=false terminating=false {slice}")
     );
     assert_eq!(
         line("web-b"),
-        "web-b yes exclude - - pod opted out with label endpoints.isim.dev/opt-out=\"true\""
+        "web-b yes - exclude - - pod opted out with label endpoints.isim.dev/opt-out=\"true\""
     );
     assert_eq!(
         line("db"),
         format!(
-            "db no - - - annotation k8s.v1.cni.cncf.io/network-status has no entry for \
+            "db no - - - - annotation k8s.v1.cni.cncf.io/network-status has no entry for \
              network {ns}/macvlan (it lists: {ns}/sriov)"
         )
     );
@@ -1278,8 +1314,16 @@ async fn explain_tells_for_every_pod_what_the_controller_made_of_it() {
     assert_eq!(doc["included"], 2);
     let pods = doc["pods"].as_array().unwrap();
     let web_a = pods.iter().find(|p| p["name"] == "web-a").unwrap();
-    assert_eq!(web_a["conditions"]["ready"], true);
+    assert_eq!(web_a["conditions"]["serving"], false);
+    assert_eq!(web_a["networkReady"]["status"], "False");
+    assert_eq!(web_a["networkReady"]["reason"], "ConnectFailed");
     assert_eq!(web_a["slices"], json!([slice]));
+    assert_eq!(
+        doc["networkReadyCondition"],
+        format!("network-ready.isim.dev/{ns}.macvlan")
+    );
+    let web_c = pods.iter().find(|p| p["name"] == "web-c").unwrap();
+    assert_eq!(web_c["networkReady"], Value::Null);
     let db = pods.iter().find(|p| p["name"] == "db").unwrap();
     assert_eq!(db["candidate"], false);
 

@@ -249,9 +249,10 @@ fn inspect_describes_a_plugin_and_whether_it_runs_here() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     for line in [
-        "targets:         isim:nad-endpoints@1.1.0",
+        "targets:         isim:nad-endpoints@1.2.0",
         "name:            opt-out",
         "decisions:       per-pod",
+        "conditions:      network readiness\n",
         "label keys:      *",
         "annotation keys: (none)",
         "runs here:       yes",
@@ -689,8 +690,8 @@ fn inspect_lists_imports_and_exports_the_config_and_the_self_test() {
     assert!(out.status.success(), "{stdout}");
     for line in [
         "file:            the built-in plugin",
-        "imports:\n  isim:nad-endpoints/log@1.1.0\n",
-        "exports:\n  isim:nad-endpoints/decisions@1.1.0\n  isim:nad-endpoints/policy@1.1.0\n",
+        "imports:\n  isim:nad-endpoints/pod-conditions@1.2.0\n  isim:nad-endpoints/log@1.2.0\n",
+        "exports:\n  isim:nad-endpoints/condition-keys@1.2.0\n  isim:nad-endpoints/decisions@1.2.0\n  isim:nad-endpoints/policy@1.2.0\n",
         "config:          accepted (none: the empty document)",
         "self-test:       a (ready, IPv4): include ready=true serving=true terminating=false; b (not ready, IPv6): include ready=false serving=false terminating=false",
     ] {
@@ -927,9 +928,10 @@ fn the_c_example_builds_and_decides_as_the_default_plugin() {
         .unwrap();
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
-    assert!(stdout.contains("10 cases: 10 passed, 0 failed"), "{stdout}");
+    assert!(stdout.contains("11 cases: 11 passed, 0 failed"), "{stdout}");
     for case in [
         "app-label",
+        "network-not-ready",
         "rules/app",
         "rules/name-label",
         "rules/publish-not-ready",
@@ -949,7 +951,7 @@ fn the_c_example_builds_and_decides_as_the_default_plugin() {
     assert!(inspected.contains("runs here:       yes"), "{inspected}");
     assert!(
         inspected.contains(
-            "imports:\n  isim:nad-endpoints/log@1.1.0\n  isim:nad-endpoints/types@1.1.0\nexports:"
+            "imports:\n  isim:nad-endpoints/pod-conditions@1.2.0\n  isim:nad-endpoints/log@1.2.0\n  isim:nad-endpoints/types@1.2.0\nexports:"
         ),
         "no WASI import at all without stdio: {inspected}"
     );

@@ -17,6 +17,7 @@ const DEFAULT: &[u8] = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));
 const OPT_OUT: &[u8] = include_bytes!(env!("NSC_EXAMPLE_OPT_OUT_WASM"));
 const MISBEHAVING: &[u8] = include_bytes!(env!("NSC_TEST_MISBEHAVING_WASM"));
 const CONTRACT_1_0: &[u8] = include_bytes!(env!("NSC_TEST_CONTRACT_1_0_WASM"));
+const CONTRACT_1_1: &[u8] = include_bytes!(env!("NSC_TEST_CONTRACT_1_1_WASM"));
 const PREFERRED_ZONES: &[u8] = include_bytes!(env!("NSC_EXAMPLE_PREFERRED_ZONES_WASM"));
 const STALE_WIT: &[u8] = include_bytes!(env!("NSC_TEST_STALE_WIT_WASM"));
 const IMPORTS_FILESYSTEM: &[u8] = include_bytes!(env!("NSC_TEST_IMPORTS_FILESYSTEM_WASM"));
@@ -97,6 +98,7 @@ fn a_1_0_plugin_runs_unchanged_and_counts_as_deciding_on_the_whole_set() {
                 pod("b", "db", true),
                 pod("c", "web", false),
             ],
+            None,
             "",
         )
         .unwrap()
@@ -132,6 +134,34 @@ fn a_1_0_plugin_runs_unchanged_and_counts_as_deciding_on_the_whole_set() {
             scope,
             "{name}"
         );
+    }
+}
+
+/// 1.2 added pod conditions beside the call (an import and an optional export), so a 1.1
+/// plugin links and keeps its declared scope; it reads no conditions. The 1.2 plugins built
+/// here import them, and the built-in one declares no other condition type.
+#[test]
+fn a_1_1_plugin_runs_unchanged_and_reads_no_conditions() {
+    let runtime = runtime();
+    let inspection = inspect(&runtime, "contract-1-1", CONTRACT_1_1, "");
+    assert_eq!(inspection.wit_version, Some((1, 1, 0)));
+    let configured = inspection.result.unwrap();
+    assert_eq!(configured.plugin.decision_scope(), DecisionScope::PerPod);
+    assert!(!configured.plugin.reads_conditions());
+    assert!(
+        !configured
+            .plugin
+            .reads_condition("network-ready.isim.dev/ns.net")
+    );
+    for bytes in [CONTRACT_1_0, CONTRACT_1_1] {
+        let plugin = prepare(&runtime, "old", bytes, "").unwrap().plugin;
+        assert!(!plugin.reads_conditions());
+        assert!(plugin.condition_types().is_empty());
+    }
+    for (name, bytes) in [("default", DEFAULT), ("opt-out", OPT_OUT)] {
+        let plugin = prepare(&runtime, name, bytes, "").unwrap().plugin;
+        assert!(plugin.reads_conditions(), "{name}");
+        assert!(plugin.condition_types().is_empty(), "{name}");
     }
 }
 
@@ -260,7 +290,7 @@ fn an_import_the_host_does_not_provide_is_named_with_what_it_provides() {
         "{message}"
     );
     assert!(
-        message.contains("which this host does not provide; a plugin may import only isim:nad-endpoints/types, isim:nad-endpoints/log, wasi:io/error"),
+        message.contains("which this host does not provide; a plugin may import only isim:nad-endpoints/types, isim:nad-endpoints/log, isim:nad-endpoints/pod-conditions, wasi:io/error"),
         "{message}"
     );
     assert!(message.contains("printf"), "{message}");

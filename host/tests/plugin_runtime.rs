@@ -10,8 +10,8 @@ use nad_service_controller::{
     index::{Keys, PodRecord},
     input::target::ServiceTarget,
     plugin::{
-        CallError, DEFAULT_PLUGIN_WASM, Limits, LoadError, Plugin, Rejected, Runtime, pod_view,
-        service_view, wit,
+        CallError, DEFAULT_PLUGIN_WASM, Limits, LoadError, Plugin, Rejected, Runtime,
+        conditions_view, pod_view, service_view, wit,
     },
     reconcile::{
         observe::Candidate,
@@ -89,8 +89,9 @@ fn evaluate(
     config: &str,
 ) -> Result<Vec<Decision>, CallError> {
     let views: Vec<wit::Pod> = pods.iter().map(|c| pod_view(c, plugin)).collect();
+    let conditions = conditions_view(pods, plugin, &target.network).map(Arc::new);
     plugin
-        .evaluate(&service_view(target), &views, config)
+        .evaluate(&service_view(target), &views, conditions, config)
         .map(|answer| answer.expect("the plugin decides"))
 }
 
@@ -98,7 +99,7 @@ fn evaluate(
 fn rejected(plugin: &Plugin, target: &ServiceTarget, pods: &[Candidate], config: &str) -> Rejected {
     let views: Vec<wit::Pod> = pods.iter().map(|c| pod_view(c, plugin)).collect();
     plugin
-        .evaluate(&service_view(target), &views, config)
+        .evaluate(&service_view(target), &views, None, config)
         .expect("the call completes")
         .expect_err("the plugin refuses")
 }
@@ -286,6 +287,78 @@ fn pods_carry_only_the_labels_and_annotations_the_plugin_declared() {
     let keys: Vec<_> = view.labels.iter().map(|kv| kv.key.as_str()).collect();
     assert_eq!(keys, vec!["app"]);
     assert!(view.annotations.is_empty());
+}
+
+/// Pod conditions (WIT 1.2) travel beside the call: each pod's readiness on the Service's
+/// network, and the condition types the plugin declared; no other condition, and none of
+/// another network's.
+#[test]
+fn pods_carry_their_network_readiness_and_only_the_declared_conditions() {
+    let rt = runtime();
+    let guest = rt.load("misbehaving", MISBEHAVING).unwrap();
+    assert!(guest.reads_conditions());
+    assert_eq!(guest.condition_types(), ["example.com/disk-ready"]);
+    let with_conditions = |name: &str, conditions: serde_json::Value| {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}")},
+            "spec": {"containers": [], "nodeName": "node-1"},
+            "status": {"phase": "Running", "conditions": conditions},
+        }))
+        .unwrap();
+        let keys = Keys {
+            conditions: nad_service_controller::index::KeySet::only(["example.com/disk-ready"]),
+            ..Keys::default()
+        };
+        Candidate {
+            pod: Arc::new(PodRecord::from_pod(&pod, &keys)),
+            ips: vec!["192.168.2.4".parse().unwrap()],
+            zone: None,
+        }
+    };
+    let down = with_conditions(
+        "down",
+        json!([
+            {"type": "Ready", "status": "True"},
+            {"type": "network-ready.isim.dev/team-a.macvlan", "status": "False", "reason": "ConnectFailed"},
+            {"type": "network-ready.isim.dev/team-a.other", "status": "True", "reason": "Answered"},
+            {"type": "example.com/disk-ready", "status": "Unknown", "reason": "Checking"},
+            {"type": "example.com/undeclared", "status": "True"},
+        ]),
+    );
+    let plain = with_conditions("plain", json!([{"type": "Ready", "status": "True"}]));
+    let got = evaluate(
+        &guest,
+        &target(&[], false),
+        &[down, plain],
+        "show-conditions",
+    )
+    .unwrap();
+    assert_eq!(
+        got,
+        [
+            Decision::Exclude(
+                "network: network-ready.isim.dev/team-a.macvlan=False(ConnectFailed); \
+                 declared: [example.com/disk-ready=Unknown(Checking)]"
+                    .into()
+            ),
+            Decision::Exclude("network: none; declared: []".into()),
+        ]
+    );
+    // Outside a call's conditions (the load's self-test), a list per pod all the same.
+    let views = vec![pod_view(&pod("a", "web"), &guest)];
+    let answer = guest
+        .evaluate(
+            &service_view(&target(&[], false)),
+            &views,
+            None,
+            "show-conditions",
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        answer,
+        [Decision::Exclude("network: none; declared: []".into())]
+    );
 }
 
 #[test]

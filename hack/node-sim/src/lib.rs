@@ -380,7 +380,7 @@ impl Simulator {
             "conditions": conditions(ready),
         }});
         let pod = api
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .patch_status(name, &PatchParams::default(), &Patch::Strategic(&status))
             .await
             .with_context(|| format!("setting the status of pod {namespace}/{name}"))?;
         tracing::info!(pod = %name, namespace, node, "pod started");
@@ -407,7 +407,7 @@ impl Simulator {
     pub async fn set_ready(&self, namespace: &str, name: &str, ready: bool) -> anyhow::Result<Pod> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let patch = json!({"status": {"conditions": conditions(ready)}});
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        api.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
             .await
             .with_context(|| format!("setting Ready={ready} on pod {namespace}/{name}"))
     }
@@ -416,7 +416,7 @@ impl Simulator {
     pub async fn set_phase(&self, namespace: &str, name: &str, phase: &str) -> anyhow::Result<Pod> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let patch = json!({"status": {"phase": phase, "conditions": conditions(false)}});
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        api.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
             .await
             .with_context(|| format!("setting phase {phase} on pod {namespace}/{name}"))
     }

@@ -23,8 +23,11 @@ use super::plugin::{
     source::{self, Loaded},
 };
 use crate::{
-    index::{Keys, PodRecord, ZONE_LABEL},
-    input::target::{self, NETWORK_ANNOTATION, Target},
+    index::{KeptCondition, Keys, PodRecord, ZONE_LABEL},
+    input::{
+        network_ready,
+        target::{self, NETWORK_ANNOTATION, Target},
+    },
     plugin::{BUILT_IN, Component, DEFAULT_PLUGIN_WASM, POLICY_ANNOTATION, annotated, configmap},
     reconcile::slices::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, SERVICE_NAME_LABEL},
 };
@@ -108,6 +111,15 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write) -> anyhow::Result<()> {
         .iter()
         .map(|p| Arc::new(PodRecord::from_pod(p, &keys)))
         .collect();
+    let network_ready: BTreeMap<String, KeptCondition> = pods
+        .iter()
+        .filter_map(|p| {
+            Some((
+                p.name.clone(),
+                p.network_readiness(&target.network)?.clone(),
+            ))
+        })
+        .collect();
     let zones = live.nodes.as_ref().map(|nodes| {
         nodes
             .iter()
@@ -144,6 +156,7 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write) -> anyhow::Result<()> {
         plugin: (&loaded, &origin),
         evaluation: &evaluation,
         published: &published,
+        network_ready: &network_ready,
         slices: live.slices.len(),
         notes: &notes,
     };
@@ -286,11 +299,23 @@ struct Report<'a> {
     plugin: (&'a Loaded, &'a str),
     evaluation: &'a Evaluation,
     published: &'a BTreeMap<String, Vec<String>>,
+    /// Each pod's readiness on the network, as the network prober wrote it.
+    network_ready: &'a BTreeMap<String, KeptCondition>,
     slices: usize,
     notes: &'a [String],
 }
 
 impl Report<'_> {
+    /// `True`, `False (ConnectFailed: 192.168.2.4:80 ...)`, or `-` without a prober.
+    fn network_of(&self, pod: &str) -> String {
+        match self.network_ready.get(pod) {
+            None => "-".to_owned(),
+            Some(c) if c.reason.is_empty() => c.status.as_str().to_owned(),
+            Some(c) if c.message.is_empty() => format!("{} ({})", c.status.as_str(), c.reason),
+            Some(c) => format!("{} ({}: {})", c.status.as_str(), c.reason, c.message),
+        }
+    }
+
     fn slices_of(&self, pod: &str) -> String {
         self.published
             .get(pod)
@@ -301,15 +326,17 @@ impl Report<'_> {
         let (loaded, origin) = self.plugin;
         let info = loaded.configured.plugin.info();
         let mut text = format!(
-            "Service {}: valid; network {}; plugin {} {} ({origin}); {} EndpointSlice{}\n\n",
+            "Service {}: valid; network {}; plugin {} {} ({origin}); {} EndpointSlice{}\n\
+             Readiness on the network: pod condition {}\n\n",
             self.key,
             self.network,
             loaded.name,
             info.version,
             self.slices,
-            if self.slices == 1 { "" } else { "s" }
+            if self.slices == 1 { "" } else { "s" },
+            network_ready::condition_type(self.network),
         );
-        let rows: Vec<[String; 6]> = self
+        let rows: Vec<[String; 7]> = self
             .evaluation
             .rows
             .iter()
@@ -330,6 +357,7 @@ impl Report<'_> {
                 [
                     row.name.clone(),
                     candidate.to_owned(),
+                    self.network_of(&row.name),
                     decision.to_owned(),
                     conditions,
                     self.slices_of(&row.name),
@@ -340,13 +368,14 @@ impl Report<'_> {
         let header = [
             "POD",
             "CANDIDATE",
+            "NETWORK-READY",
             "DECISION",
             "CONDITIONS",
             "SLICE",
             "REASON",
         ]
         .map(str::to_owned);
-        let widths: Vec<usize> = (0..6)
+        let widths: Vec<usize> = (0..7)
             .map(|i| {
                 std::iter::once(&header)
                     .chain(&rows)
@@ -397,7 +426,7 @@ impl Report<'_> {
             .iter()
             .map(|row| {
                 let slices = self.published.get(&row.name).cloned().unwrap_or_default();
-                match &row.verdict {
+                let mut pod = match &row.verdict {
                     Verdict::Include(c) => json!({
                         "name": row.name, "candidate": true, "decision": "include",
                         "conditions": {"ready": c.ready, "serving": c.serving, "terminating": c.terminating},
@@ -410,13 +439,18 @@ impl Report<'_> {
                     Verdict::Skipped(_, reason) => json!({
                         "name": row.name, "candidate": false, "reason": reason, "slices": slices,
                     }),
-                }
+                };
+                pod["networkReady"] = self.network_ready.get(&row.name).map_or(Value::Null, |c| {
+                    json!({"status": c.status.as_str(), "reason": c.reason, "message": c.message})
+                });
+                pod
             })
             .collect();
         json!({
             "service": self.key,
             "valid": true,
             "network": self.network,
+            "networkReadyCondition": network_ready::condition_type(self.network),
             "plugin": {"name": loaded.name, "version": info.version, "source": origin},
             "endpointSlices": self.slices,
             "candidates": self.evaluation.candidates,

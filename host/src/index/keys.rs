@@ -1,5 +1,6 @@
-//! Which pod labels and annotations the index keeps: the union of what the loaded plugins
-//! declare in their `plugin-info` (`*` keeps all).
+//! Which pod labels, annotations and conditions the index keeps: the union of what the loaded
+//! plugins declare in their `plugin-info` and `condition-keys` (`*` keeps all). Network
+//! readiness conditions are always kept (see [`crate::input::network_ready`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -69,11 +70,13 @@ impl KeySet {
 /// Label or annotation entries a pod record keeps, sorted by key.
 pub type Kept = Box<[(String, String)]>;
 
-/// The label and annotation keys the index keeps of each pod.
+/// The label and annotation keys, and the condition types, the index keeps of each pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Keys {
     pub labels: KeySet,
     pub annotations: KeySet,
+    /// Condition types besides network readiness, which is always kept.
+    pub conditions: KeySet,
 }
 
 impl Keys {
@@ -81,17 +84,21 @@ impl Keys {
         Keys {
             labels: KeySet::All,
             annotations: KeySet::All,
+            conditions: KeySet::All,
         }
     }
 
     pub fn union(&mut self, other: &Keys) {
         self.labels.union(&other.labels);
         self.annotations.union(&other.annotations);
+        self.conditions.union(&other.conditions);
     }
 
     /// Whether records kept with these keys hold everything `other` asks for.
     pub fn covers(&self, other: &Keys) -> bool {
-        self.labels.covers(&other.labels) && self.annotations.covers(&other.annotations)
+        self.labels.covers(&other.labels)
+            && self.annotations.covers(&other.annotations)
+            && self.conditions.covers(&other.conditions)
     }
 }
 
@@ -103,17 +110,19 @@ mod tests {
     fn unions_and_coverage() {
         let mut keys = Keys {
             labels: KeySet::only(["app"]),
-            annotations: KeySet::default(),
+            ..Keys::default()
         };
         let zone = Keys {
             labels: KeySet::only(["zone"]),
             annotations: KeySet::declared(&["*".to_owned()]),
+            conditions: KeySet::only(["Scheduled"]),
         };
         assert!(!keys.covers(&zone));
         keys.union(&zone);
         assert!(keys.covers(&zone));
         assert_eq!(keys.labels, KeySet::only(["app", "zone"]));
         assert_eq!(keys.annotations, KeySet::All);
+        assert_eq!(keys.conditions, KeySet::only(["Scheduled"]));
         assert!(Keys::all().covers(&keys));
         let map = BTreeMap::from([("app".into(), "web".into()), ("x".into(), "y".into())]);
         assert_eq!(keys.labels.keep(Some(&map)).len(), 1);

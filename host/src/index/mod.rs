@@ -14,7 +14,7 @@ pub mod slices;
 pub use keys::{Kept, KeySet, Keys};
 pub use networks::{Missing, NetworkDefinitions};
 pub use nodes::{NodeZones, ZONE_LABEL};
-pub use pod::{Phase, PodRecord};
+pub use pod::{KeptCondition, Phase, PodRecord};
 pub use pods::{NetworkKey, PodChange, PodIndex};
 pub use services::ServiceNetworks;
 pub use slices::SliceNames;

@@ -2,7 +2,8 @@
 //!
 //! The controller keeps no Pod objects: each event becomes a [`PodRecord`], whose Multus
 //! `network-status` annotation is already parsed into one attachment per network, and whose
-//! labels and annotations are only those the loaded plugins declared ([`Keys`]).
+//! labels, annotations and conditions are only those the loaded plugins declared ([`Keys`]),
+//! besides the network readiness conditions of the network prober.
 
 use std::net::IpAddr;
 
@@ -10,7 +11,10 @@ use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
 use kube::ResourceExt;
 
 use super::keys::{Kept, Keys};
-use crate::input::network_status::{self, Attachment, Attachments, StatusError};
+use crate::input::{
+    network_ready::{self, Status},
+    network_status::{self, Attachment, Attachments, StatusError},
+};
 
 /// `status.phase`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +56,15 @@ pub struct NamedPort {
     pub protocol: String,
 }
 
+/// One of a pod's `status.conditions` that the index keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptCondition {
+    pub type_: String,
+    pub status: Status,
+    pub reason: String,
+    pub message: String,
+}
+
 /// What the controller knows of one pod.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodRecord {
@@ -73,6 +86,8 @@ pub struct PodRecord {
     /// Only the keys the loaded plugins read.
     pub annotations: Kept,
     pub attachments: Attachments,
+    /// Network readiness conditions, and the types the loaded plugins read; sorted by type.
+    pub conditions: Box<[KeptCondition]>,
     /// When the pod last changed in a way that moves its endpoints, as Kubernetes' own
     /// EndpointSlice controller reads it: the `Ready` condition's last transition, else the
     /// creation. Becomes the slices' `endpoints.kubernetes.io/last-change-trigger-time`.
@@ -105,6 +120,21 @@ impl PodRecord {
                 })
             })
             .collect();
+        let mut conditions: Vec<KeptCondition> = status
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|c| {
+                network_ready::is_network_ready(&c.type_) || keys.conditions.contains(&c.type_)
+            })
+            .map(|c| KeptCondition {
+                type_: c.type_.clone(),
+                status: Status::parse(&c.status),
+                reason: c.reason.clone().unwrap_or_default(),
+                message: c.message.clone().unwrap_or_default(),
+            })
+            .collect();
+        conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
         let annotation = pod
             .annotations()
             .get(network_status::ANNOTATION)
@@ -123,6 +153,7 @@ impl PodRecord {
             labels: keys.labels.keep(meta.labels.as_ref()),
             annotations: keys.annotations.keep(meta.annotations.as_ref()),
             attachments: network_status::attachments(annotation, &namespace),
+            conditions: conditions.into_boxed_slice(),
             changed_at,
             namespace,
         }
@@ -155,6 +186,19 @@ impl PodRecord {
         }
     }
 
+    /// The condition of type `condition_type`, when the index keeps it and the pod has it.
+    pub fn condition(&self, condition_type: &str) -> Option<&KeptCondition> {
+        self.conditions
+            .binary_search_by(|c| c.type_.as_str().cmp(condition_type))
+            .ok()
+            .map(|i| &self.conditions[i])
+    }
+
+    /// The pod's readiness on `network`, as the network prober wrote it.
+    pub fn network_readiness(&self, network: &str) -> Option<&KeptCondition> {
+        self.condition(&network_ready::condition_type(network))
+    }
+
     /// The container port named `name` with `protocol`.
     pub fn named_port(&self, name: &str, protocol: &str) -> Option<i32> {
         self.ports
@@ -183,12 +227,17 @@ mod tests {
                 "containers": [{"name": "c", "image": "nginx",
                     "ports": [{"name": "http", "containerPort": 80}, {"containerPort": 81}]}]},
             "status": {"phase": "Running",
-                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:05Z"}]},
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:05Z"},
+                               {"type": "network-ready.isim.dev/ns.macvlan", "status": "False",
+                                "reason": "ConnectFailed", "message": "192.168.2.4:80: connection refused"},
+                               {"type": "Scheduled", "status": "True"},
+                               {"type": "ContainersReady", "status": "True"}]},
         }))
         .unwrap();
         let keys = Keys {
             labels: KeySet::only(["app"]),
             annotations: KeySet::only(["isim.dev/weight"]),
+            conditions: KeySet::only(["Scheduled"]),
         };
         let record = PodRecord::from_pod(&pod, &keys);
         assert_eq!(
@@ -222,6 +271,16 @@ mod tests {
             Some(Err(StatusError::NoIps { .. }))
         ));
         assert!(record.attachment("ns/other").is_none());
+        let types: Vec<&str> = record.conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(
+            types,
+            ["Scheduled", "network-ready.isim.dev/ns.macvlan"],
+            "network readiness and the declared types, sorted"
+        );
+        let network = record.network_readiness("ns/macvlan").unwrap();
+        assert_eq!(network.status, Status::False);
+        assert_eq!(network.reason, "ConnectFailed");
+        assert!(record.network_readiness("ns/bad").is_none());
         assert_eq!(
             record.changed_at.map(|t| t.to_string()).as_deref(),
             Some("2026-01-01T00:00:05Z"),

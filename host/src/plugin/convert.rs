@@ -7,9 +7,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::{Plugin, wit};
+use super::{
+    Plugin,
+    conditions::{CallConditions, PodCondition},
+    wit,
+};
 use crate::{
     index::Phase,
+    input::network_ready,
     input::target::ServiceTarget,
     reconcile::{
         observe::Candidate,
@@ -85,6 +90,33 @@ pub fn pod_view(candidate: &Candidate, plugin: &Plugin) -> wit::Pod {
         zone: candidate.zone.clone().unwrap_or_default(),
         ips: candidate.ips.iter().map(ToString::to_string).collect(),
     }
+}
+
+/// The conditions of `candidates` (a call's pods, in order) on `network` as `plugin` reads
+/// them; `None` for a plugin that does not import `pod-conditions`.
+pub fn conditions_view<'a>(
+    candidates: impl IntoIterator<Item = &'a Candidate>,
+    plugin: &Plugin,
+    network: &str,
+) -> Option<CallConditions> {
+    if !plugin.reads_conditions() {
+        return None;
+    }
+    let network_type = network_ready::condition_type(network);
+    let mut view = CallConditions::default();
+    for candidate in candidates {
+        let pod = &candidate.pod;
+        view.network
+            .push(pod.condition(&network_type).map(PodCondition::from));
+        view.declared.push(
+            pod.conditions
+                .iter()
+                .filter(|c| plugin.reads_condition(&c.type_))
+                .map(PodCondition::from)
+                .collect(),
+        );
+    }
+    Some(view)
 }
 
 pub fn decision(d: wit::Decision) -> Decision {

@@ -8,6 +8,7 @@
 //! ([`Rejected`]). Every file goes through one load [`pipeline`] before it serves.
 
 mod bindings;
+pub mod conditions;
 pub mod configmap;
 mod convert;
 pub mod diagnose;
@@ -22,7 +23,7 @@ mod sandbox;
 use std::time::Duration;
 
 pub use bindings::isim::nad_endpoints::types as wit;
-pub use convert::{decision, pod_view, service_view};
+pub use convert::{conditions_view, decision, pod_view, service_view};
 pub use errors::{CallError, GuestTrap, InvalidConfig, LoadError, Rejected};
 pub use pipeline::{
     HOST_WIT_VERSION, Inspection, PipelineError, Step, WIT_PACKAGE, inspect, name_mismatch,

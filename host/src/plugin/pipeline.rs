@@ -157,7 +157,7 @@ pub fn self_test(
     config: &str,
 ) -> Result<Result<Vec<Decision>, Rejected>, CallError> {
     let (service, pods) = self_test_input();
-    plugin.evaluate(&service, &pods, config)
+    plugin.evaluate(&service, &pods, None, config)
 }
 
 fn self_test_input() -> (wit::Service, Vec<wit::Pod>) {

@@ -183,7 +183,8 @@ impl Plugins {
         self.get(self.name_for(annotation))
     }
 
-    /// The pod label and annotation keys any loaded plugin reads: what the pod index keeps.
+    /// The pod label and annotation keys and condition types any loaded plugin reads: what
+    /// the pod index keeps.
     pub fn keys(&self) -> Keys {
         let mut keys = Keys::default();
         for configured in std::iter::once(&self.built_in).chain(self.by_name.values()) {
@@ -191,6 +192,7 @@ impl Plugins {
             keys.union(&Keys {
                 labels: KeySet::declared(&info.label_keys),
                 annotations: KeySet::declared(&info.annotation_keys),
+                conditions: KeySet::declared(configured.plugin.condition_types()),
             });
         }
         keys

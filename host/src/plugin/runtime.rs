@@ -15,8 +15,9 @@ use wasmtime::{
 };
 
 use super::{
-    CallError, InvalidConfig, Limits, LoadError, Rejected,
+    CallError, HOST_WIT_VERSION, InvalidConfig, Limits, LoadError, Rejected,
     bindings::{self, EndpointPolicyPre},
+    conditions::{self, CallConditions},
     convert, diagnose,
     sandbox::{CallState, EPOCH_TICK, Sandbox, link_minimal_wasi},
     wit,
@@ -42,6 +43,7 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         link_minimal_wasi(&mut linker)?;
         bindings::EndpointPolicy::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
+        conditions::link(&mut linker, HOST_WIT_VERSION)?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let (ticker_engine, stop) = (engine.clone(), ticker_stop.clone());
         std::thread::Builder::new()
@@ -97,11 +99,24 @@ impl Runtime {
                 annotation_keys: Vec::new(),
             },
             scope: DecisionScope::WholeSet,
+            reads_conditions: imports_interface(component, conditions::IMPORT_INTERFACE),
+            condition_types: Vec::new(),
         };
         plugin.info = plugin.call("info", None, |exports, store| {
             exports.policy.call_info(store)
         })?;
-        if let Some(scope) = decisions_scope(component) {
+        if let Some(types) =
+            export_function(component, conditions::KEYS_INTERFACE, "condition-types")
+        {
+            plugin.condition_types =
+                plugin.call("condition-keys.condition-types", None, |exports, store| {
+                    let types = exports
+                        .raw
+                        .get_typed_func::<(), (Vec<String>,)>(&mut *store, &types)?;
+                    Ok(types.call(&mut *store, ())?.0)
+                })?;
+        }
+        if let Some(scope) = export_function(component, DECISIONS_INTERFACE, "scope") {
             let answer = plugin.call("decisions.scope", None, |exports, store| {
                 let scope = exports
                     .raw
@@ -164,6 +179,10 @@ pub struct Plugin {
     info: wit::PluginInfo,
     /// What each pod's decision depends on, as the plugin declares it.
     scope: DecisionScope,
+    /// The plugin imports `pod-conditions` (since 1.2): its calls carry their pods' conditions.
+    reads_conditions: bool,
+    /// The condition types it declares in `condition-keys` (since 1.2).
+    condition_types: Vec<String>,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -210,17 +229,30 @@ impl DecisionScope {
     }
 }
 
-/// The `decisions.scope` function, when the component exports the interface (of any 1.x).
-fn decisions_scope(component: &Component) -> Option<wasmtime::component::ComponentExportIndex> {
+/// Function `function` of the optional interface `interface` (a name up to its `@`), when
+/// the component exports it (at any 1.x).
+fn export_function(
+    component: &Component,
+    interface: &str,
+    function: &str,
+) -> Option<wasmtime::component::ComponentExportIndex> {
     let engine = component.engine();
     let name = component
         .component_type()
         .exports(engine)
         .map(|(name, _)| name.to_owned())
-        .find(|name| name.starts_with(DECISIONS_INTERFACE))?;
-    let (_, interface) = component.get_export(None, &name)?;
-    let (_, function) = component.get_export(Some(&interface), "scope")?;
+        .find(|name| name.starts_with(interface))?;
+    let (_, instance) = component.get_export(None, &name)?;
+    let (_, function) = component.get_export(Some(&instance), function)?;
     Some(function)
+}
+
+/// Whether the component imports `interface` (a name up to its `@`), at any version.
+fn imports_interface(component: &Component, interface: &str) -> bool {
+    component
+        .component_type()
+        .imports(component.engine())
+        .any(|(name, _)| name.starts_with(interface))
 }
 
 impl Plugin {
@@ -257,6 +289,25 @@ impl Plugin {
             .any(|k| k == "*" || k == key)
     }
 
+    /// Whether the plugin reads its pods' conditions (it imports `pod-conditions`).
+    pub fn reads_conditions(&self) -> bool {
+        self.reads_conditions
+    }
+
+    /// The condition types the plugin declares (`*` means all).
+    pub fn condition_types(&self) -> &[String] {
+        &self.condition_types
+    }
+
+    /// Whether the plugin reads pod condition `condition_type` through `declared`.
+    pub fn reads_condition(&self, condition_type: &str) -> bool {
+        self.reads_conditions
+            && self
+                .condition_types
+                .iter()
+                .any(|t| t == "*" || t == condition_type)
+    }
+
     /// Whether the plugin accepts `config`; its refusal is its own verdict.
     pub fn validate_config(&self, config: &str) -> Result<Result<(), InvalidConfig>, CallError> {
         let answer = self.call("validate-config", None, |exports, store| {
@@ -268,14 +319,17 @@ impl Plugin {
         }))
     }
 
-    /// One decision per pod, in order, or the plugin's own refusal to decide.
+    /// One decision per pod, in order, or the plugin's own refusal to decide. `conditions`
+    /// are the pods' (in order), for a plugin that reads them; `None` gives it none.
     pub fn evaluate(
         &self,
         service: &wit::Service,
         pods: &[wit::Pod],
+        conditions: Option<Arc<CallConditions>>,
         config: &str,
     ) -> Result<Result<Vec<Decision>, Rejected>, CallError> {
-        let answer = self.call("evaluate", Some(service), |exports, store| {
+        let conditions = self.call_conditions(pods.len(), conditions);
+        let answer = self.call_in("evaluate", Some(service), conditions, |exports, store| {
             exports.policy.call_evaluate(store, service, pods, config)
         })?;
         let answer = match answer {
@@ -303,14 +357,29 @@ impl Plugin {
         &self,
         service: &wit::Service,
         pods: &[wit::Pod],
+        conditions: Option<Arc<CallConditions>>,
         config: &str,
     ) -> (
         Result<Result<Vec<wit::Decision>, String>, CallError>,
         CallStats,
     ) {
-        self.call_with_stats("evaluate", Some(service), |exports, store| {
+        let conditions = self.call_conditions(pods.len(), conditions);
+        self.call_with_stats("evaluate", Some(service), conditions, |exports, store| {
             exports.policy.call_evaluate(store, service, pods, config)
         })
+    }
+
+    /// What an `evaluate` of `pods` pods carries for the `pod-conditions` import.
+    fn call_conditions(
+        &self,
+        pods: usize,
+        conditions: Option<Arc<CallConditions>>,
+    ) -> Arc<CallConditions> {
+        match conditions {
+            Some(conditions) if self.reads_conditions => conditions,
+            None if self.reads_conditions => Arc::new(CallConditions::none(pods)),
+            _ => Arc::default(),
+        }
     }
 
     /// Runs `f` on a fresh instance in a fresh Store under the deadline and memory limit.
@@ -320,16 +389,33 @@ impl Plugin {
         service: Option<&wit::Service>,
         f: impl FnOnce(Exports<'_>, &mut Store<CallState>) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
-        self.call_with_stats(function, service, f).0
+        self.call_in(function, service, Arc::default(), f)
+    }
+
+    fn call_in<R>(
+        &self,
+        function: &'static str,
+        service: Option<&wit::Service>,
+        conditions: Arc<CallConditions>,
+        f: impl FnOnce(Exports<'_>, &mut Store<CallState>) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        self.call_with_stats(function, service, conditions, f).0
     }
 
     fn call_with_stats<R>(
         &self,
         function: &'static str,
         service: Option<&wit::Service>,
+        conditions: Arc<CallConditions>,
         f: impl FnOnce(Exports<'_>, &mut Store<CallState>) -> wasmtime::Result<R>,
     ) -> (Result<R, CallError>, CallStats) {
-        let mut sandbox = Sandbox::new(&self.engine, self.name.clone(), self.limits, service);
+        let mut sandbox = Sandbox::new(
+            &self.engine,
+            self.name.clone(),
+            self.limits,
+            service,
+            conditions,
+        );
         let started = Instant::now();
         let mut instantiated = started;
         let store = &mut sandbox.store;

@@ -9,7 +9,7 @@ use wasmtime::{
 };
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView, p2::pipe::MemoryOutputPipe};
 
-use super::{CallError, GuestTrap, Limits, bindings, wit};
+use super::{CallError, GuestTrap, Limits, bindings, conditions::CallConditions, wit};
 
 /// How often the epoch advances; deadlines are rounded up to whole ticks.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -64,6 +64,8 @@ pub struct CallState {
     /// `namespace/name` of the Service being evaluated, for the plugin's log lines.
     service: Option<String>,
     log_lines: usize,
+    /// The conditions of the call's pods, for the `pod-conditions` import.
+    pub(super) conditions: Arc<CallConditions>,
 }
 
 impl WasiView for CallState {
@@ -158,6 +160,7 @@ impl Sandbox {
         plugin: Arc<str>,
         limits: Limits,
         service: Option<&wit::Service>,
+        conditions: Arc<CallConditions>,
     ) -> Self {
         let output = MemoryOutputPipe::new(MAX_GUEST_OUTPUT);
         let mut store = Store::new(
@@ -177,6 +180,7 @@ impl Sandbox {
                 plugin: plugin.clone(),
                 service: service.map(|s| format!("{}/{}", s.namespace, s.name)),
                 log_lines: 0,
+                conditions,
             },
         );
         store.limiter(|state| &mut state.limiter);

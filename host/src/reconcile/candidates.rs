@@ -16,15 +16,42 @@ use super::observe::{self, Observation};
 use crate::{
     index::{NetworkKey, NodeZones, PodIndex},
     input::target::ServiceTarget,
-    plugin::{self, Configured, wit},
+    plugin::{self, Configured, conditions::CallConditions, wit},
 };
+
+/// Pods as one plugin sees them, in order: the records, and their conditions when the plugin
+/// reads them.
+#[derive(Debug, Default)]
+pub struct Views {
+    pub pods: Vec<wit::Pod>,
+    pub conditions: Option<Arc<CallConditions>>,
+}
+
+impl Views {
+    /// `candidates` as `configured`'s plugin sees them, on `network`.
+    pub fn of<'a>(
+        candidates: impl IntoIterator<Item = &'a observe::Candidate> + Clone,
+        configured: &Configured,
+        network: &str,
+    ) -> Self {
+        let plugin = &configured.plugin;
+        Views {
+            pods: candidates
+                .clone()
+                .into_iter()
+                .map(|c| plugin::pod_view(c, plugin))
+                .collect(),
+            conditions: plugin::conditions_view(candidates, plugin, network).map(Arc::new),
+        }
+    }
+}
 
 /// One network's candidates, and the pods as each plugin that was asked sees them.
 #[derive(Debug, Default)]
 pub struct Observed {
     observation: Observation,
     /// By the component's hash: a plugin's view of a pod depends on the keys it declares.
-    views: Mutex<Vec<(String, Arc<Vec<wit::Pod>>)>>,
+    views: Mutex<Vec<(String, Arc<Views>)>>,
 }
 
 impl Observed {
@@ -35,19 +62,18 @@ impl Observed {
         })
     }
 
-    /// Every candidate as `configured`'s plugin sees it, in order.
-    pub fn views(&self, configured: &Configured) -> Arc<Vec<wit::Pod>> {
+    /// Every candidate as `configured`'s plugin sees it, in order, on `network` (the
+    /// network these candidates were observed on).
+    pub fn views(&self, configured: &Configured, network: &str) -> Arc<Views> {
         let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((_, built)) = views.iter().find(|(hash, _)| *hash == configured.hash) {
             return built.clone();
         }
-        let built: Arc<Vec<wit::Pod>> = Arc::new(
-            self.observation
-                .candidates
-                .iter()
-                .map(|c| plugin::pod_view(c, &configured.plugin))
-                .collect(),
-        );
+        let built = Arc::new(Views::of(
+            self.observation.candidates.iter(),
+            configured,
+            network,
+        ));
         views.push((configured.hash.clone(), built.clone()));
         built
     }

@@ -19,7 +19,7 @@ use std::{
 };
 
 use super::{
-    candidates::Observed,
+    candidates::{Observed, Views},
     observe::{Candidate, Observation},
     plan::{Conditions, Decision},
     scope::Scope,
@@ -342,14 +342,18 @@ impl Asker<'_> {
         let configured = &self.chosen.configured;
         let plugin = &configured.plugin;
         let service = plugin::service_view(self.target);
+        let network = &self.target.network;
         let views = match pods {
-            Pods::Some(some) => {
-                Arc::new(some.iter().map(|c| plugin::pod_view(c, plugin)).collect())
-            }
-            Pods::All(observed) => observed.views(configured),
+            Pods::Some(some) => Arc::new(Views::of(some.iter().copied(), configured, network)),
+            Pods::All(observed) => observed.views(configured, network),
         };
         let started = Instant::now();
-        let result = plugin.evaluate(&service, &views, &self.chosen.configured.config);
+        let result = plugin.evaluate(
+            &service,
+            &views.pods,
+            views.conditions.clone(),
+            &self.chosen.configured.config,
+        );
         self.decided.calls.push(PluginCall {
             plugin: plugin.name().to_owned(),
             outcome: match &result {

@@ -177,6 +177,15 @@ impl Harness {
     }
 
     fn pod(&self, name: &str, app: &str, ready: bool, node: &str) {
+        self.pod_with(name, app, ready, node, None);
+    }
+
+    /// A pod with its readiness on `ns/macvlan` as the network prober writes it.
+    fn pod_on_network(&self, name: &str, ready: bool, network_ready: &str) {
+        self.pod_with(name, "web", ready, "n1", Some(network_ready));
+    }
+
+    fn pod_with(&self, name: &str, app: &str, ready: bool, node: &str, network: Option<&str>) {
         // An address of its own, the same each time the pod changes.
         let host = name.bytes().map(u32::from).sum::<u32>() % 250 + 1;
         let status = json!([{"name": "ns/macvlan", "ips": [format!("192.168.2.{host}")]}]);
@@ -188,6 +197,14 @@ impl Harness {
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
         }))
         .unwrap();
+        let mut pod = pod;
+        if let (Some(status), Some(s)) = (network, pod.status.as_mut()) {
+            s.conditions.get_or_insert_default().push(
+                serde_json::from_value(json!({"type": "network-ready.isim.dev/ns.macvlan",
+                    "status": status, "reason": "Probed", "message": "192.168.2.9:80"}))
+                .unwrap(),
+            );
+        }
         let change = self.ctx.pods.write().unwrap().on_event(&Event::Apply(pod));
         if let Some((pod, at)) = change.pod {
             self.ctx.book.lock().scopes.pod_changed(key(), &pod, at);
@@ -561,6 +578,50 @@ async fn a_whole_set_plugin_is_asked_about_every_candidate() {
         h.metric("nad_service_controller_plugin_evaluated_pods_total"),
         3 + 3,
         "the published pod changed: every candidate again"
+    );
+}
+
+/// The network prober's condition reaches the endpoints: a pod that does not answer on the
+/// Service's network is published not serving and not ready although its `Ready` is `True`;
+/// a change of that condition alone moves the slice. A 1.1 plugin, which cannot read
+/// conditions, decides as it always did.
+#[tokio::test]
+async fn a_pod_that_does_not_answer_on_the_network_is_published_not_serving() {
+    let mut plugins = built_in();
+    let bytes = include_bytes!(env!("NSC_TEST_CONTRACT_1_1_WASM"));
+    plugins.insert("v11", prepare(runtime(), "v11", bytes, "").unwrap());
+    let mut h = Harness::new(plugins);
+    h.pod("web-a", "web", true, "n1");
+    h.pod_on_network("web-b", true, "False");
+    h.everything_changed();
+    let web = headless(json!({}));
+    let (_, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    assert_eq!(
+        addresses(&sent[0]),
+        BTreeMap::from([("web-a".into(), true), ("web-b".into(), false)])
+    );
+    let b = &sent[0]["endpoints"][1];
+    assert_eq!(b["targetRef"]["name"], "web-b");
+    assert_eq!(b["conditions"]["serving"], false);
+    assert_eq!(b["conditions"]["terminating"], false);
+    h.stored(&sent);
+
+    h.pod_on_network("web-b", true, "True");
+    let (_, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    assert_eq!(
+        addresses(&sent[0]),
+        BTreeMap::from([("web-a".into(), true), ("web-b".into(), true)]),
+        "the condition alone changed: the slice moved"
+    );
+
+    h.pod_on_network("web-b", true, "False");
+    h.everything_changed();
+    let v11 = headless(json!({"isim.dev/endpoint-policy": "v11"}));
+    let (_, sent) = h.reconcile(&v11, vec![Call::Apply("web-ipv4-0")]).await;
+    assert_eq!(
+        addresses(&sent[0]),
+        BTreeMap::from([("web-a".into(), true), ("web-b".into(), true)]),
+        "a 1.1 plugin does not see the condition"
     );
 }
 

@@ -1,5 +1,5 @@
 //! The default endpoint policy of nad-service-controller, built as a WebAssembly component
-//! (`wasm32-wasip2`) against the WIT world `isim:nad-endpoints/scoped-endpoint-policy`.
+//! (`wasm32-wasip2`) against the WIT world `isim:nad-endpoints/conditioned-endpoint-policy`.
 //!
 //! This file is only the glue between the WIT bindings (from `nad-plugin-sdk`) and the policy:
 //! all decisions are made by the plain-Rust [`policy`] module, which is unit-tested natively.
@@ -19,17 +19,25 @@ static ALLOCATOR: lol_alloc::LockedAllocator<lol_alloc::LeakingAllocator> =
     lol_alloc::LockedAllocator::new(lol_alloc::LeakingAllocator::new());
 
 use nad_plugin_sdk::{
-    Decision, DecisionScope, Decisions, Level, Plugin, PluginInfo, Pod, Service, log,
+    ConditionKeys, Decision, DecisionScope, Decisions, Level, Plugin, PluginInfo, Pod, Service,
+    log, network_readiness,
 };
 
 /// The exported component.
 struct DefaultPolicy;
 
-/// Each pod is decided from the Service and its own labels, phase and readiness alone, so the
-/// host asks about changed pods only.
+/// Each pod is decided from the Service and its own labels, phase and readiness (on the
+/// primary network and on the Service's) alone, so the host asks about changed pods only.
 impl Decisions for DefaultPolicy {
     fn scope() -> DecisionScope {
         DecisionScope::PerPod
+    }
+}
+
+/// It reads network readiness (always given) and no other condition.
+impl ConditionKeys for DefaultPolicy {
+    fn condition_types() -> Vec<String> {
+        Vec::new()
     }
 }
 
@@ -43,7 +51,7 @@ impl Plugin for DefaultPolicy {
     }
 
     fn evaluate(service: Service, pods: Vec<Pod>, config: String) -> Result<Vec<Decision>, String> {
-        let decisions = policy::evaluate(&service, &pods, &config)?;
+        let decisions = policy::evaluate(&service, &pods, &network_readiness(), &config)?;
         log(Level::Debug, &policy::summary(&decisions));
         Ok(decisions)
     }

@@ -8,9 +8,12 @@
 //!
 //! Endpoint conditions (SPEC "Endpoint conditions", Kubernetes semantics):
 //! - serving = pod Ready; terminating = pod has a deletionTimestamp;
-//! - ready = publishNotReadyAddresses || (serving && !terminating).
+//! - ready = publishNotReadyAddresses || (serving && !terminating);
+//! - and on the Service's own network: a pod whose network readiness condition (written by
+//!   the network prober) is `False` is not serving, whatever its `Ready` says; without the
+//!   condition (no prober), as above.
 
-use nad_plugin_sdk::{Decision, PluginInfo, Pod, Service, k8s};
+use nad_plugin_sdk::{Decision, PluginInfo, Pod, PodCondition, Service, k8s};
 
 /// The recommended Kubernetes name label; takes precedence over [`APP_LABEL`].
 pub const NAME_LABEL: &str = "app.kubernetes.io/name";
@@ -59,13 +62,27 @@ fn quote_config(s: &str) -> String {
     }
 }
 
-/// Decides every pod: exactly one decision per pod, in the same order.
-pub fn evaluate(service: &Service, pods: &[Pod], config: &str) -> Result<Vec<Decision>, String> {
+/// Decides every pod: exactly one decision per pod, in the same order. `network` holds each
+/// pod's readiness on the Service's network, in the same order (missing entries: none).
+pub fn evaluate(
+    service: &Service,
+    pods: &[Pod],
+    network: &[Option<PodCondition>],
+    config: &str,
+) -> Result<Vec<Decision>, String> {
     validate_config(config)?;
     let selector = Selector::for_service(service);
     Ok(pods
         .iter()
-        .map(|pod| decide(service, &selector, pod))
+        .enumerate()
+        .map(|(i, pod)| {
+            decide(
+                service,
+                &selector,
+                pod,
+                network.get(i).and_then(Option::as_ref),
+            )
+        })
         .collect())
 }
 
@@ -118,11 +135,16 @@ impl<'a> Selector<'a> {
     }
 }
 
-fn decide(service: &Service, selector: &Selector<'_>, pod: &Pod) -> Decision {
+fn decide(
+    service: &Service,
+    selector: &Selector<'_>,
+    pod: &Pod,
+    network: Option<&PodCondition>,
+) -> Decision {
     if let Some(reason) = selector.rejects(pod) {
         return Decision::Exclude(reason);
     }
-    k8s::include(service, pod)
+    k8s::include_on_network(service, pod, network)
 }
 
 #[cfg(test)]
@@ -167,7 +189,7 @@ mod tests {
     }
 
     fn eval(service: &Service, pods: &[Pod]) -> Vec<Decision> {
-        match evaluate(service, pods, "") {
+        match evaluate(service, pods, &[], "") {
             Ok(decisions) => decisions,
             Err(e) => panic!("evaluate failed: {e}"),
         }
@@ -230,6 +252,30 @@ mod tests {
                 "ready={ready} terminating={terminating} publishNotReadyAddresses={pnra}"
             );
         }
+    }
+
+    #[test]
+    fn a_pod_that_does_not_answer_on_the_network_is_published_not_serving() {
+        use nad_plugin_sdk::{ConditionStatus, testing::network_condition};
+        let svc = service(&[], false);
+        let pods = [pod("down", &[]), pod("up", &[]), pod("unprobed", &[])];
+        let network = [
+            Some(network_condition(ConditionStatus::False)),
+            Some(network_condition(ConditionStatus::True)),
+            None,
+        ];
+        let decisions = evaluate(&svc, &pods, &network, "").unwrap();
+        assert_eq!(assert_included(&decisions[0]), cond(false, false, false));
+        assert_eq!(assert_included(&decisions[1]), cond(true, true, false));
+        assert_eq!(assert_included(&decisions[2]), cond(true, true, false));
+        // publishNotReadyAddresses keeps it ready, still not serving.
+        let publishing = service(&[], true);
+        let decisions = evaluate(&publishing, &pods[..1], &network[..1], "").unwrap();
+        assert_eq!(assert_included(&decisions[0]), cond(true, false, false));
+        // A pod the Service does not select stays out, whatever its network says.
+        let web = service(&[("app", "web")], false);
+        let decisions = evaluate(&web, &[pod("db", &[("app", "db")])], &network[1..2], "").unwrap();
+        assert!(assert_excluded(&decisions[0]).contains("app"));
     }
 
     #[test]
@@ -517,7 +563,7 @@ mod tests {
     #[test]
     fn evaluate_rejects_invalid_config() {
         let svc = service(&[], false);
-        let result = evaluate(&svc, &[pod("p", &[])], "{\"strict\": true}");
+        let result = evaluate(&svc, &[pod("p", &[])], &[], "{\"strict\": true}");
         match result {
             Err(e) => assert!(e.contains("takes no configuration"), "{e}"),
             Ok(d) => panic!("accepted: {d:?}"),
@@ -528,7 +574,7 @@ mod tests {
     fn evaluate_accepts_empty_object_config() {
         let svc = service(&[], false);
         assert_eq!(
-            evaluate(&svc, &[pod("p", &[])], " {} ").map(|d| d.len()),
+            evaluate(&svc, &[pod("p", &[])], &[], " {} ").map(|d| d.len()),
             Ok(1)
         );
     }

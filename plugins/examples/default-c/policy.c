@@ -1,19 +1,21 @@
 // The default endpoint policy of nad-service-controller in C: the same decisions, reasons and
 // errors as the Rust plugin in plugins/default/src/policy.rs, as a component of the WIT world
-// isim:nad-endpoints/scoped-endpoint-policy@1.1.0 (bindings: `wit-bindgen c`, see Makefile).
+// isim:nad-endpoints/conditioned-endpoint-policy@1.2.0 (bindings: `wit-bindgen c`, see Makefile).
 //
 // Which pods:
 // - if the Service has label app.kubernetes.io/name, only pods with the same value of it;
 //   otherwise if it has label app, only pods with the same app; otherwise all pods;
 // - pods in phase Succeeded or Failed are excluded; terminating pods are included.
 // Endpoint conditions (Kubernetes' own): serving = pod Ready; terminating = pod has a
-// deletionTimestamp; ready = publishNotReadyAddresses || (serving && !terminating).
+// deletionTimestamp; ready = publishNotReadyAddresses || (serving && !terminating). And on the
+// Service's own network: a pod whose network readiness condition (the pod-conditions import)
+// is False is not serving, whatever its Ready says.
 //
 // Memory: this follows the ownership rules of the generated bindings, although every call
 // runs in a fresh instance that the host drops afterwards. An export owns its arguments and
 // frees them (the *_free helpers); everything it returns is on the heap (the string_dup
 // helpers, malloc), because the generated cabi_post_* functions free it after the host has
-// copied it. So never return a string made with scoped_endpoint_policy_string_set on a literal.
+// copied it. So never return a string made with conditioned_endpoint_policy_string_set on a literal.
 //
 // No stdio (printf and friends): see README.md.
 
@@ -22,7 +24,7 @@
 #include <string.h>
 
 #include "rust_str.h"
-#include "scoped_endpoint_policy.h"
+#include "conditioned_endpoint_policy.h"
 
 #ifndef PLUGIN_NAME
 #define PLUGIN_NAME "default-c"
@@ -38,11 +40,12 @@ static const char APP_LABEL[] = "app";
 // The most characters of a rejected configuration quoted back in an error message.
 #define MAX_QUOTED_CONFIG 80
 
-typedef scoped_endpoint_policy_string_t string_t;
+typedef conditioned_endpoint_policy_string_t string_t;
 typedef isim_nad_endpoints_types_list_key_value_t key_values_t;
 typedef isim_nad_endpoints_types_service_t service_t;
 typedef isim_nad_endpoints_types_pod_t pod_t;
 typedef isim_nad_endpoints_types_decision_t decision_t;
+typedef isim_nad_endpoints_pod_conditions_option_pod_condition_t network_t;
 
 static void *checked_malloc(size_t size) {
   void *p = malloc(size);
@@ -67,7 +70,7 @@ static const string_t *value(const key_values_t *list, const char *key) {
 // Moves the buffer's text into a component string (a copy, through the generated helper)
 // and empties the buffer for the next message.
 static void take(rs_buf *b, string_t *out) {
-  scoped_endpoint_policy_string_dup_n(out, (const char *)b->ptr, b->len);
+  conditioned_endpoint_policy_string_dup_n(out, (const char *)b->ptr, b->len);
   b->len = 0;
 }
 
@@ -136,8 +139,9 @@ static void exclude(decision_t *d, rs_buf *b) {
   take(b, &d->val.exclude);
 }
 
-static void decide(const service_t *service, selector_t sel, const pod_t *pod, decision_t *d,
-                   rs_buf *b) {
+// network: the pod's readiness on the Service's network, or NULL (no prober).
+static void decide(const service_t *service, selector_t sel, const pod_t *pod,
+                   const network_t *network, decision_t *d, rs_buf *b) {
   if (sel.key) {
     const string_t *found = value(&pod->labels, sel.key);
     if (found && equals(found, (const char *)sel.value->ptr, sel.value->len)) {
@@ -175,6 +179,10 @@ static void decide(const service_t *service, selector_t sel, const pod_t *pod, d
     return;
   }
   bool serving = pod->ready;
+  if (network && network->is_some &&
+      network->val.status == ISIM_NAD_ENDPOINTS_POD_CONDITIONS_CONDITION_STATUS_FALSE) {
+    serving = false;  // it does not answer on the Service's network
+  }
   d->tag = ISIM_NAD_ENDPOINTS_TYPES_DECISION_INCLUDE;
   d->val.include.serving = serving;
   d->val.include.terminating = pod->terminating;
@@ -183,20 +191,27 @@ static void decide(const service_t *service, selector_t sel, const pod_t *pod, d
 
 // ---- exports ----
 
-// Each pod is decided from the Service and its own labels, phase and readiness alone, so the
-// host asks about changed pods only.
+// Each pod is decided from the Service and its own labels, phase and readiness (on the primary
+// network and on the Service's) alone, so the host asks about changed pods only.
 exports_isim_nad_endpoints_decisions_decision_scope_t exports_isim_nad_endpoints_decisions_scope(
     void) {
   return EXPORTS_ISIM_NAD_ENDPOINTS_DECISIONS_DECISION_SCOPE_PER_POD;
 }
 
+// It reads network readiness (always given) and no other condition.
+void exports_isim_nad_endpoints_condition_keys_condition_types(
+    conditioned_endpoint_policy_list_string_t *ret) {
+  ret->len = 0;
+  ret->ptr = NULL;
+}
+
 void exports_isim_nad_endpoints_policy_info(exports_isim_nad_endpoints_policy_plugin_info_t *ret) {
-  scoped_endpoint_policy_string_dup(&ret->name, PLUGIN_NAME);
-  scoped_endpoint_policy_string_dup(&ret->version, PLUGIN_VERSION);
+  conditioned_endpoint_policy_string_dup(&ret->name, PLUGIN_NAME);
+  conditioned_endpoint_policy_string_dup(&ret->version, PLUGIN_VERSION);
   ret->label_keys.len = 2;
   ret->label_keys.ptr = checked_malloc(2 * sizeof(string_t));
-  scoped_endpoint_policy_string_dup(&ret->label_keys.ptr[0], NAME_LABEL);
-  scoped_endpoint_policy_string_dup(&ret->label_keys.ptr[1], APP_LABEL);
+  conditioned_endpoint_policy_string_dup(&ret->label_keys.ptr[0], NAME_LABEL);
+  conditioned_endpoint_policy_string_dup(&ret->label_keys.ptr[1], APP_LABEL);
   ret->annotation_keys.len = 0;
   ret->annotation_keys.ptr = NULL;
 }
@@ -206,7 +221,7 @@ bool exports_isim_nad_endpoints_policy_validate_config(string_t *config, string_
   bool ok = config_is_valid(config, &b);
   if (!ok) take(&b, err);
   free(b.ptr);
-  scoped_endpoint_policy_string_free(config);
+  conditioned_endpoint_policy_string_free(config);
   return ok;
 }
 
@@ -220,13 +235,18 @@ bool exports_isim_nad_endpoints_policy_evaluate(
     take(&b, err);
   } else {
     selector_t sel = selector_for(service);
+    // Each pod's readiness on the Service's network, in the pods' order.
+    isim_nad_endpoints_pod_conditions_list_option_pod_condition_t network;
+    isim_nad_endpoints_pod_conditions_network_readiness(&network);
     size_t included = 0;
     ret->len = pods->len;
     ret->ptr = pods->len ? checked_malloc(pods->len * sizeof(decision_t)) : NULL;
     for (size_t i = 0; i < pods->len; i++) {
-      decide(service, sel, &pods->ptr[i], &ret->ptr[i], &b);
+      const network_t *of_pod = i < network.len ? &network.ptr[i] : NULL;
+      decide(service, sel, &pods->ptr[i], of_pod, &ret->ptr[i], &b);
       included += ret->ptr[i].tag == ISIM_NAD_ENDPOINTS_TYPES_DECISION_INCLUDE;
     }
+    isim_nad_endpoints_pod_conditions_list_option_pod_condition_free(&network);
     // One line a call, at debug level, as the Rust plugin logs it.
     rs_puts(&b, "evaluated ");
     rs_put_usize(&b, pods->len);
@@ -241,6 +261,6 @@ bool exports_isim_nad_endpoints_policy_evaluate(
   free(b.ptr);
   exports_isim_nad_endpoints_policy_service_free(service);
   exports_isim_nad_endpoints_policy_list_pod_free(pods);
-  scoped_endpoint_policy_string_free(config);
+  conditioned_endpoint_policy_string_free(config);
   return ok;
 }

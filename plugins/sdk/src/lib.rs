@@ -1,15 +1,15 @@
 //! What every Rust endpoint-policy plugin shares, so that a plugin is its policy and nothing
 //! else, and a change of the WIT package touches this crate, not every plugin:
 //!
-//! - the bindings of world `isim:nad-endpoints/scoped-endpoint-policy` (the types, the `log`
-//!   import, the traits to implement) and [`export_plugin!`];
+//! - the bindings of world `isim:nad-endpoints/conditioned-endpoint-policy` (the types, the
+//!   `log` and `pod-conditions` imports, the traits to implement) and [`export_plugin!`];
 //! - [`k8s`]: the rules of Kubernetes' own EndpointSlice controller a policy should follow;
 //! - [`testing`]: builders for the `pod` and `service` records, for native unit tests.
 //!
 //! A plugin:
 //!
 //! ```text
-//! use nad_plugin_sdk::{Decision, DecisionScope, Decisions, Plugin, PluginInfo, Pod, Service};
+//! use nad_plugin_sdk::{ConditionKeys, Decision, DecisionScope, Decisions, Plugin, PluginInfo, Pod, Service};
 //!
 //! struct MyPolicy;
 //!
@@ -17,12 +17,19 @@
 //!     fn info() -> PluginInfo { /* name, version, the keys it reads */ }
 //!     fn validate_config(config: String) -> Result<(), String> { Ok(()) }
 //!     fn evaluate(service: Service, pods: Vec<Pod>, config: String) -> Result<Vec<Decision>, String> {
-//!         /* one decision per pod */
+//!         // Each pod's readiness on the Service's network, in order (none without a prober).
+//!         let network = nad_plugin_sdk::network_readiness();
+//!         /* one decision per pod, e.g. k8s::include_on_network(&service, pod, network[i].as_ref()) */
 //!     }
 //! }
 //!
 //! impl Decisions for MyPolicy {
 //!     fn scope() -> DecisionScope { DecisionScope::PerPod }
+//! }
+//!
+//! /// Conditions it reads besides network readiness (through `declared()`): none.
+//! impl ConditionKeys for MyPolicy {
+//!     fn condition_types() -> Vec<String> { Vec::new() }
 //! }
 //!
 //! nad_plugin_sdk::export_plugin!(MyPolicy);
@@ -37,7 +44,7 @@ pub mod testing;
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",
-        world: "scoped-endpoint-policy",
+        world: "conditioned-endpoint-policy",
         pub_export_macro: true,
         export_macro_name: "export_plugin",
         default_bindings_module: "nad_plugin_sdk::bindings",
@@ -47,9 +54,13 @@ pub mod bindings {
 }
 
 pub use bindings::export_plugin;
+pub use bindings::exports::isim::nad_endpoints::condition_keys::Guest as ConditionKeys;
 pub use bindings::exports::isim::nad_endpoints::decisions::{DecisionScope, Guest as Decisions};
 pub use bindings::exports::isim::nad_endpoints::policy::Guest as Plugin;
 pub use bindings::isim::nad_endpoints::log::{Level, log};
+pub use bindings::isim::nad_endpoints::pod_conditions::{
+    ConditionStatus, PodCondition, declared, network_readiness,
+};
 pub use bindings::isim::nad_endpoints::types::{
     Conditions, Decision, KeyValue, PluginInfo, Pod, PodPhase, Service, ServicePort, TargetPort,
 };

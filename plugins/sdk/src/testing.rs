@@ -10,7 +10,7 @@
 //! assert!(!db.ready && db.zone == "zone-b");
 //! ```
 
-use crate::{KeyValue, Pod, PodPhase, Service};
+use crate::{ConditionStatus, KeyValue, Pod, PodCondition, PodPhase, Service};
 
 /// A running, ready pod `name` in namespace `ns`, on node `node-a` in zone `zone-a`, with
 /// one address (`192.0.2.1`), and no labels or annotations.
@@ -41,6 +41,22 @@ pub fn service(name: &str) -> Service {
         ports: Vec::new(),
         publish_not_ready_addresses: false,
         network: "ns/macvlan".to_owned(),
+    }
+}
+
+/// A pod's readiness condition on network `ns/macvlan` (that of [`service`]) with `status`,
+/// as the network prober writes it.
+pub fn network_condition(status: ConditionStatus) -> PodCondition {
+    let (reason, message) = match status {
+        ConditionStatus::True => ("Answered", "192.0.2.1:80 answered"),
+        ConditionStatus::False => ("ConnectFailed", "192.0.2.1:80: connection timed out"),
+        ConditionStatus::Unknown => ("", ""),
+    };
+    PodCondition {
+        type_: "network-ready.isim.dev/ns.macvlan".to_owned(),
+        status,
+        reason: reason.to_owned(),
+        message: message.to_owned(),
     }
 }
 

@@ -99,7 +99,7 @@ pub fn bench(args: &BenchArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let (service, pods) = inputs(plugin.info(), n);
     // Warm up: the first calls fault in the compiled code and the allocator's pages.
     for _ in 0..iterations.min(5) {
-        let _ = plugin.evaluate_with_stats(&service, &pods, &config);
+        let _ = plugin.evaluate_with_stats(&service, &pods, None, &config);
     }
     let mut instantiate = Vec::with_capacity(iterations);
     let mut run = Vec::with_capacity(iterations);
@@ -107,7 +107,7 @@ pub fn bench(args: &BenchArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let mut peak = 0;
     let mut included = 0;
     for _ in 0..iterations {
-        let (answer, stats) = plugin.evaluate_with_stats(&service, &pods, &config);
+        let (answer, stats) = plugin.evaluate_with_stats(&service, &pods, None, &config);
         let decisions = match answer {
             Ok(Ok(decisions)) => decisions,
             Ok(Err(message)) => bail!(

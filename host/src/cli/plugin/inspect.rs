@@ -69,6 +69,15 @@ pub fn inspect(args: &InspectArgs, out: &mut impl Write) -> anyhow::Result<()> {
         "decisions:       {}",
         configured.plugin.decision_scope().as_str()
     )?;
+    let plugin = &configured.plugin;
+    let conditions = if !plugin.reads_conditions() {
+        "none (it does not import pod-conditions)".to_owned()
+    } else if plugin.condition_types().is_empty() {
+        "network readiness".to_owned()
+    } else {
+        format!("network readiness, {}", plugin.condition_types().join(", "))
+    };
+    writeln!(out, "conditions:      {conditions}")?;
     match &args.config {
         Some(path) => writeln!(out, "config:          accepted ({})", path.display())?,
         None => writeln!(out, "config:          accepted (none: the empty document)")?,

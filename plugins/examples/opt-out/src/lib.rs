@@ -8,7 +8,10 @@
 
 mod policy;
 
-use nad_plugin_sdk::{Decision, DecisionScope, Decisions, Plugin, PluginInfo, Pod, Service};
+use nad_plugin_sdk::{
+    ConditionKeys, Decision, DecisionScope, Decisions, Plugin, PluginInfo, Pod, Service,
+    network_readiness,
+};
 
 struct OptOut;
 
@@ -16,6 +19,13 @@ struct OptOut;
 impl Decisions for OptOut {
     fn scope() -> DecisionScope {
         DecisionScope::PerPod
+    }
+}
+
+/// It reads network readiness (always given) and no other condition.
+impl ConditionKeys for OptOut {
+    fn condition_types() -> Vec<String> {
+        Vec::new()
     }
 }
 
@@ -36,9 +46,14 @@ impl Plugin for OptOut {
 
     fn evaluate(service: Service, pods: Vec<Pod>, config: String) -> Result<Vec<Decision>, String> {
         let config = policy::Config::parse(&config)?;
+        let network = network_readiness();
         Ok(pods
             .iter()
-            .map(|pod| policy::decide(&service, pod, &config))
+            .enumerate()
+            .map(|(i, pod)| {
+                let network = network.get(i).and_then(Option::as_ref);
+                policy::decide(&service, pod, network, &config)
+            })
             .collect())
     }
 }

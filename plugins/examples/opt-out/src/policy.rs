@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use nad_plugin_sdk::{Decision, Pod, Service, k8s};
+use nad_plugin_sdk::{Decision, Pod, PodCondition, Service, k8s};
 
 pub const DEFAULT_LABEL: &str = "endpoints.isim.dev/opt-out";
 
@@ -37,7 +37,13 @@ impl Config {
     }
 }
 
-pub fn decide(service: &Service, pod: &Pod, config: &Config) -> Decision {
+/// `network`: the pod's readiness on the Service's network (`network_readiness()`), if any.
+pub fn decide(
+    service: &Service,
+    pod: &Pod,
+    network: Option<&PodCondition>,
+    config: &Config,
+) -> Decision {
     if let Some(opt_out) = pod.labels.iter().find(|kv| kv.key == config.label)
         && opt_out.value != "false"
     {
@@ -46,7 +52,7 @@ pub fn decide(service: &Service, pod: &Pod, config: &Config) -> Decision {
             config.label, opt_out.value
         ));
     }
-    k8s::include(service, pod)
+    k8s::include_on_network(service, pod, network)
 }
 
 #[cfg(test)]
@@ -89,6 +95,7 @@ mod tests {
         let got = decide(
             &service(),
             &pod(&[(DEFAULT_LABEL, "true")], PodPhase::Running, true, false),
+            None,
             &config,
         );
         assert!(
@@ -98,6 +105,7 @@ mod tests {
         let got = decide(
             &service(),
             &pod(&[(DEFAULT_LABEL, "false")], PodPhase::Running, true, false),
+            None,
             &config,
         );
         assert_eq!(got, cond(true, true, false));
@@ -108,12 +116,12 @@ mod tests {
         let config = Config::parse(r#"{"label": "maintenance"}"#).unwrap();
         let drained = pod(&[("maintenance", "yes")], PodPhase::Running, true, false);
         assert!(matches!(
-            decide(&service(), &drained, &config),
+            decide(&service(), &drained, None, &config),
             Decision::Exclude(_)
         ));
         let default_label = pod(&[(DEFAULT_LABEL, "true")], PodPhase::Running, true, false);
         assert_eq!(
-            decide(&service(), &default_label, &config),
+            decide(&service(), &default_label, None, &config),
             cond(true, true, false)
         );
     }
@@ -125,6 +133,7 @@ mod tests {
             decide(
                 &service(),
                 &pod(&[], PodPhase::Running, true, true),
+                None,
                 &config
             ),
             cond(false, true, true)
@@ -133,6 +142,7 @@ mod tests {
             decide(
                 &service(),
                 &pod(&[], PodPhase::Pending, false, false),
+                None,
                 &config
             ),
             cond(false, false, false)
@@ -140,13 +150,14 @@ mod tests {
         let mut s = service();
         s.publish_not_ready_addresses = true;
         assert_eq!(
-            decide(&s, &pod(&[], PodPhase::Running, false, true), &config),
+            decide(&s, &pod(&[], PodPhase::Running, false, true), None, &config),
             cond(true, false, true)
         );
         assert!(matches!(
             decide(
                 &service(),
                 &pod(&[], PodPhase::Failed, false, false),
+                None,
                 &config
             ),
             Decision::Exclude(_)
@@ -155,6 +166,7 @@ mod tests {
             decide(
                 &service(),
                 &pod(&[], PodPhase::Succeeded, false, false),
+                None,
                 &config
             ),
             Decision::Exclude(_)

@@ -13,7 +13,7 @@
 mod policy;
 
 use nad_plugin_sdk::{
-    Decision, DecisionScope, Decisions, Level, Plugin, PluginInfo, Pod, Service, log,
+    ConditionKeys, Decision, DecisionScope, Decisions, Level, Plugin, PluginInfo, Pod, Service, log,
 };
 
 /// The exported component.
@@ -24,6 +24,14 @@ struct PreferredZones;
 impl Decisions for PreferredZones {
     fn scope() -> DecisionScope {
         DecisionScope::WholeSet
+    }
+}
+
+/// It reads no pod condition: a pod's readiness on the network does not enter its decisions
+/// (see the default plugin and `k8s::include_on_network` for a policy that uses it).
+impl ConditionKeys for PreferredZones {
+    fn condition_types() -> Vec<String> {
+        Vec::new()
     }
 }
 

@@ -14,7 +14,9 @@
 //! | `show-inputs`  | excludes every pod with a reason describing what the plugin received |
 //! | `trap-on-team-red` | like `echo`, but traps when a pod has the label `team=red` |
 //! | `environment`  | excludes every pod with a reason listing the environment variables, arguments and working directory it sees |
+//! | `show-conditions` | excludes every pod with a reason listing its network readiness and declared conditions (`pod-conditions`) |
 //!
+//! It declares the condition type `example.com/disk-ready` (`condition-keys`).
 //! `bad-config` is always rejected by `validate-config` (and by `evaluate`); anything else is an
 //! unknown mode.
 
@@ -25,15 +27,18 @@ use core::hint::black_box;
 mod bindings {
     wit_bindgen::generate!({
         path: "../../../wit",
-        world: "endpoint-policy",
+        world: "conditioned-endpoint-policy",
     });
 
     use super::Misbehaving;
     export!(Misbehaving);
 }
 
+use bindings::exports::isim::nad_endpoints::condition_keys::Guest as ConditionKeys;
+use bindings::exports::isim::nad_endpoints::decisions::{DecisionScope, Guest as Decisions};
 use bindings::exports::isim::nad_endpoints::policy::Guest;
 use bindings::isim::nad_endpoints::log::{Level, log};
+use bindings::isim::nad_endpoints::pod_conditions::{self, ConditionStatus, PodCondition};
 use bindings::isim::nad_endpoints::types::{
     Conditions, Decision, KeyValue, PluginInfo, Pod, PodPhase, Service,
 };
@@ -50,10 +55,11 @@ enum Mode {
     ShowInputs,
     TrapOnTeamRed,
     Environment,
+    ShowConditions,
 }
 
 const MODES: &str = "loop, memory-bomb, trap, short-answer, policy-error, echo, show-inputs, \
-                     trap-on-team-red, environment";
+                     trap-on-team-red, environment, show-conditions";
 
 impl Mode {
     fn parse(config: &str) -> Result<Self, String> {
@@ -67,6 +73,7 @@ impl Mode {
             "show-inputs" => Ok(Self::ShowInputs),
             "trap-on-team-red" => Ok(Self::TrapOnTeamRed),
             "environment" => Ok(Self::Environment),
+            "show-conditions" => Ok(Self::ShowConditions),
             "bad-config" => Err("bad-config is never valid".to_string()),
             other => Err(format!("unknown mode {other:?} (expected one of: {MODES})")),
         }
@@ -74,6 +81,29 @@ impl Mode {
 }
 
 struct Misbehaving;
+
+/// Its decisions depend on the whole set (some modes answer for all pods at once).
+impl Decisions for Misbehaving {
+    fn scope() -> DecisionScope {
+        DecisionScope::WholeSet
+    }
+}
+
+impl ConditionKeys for Misbehaving {
+    fn condition_types() -> Vec<String> {
+        vec!["example.com/disk-ready".to_string()]
+    }
+}
+
+/// `type=status(reason)`.
+fn show_condition(c: &PodCondition) -> String {
+    let status = match c.status {
+        ConditionStatus::True => "True",
+        ConditionStatus::False => "False",
+        ConditionStatus::Unknown => "Unknown",
+    };
+    format!("{}={status}({})", c.type_, c.reason)
+}
 
 impl Guest for Misbehaving {
     fn info() -> PluginInfo {
@@ -108,6 +138,28 @@ impl Guest for Misbehaving {
                 .iter()
                 .map(|pod| Decision::Exclude(show_inputs(pod)))
                 .collect()),
+            Mode::ShowConditions => {
+                let network = pod_conditions::network_readiness();
+                let declared = pod_conditions::declared();
+                Ok((0..pods.len())
+                    .map(|i| {
+                        let network = network
+                            .get(i)
+                            .and_then(Option::as_ref)
+                            .map_or_else(|| "none".to_string(), show_condition);
+                        let declared: Vec<String> = declared
+                            .get(i)
+                            .into_iter()
+                            .flatten()
+                            .map(show_condition)
+                            .collect();
+                        Decision::Exclude(format!(
+                            "network: {network}; declared: [{}]",
+                            declared.join(", ")
+                        ))
+                    })
+                    .collect())
+            }
             Mode::Environment => {
                 let seen = environment();
                 Ok(pods
