@@ -32,6 +32,11 @@ pub fn run(command: Command) -> anyhow::Result<()> {
             crate::cli::plugin::run(&command, &mut std::io::stdout(), &mut std::io::stderr())
         }
         Command::Explain(args) => crate::cli::explain(&args, &mut std::io::stdout()),
+        Command::Probe(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?
+            .block_on(crate::probe::main(*args, shutdown_signal())),
     }
 }
 

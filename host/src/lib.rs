@@ -11,6 +11,8 @@
 //! - [`reconcile`]: one Service's reconcile: observe, decide (the [`plugin`]), plan, place;
 //! - [`apply`]: the only writer (server-side apply, deletes), and the API's rules it checks;
 //! - [`plugin`]: the Wasm runtime that asks a Service's policy about its pods;
+//! - [`probe`]: the network prober, a DaemonSet that writes each pod's readiness on its
+//!   secondary networks as a pod condition the plugins read;
 //! - [`controller`]: the watches wired to the reconcile, for one term as leader;
 //! - [`reason`]: the one vocabulary of a Service's problems (Event reasons, metric labels);
 //! - the operational parts: [`cli`], [`leader`], [`metrics`], [`server`], [`telemetry`].
@@ -24,6 +26,7 @@ pub mod input;
 pub mod leader;
 pub mod metrics;
 pub mod plugin;
+pub mod probe;
 pub mod reason;
 pub mod reconcile;
 pub mod server;

@@ -30,10 +30,13 @@ pub enum Reason {
     EndpointSliceWriteFailed,
     /// The controller's caches are not ready.
     NotReady,
+    /// The Service's `isim.dev/probe` annotation has bad values: the network prober uses the
+    /// default probe for it.
+    InvalidProbe,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 11] = [
+    pub const ALL: [Reason; 12] = [
         Reason::PluginFailed,
         Reason::UnknownPlugin,
         Reason::PluginLoadFailed,
@@ -45,6 +48,7 @@ impl Reason {
         Reason::EndpointSliceRefused,
         Reason::EndpointSliceWriteFailed,
         Reason::NotReady,
+        Reason::InvalidProbe,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -60,6 +64,7 @@ impl Reason {
             Reason::EndpointSliceRefused => "EndpointSliceRefused",
             Reason::EndpointSliceWriteFailed => "EndpointSliceWriteFailed",
             Reason::NotReady => "NotReady",
+            Reason::InvalidProbe => "InvalidProbe",
         }
     }
 }

@@ -1410,6 +1410,110 @@ async fn a_network_that_does_not_exist_is_warned_about_and_cleared_when_it_is_cr
     env.finish().await;
 }
 
+/// A probe annotation with bad values: one Warning Event naming each field, the slices still
+/// published (the network prober uses the default probe), and the Service's problem metric;
+/// fixed, the problem goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_probe_annotation_is_warned_about_naming_the_field() {
+    let env = env("badprobe").await;
+    env.service(
+        "web",
+        json!({"app": "web"}),
+        json!({"isim.dev/network": "macvlan",
+               "isim.dev/probe": r#"{"periodSeconds": 0, "tcpSocket": {"port": "No_Such"}}"#}),
+        json!({"clusterIP": "None", "ports": [{"port": 80}]}),
+    )
+    .await;
+    env.pod("web-a", json!({"app": "web"}), "macvlan", true)
+        .await;
+    env.wait_slices("web", "web-a published", |s| pod_names(s) == ["web-a"])
+        .await;
+    let event = eventually("an InvalidProbe Event", || async {
+        env.events_for("web")
+            .await
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("InvalidProbe"))
+    })
+    .await;
+    let note = event.note.unwrap_or_default();
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert!(
+        note.starts_with(
+            "web: isim.dev/probe: periodSeconds is 0, out of its range 1 to 300; \
+             isim.dev/probe: tcpSocket.port is \"No_Such\""
+        ) && note.contains("the network prober uses the default probe"),
+        "{note}"
+    );
+    let labels = format!(
+        "service_namespace=\"{}\",service_name=\"web\",reason=\"InvalidProbe\",plugin=\"\"",
+        env.ns
+    );
+    let problem = |env: &Env| metric_once(env, "nad_service_controller_service_problem", &labels);
+    assert_eq!(problem(&env), Some(1));
+    let fixed = json!({"metadata": {"annotations": {"isim.dev/probe": r#"{"periodSeconds": 5}"#}}});
+    env.api::<Service>()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&fixed))
+        .await
+        .unwrap();
+    eventually("the problem gone", || async {
+        problem(&env).is_none().then_some(())
+    })
+    .await;
+    env.finish().await;
+}
+
+/// The network readiness condition's type is one the API server accepts as a pod condition
+/// and as a readiness gate, for short, dotted and the longest valid network names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_condition_types_are_valid_condition_types_and_readiness_gates() {
+    let env = env("condnames").await;
+    let long_name = format!("{}.{}", "a".repeat(63), "b".repeat(189));
+    let networks = [
+        format!("{}/macvlan", env.ns),
+        format!("{}/net.with.dots", env.ns),
+        format!("{}/{long_name}", "n".repeat(63)),
+        format!("{}/{}", env.ns, "c".repeat(70)),
+    ];
+    let types: Vec<String> = networks
+        .iter()
+        .map(|n| network_ready::condition_type(n))
+        .collect();
+    let gates: Vec<Value> = types.iter().map(|t| json!({"conditionType": t})).collect();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "gated"},
+        "spec": {"readinessGates": gates, "containers": [{"name": "c", "image": "nginx"}]},
+    }))
+    .unwrap();
+    env.api::<Pod>()
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("the API server accepts every type as a readiness gate");
+    let conditions: Vec<Value> = types
+        .iter()
+        .map(|t| json!({"type": t, "status": "False", "reason": "ProbeFailed", "message": "m"}))
+        .collect();
+    let patched = env
+        .api::<Pod>()
+        .patch_status(
+            "gated",
+            &PatchParams::default(),
+            &Patch::Strategic(&json!({"status": {"conditions": conditions}})),
+        )
+        .await
+        .expect("the API server accepts every type as a pod condition");
+    let written: Vec<String> = patched
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.type_)
+        .collect();
+    for t in &types {
+        assert!(written.contains(t), "{t} in {written:?}");
+    }
+    env.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_plugin_keeps_the_last_slices_or_falls_back_as_configured() {
     let env = env_with(

@@ -56,6 +56,10 @@ pub enum Command {
     /// every pod of its namespace, whether it is a candidate, the plugin's decision and
     /// reason, the conditions and the EndpointSlice that publishes it.
     Explain(Box<ExplainArgs>),
+    /// Run the network prober (a DaemonSet attached to the networks it probes): probe the
+    /// pods of this node on their secondary networks and write their network readiness
+    /// condition when it changes.
+    Probe(Box<crate::probe::ProbeArgs>),
 }
 
 impl Command {
@@ -66,6 +70,7 @@ impl Command {
             Command::Run(args) => (args.log_format, args.log_filter.clone()),
             Command::Plugin(command) => (LogFormat::Text, command.log_filter()),
             Command::Explain(_) => (LogFormat::Text, "warn".to_owned()),
+            Command::Probe(args) => (args.log_format, args.log_filter.clone()),
         }
     }
 }

@@ -131,7 +131,7 @@ impl ServiceMetrics {
              Event reason: PluginFailed, UnknownPlugin, PluginLoadFailed, PluginFallback, \
              NetworkNotFound, InvalidService, DuplicateAddress, EndpointLeftOut, \
              EndpointSliceRefused, \
-             EndpointSliceWriteFailed, NotReady) and plugin (for the plugin reasons); the \
+             EndpointSliceWriteFailed, NotReady, InvalidProbe) and plugin (for the plugin reasons); the \
              series goes away when the problem does, so only Services with a problem have one",
             metrics.problems.clone(),
         );

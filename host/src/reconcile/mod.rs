@@ -311,6 +311,10 @@ async fn plan_and_write(
         (Reason::NetworkNotFound, missing.is_some()),
         (Reason::DuplicateAddress, !desired.conflicts.is_empty()),
         (Reason::EndpointLeftOut, !desired.dropped.is_empty()),
+        (
+            Reason::InvalidProbe,
+            !report::probe_problems(&target).is_empty(),
+        ),
     ] {
         if present {
             found.insert(Problem::new(reason));

@@ -9,7 +9,19 @@ use super::{Context, decide::Decided, observe::Observation, plan::Desired, state
 use crate::{
     index::Missing,
     input::target::{NETWORK_ANNOTATION, ServiceTarget},
+    probe::spec as probe_spec,
 };
+
+/// What is wrong with the Service's `isim.dev/probe` annotation (nothing without it).
+pub fn probe_problems(target: &ServiceTarget) -> Vec<String> {
+    probe_spec::parse(
+        target
+            .annotations
+            .get(probe_spec::ANNOTATION)
+            .map(String::as_str),
+    )
+    .1
+}
 
 /// Publishes what `decide` found: a load failure of the Service's plugin, a fallback to the
 /// built-in plugin, and the calls made (metrics).
@@ -64,7 +76,12 @@ pub async fn problems(
         .chain(missing.map(|m| Problem::NetworkNotFound {
             network: m.network.clone(),
             closest: m.closest.clone(),
-        }));
+        }))
+        .chain(
+            Some(probe_problems(target))
+                .filter(|p| !p.is_empty())
+                .map(|problems| Problem::InvalidProbe { problems }),
+        );
     let new = ctx.book.lock().state(key).report(problems);
     let network = target.network.as_str();
     for problem in new {
@@ -119,6 +136,17 @@ pub async fn problems(
                     key.name
                 );
                 ctx.warn(service, Reason::NetworkNotFound, "Validate", note)
+                    .await;
+            }
+            Problem::InvalidProbe { problems } => {
+                tracing::warn!(problems = ?problems, "the Service's probe annotation has bad values; the network prober uses the default probe");
+                let note = format!(
+                    "{}: {}; the network prober uses the default probe (a TCP connect to each \
+                     target port every 2s, 3 failures in a row) until it is fixed",
+                    key.name,
+                    problems.join("; ")
+                );
+                ctx.warn(service, Reason::InvalidProbe, "Validate", note)
                     .await;
             }
         }

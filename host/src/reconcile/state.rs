@@ -44,6 +44,8 @@ pub enum Problem {
         network: String,
         closest: Option<String>,
     },
+    /// The Service's probe annotation has bad values (each named).
+    InvalidProbe { problems: Vec<String> },
 }
 
 impl From<Conflict> for Problem {

@@ -1,0 +1,360 @@
+//! The prober's I/O: the watches (managed Services everywhere, the pods of its own node), one
+//! task per pod and network that probes it every period, and the condition writes, Events and
+//! metrics of each flip.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    hash::{DefaultHasher, Hash, Hasher},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use futures::{StreamExt, future::join_all};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use kube::{
+    Api, Client,
+    api::{Patch, PatchParams},
+    runtime::{
+        WatchStreamExt,
+        events::{Event as KubeEvent, EventType, Recorder, Reporter},
+        reflector::{self, Store},
+        watcher,
+    },
+};
+use serde_json::json;
+use tokio::{sync::Notify, task::JoinHandle};
+
+use super::{
+    check,
+    metrics::ProbeMetrics,
+    targets::{self, Resolved, Target, TargetKey},
+    tracker::Tracker,
+};
+use crate::{
+    index::{Keys, PodRecord},
+    input::{
+        network_ready,
+        target::{self as service_target, Target as Classified},
+    },
+};
+
+/// The condition's reasons.
+pub const REASON_ANSWERED: &str = "ProbeSucceeded";
+pub const REASON_FAILED: &str = "ProbeFailed";
+/// The Events on a pod when its readiness on a network flips.
+pub const EVENT_UNREADY: &str = "NetworkUnready";
+pub const EVENT_READY: &str = "NetworkReady";
+/// The Events' reporting controller.
+pub const REPORTER: &str = "nad-network-prober";
+
+/// What the probe tasks share.
+struct Shared {
+    client: Client,
+    recorder: Recorder,
+    metrics: Arc<ProbeMetrics>,
+}
+
+/// A running probe task and what it probes.
+struct Running {
+    target: Target,
+    task: JoinHandle<()>,
+}
+
+/// Probes the pods of `node` on `networks` until `stop` resolves; `ready` turns true once
+/// both watches have listed.
+pub async fn run(
+    client: Client,
+    node: String,
+    networks: Vec<String>,
+    metrics: Arc<ProbeMetrics>,
+    ready: Arc<AtomicBool>,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let changed = Arc::new(Notify::new());
+    let (services, services_writer) = reflector::store::<Service>();
+    let (pods, pods_writer) = reflector::store::<Pod>();
+    let services_synced = Arc::new(AtomicBool::new(false));
+    let pods_synced = Arc::new(AtomicBool::new(false));
+    let watch_services = watcher(
+        Api::<Service>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(services_writer);
+    let watch_pods = watcher(
+        Api::<Pod>::all(client.clone()),
+        watcher::Config::default().fields(&format!("spec.nodeName={node}")),
+    )
+    .default_backoff()
+    .reflect(pods_writer);
+    let shared = Arc::new(Shared {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: REPORTER.into(),
+                instance: Some(node.clone()),
+            },
+        ),
+        client,
+        metrics,
+    });
+    let plan = async {
+        let mut running: BTreeMap<TargetKey, Running> = BTreeMap::new();
+        let mut said: BTreeSet<(TargetKey, String)> = BTreeSet::new();
+        loop {
+            changed.notified().await;
+            // Let a burst of events (a list, a rollout) settle into one plan.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let synced =
+                services_synced.load(Ordering::Relaxed) && pods_synced.load(Ordering::Relaxed);
+            if !synced {
+                continue;
+            }
+            ready.store(true, Ordering::Relaxed);
+            replan(
+                &shared,
+                &networks,
+                &services,
+                &pods,
+                &mut running,
+                &mut said,
+            );
+        }
+    };
+    tokio::select! {
+        () = follow(watch_services, services_synced.clone(), changed.clone(), "services") => {}
+        () = follow(watch_pods, pods_synced.clone(), changed.clone(), "pods") => {}
+        () = plan => {}
+        () = stop => tracing::info!("stopping; the conditions stay as last written"),
+    }
+    Ok(())
+}
+
+/// Follows a watch: tells the planner about every change, and marks `synced` once listed.
+async fn follow<K>(
+    stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    synced: Arc<AtomicBool>,
+    changed: Arc<Notify>,
+    what: &'static str,
+) {
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::InitDone) => synced.store(true, Ordering::Relaxed),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(watch = what, error = %e, "watch failed; retrying");
+                continue;
+            }
+        }
+        changed.notify_one();
+    }
+}
+
+/// Starts, restarts and stops the probe tasks to match the watches.
+fn replan(
+    shared: &Arc<Shared>,
+    networks: &[String],
+    services: &Store<Service>,
+    pods: &Store<Pod>,
+    running: &mut BTreeMap<TargetKey, Running>,
+    said: &mut BTreeSet<(TargetKey, String)>,
+) {
+    let managed: Vec<Arc<service_target::ServiceTarget>> = services
+        .state()
+        .iter()
+        .filter_map(|s| match service_target::classify(s) {
+            Classified::Managed(target) => Some(target),
+            _ => None,
+        })
+        .collect();
+    let records: Vec<Arc<PodRecord>> = pods
+        .state()
+        .iter()
+        .map(|p| Arc::new(PodRecord::from_pod(p, &Keys::default())))
+        .collect();
+    let (wanted, unprobed) = targets::targets(networks, managed.iter().map(|s| &**s), &records);
+    for u in unprobed {
+        let (ns, pod, network) = &u.key;
+        if said.insert((u.key.clone(), u.reason.clone())) {
+            tracing::warn!(pod = %format!("{ns}/{pod}"), network, reason = %u.reason, "a check of this pod cannot be made; the others are");
+        }
+    }
+    running.retain(|key, r| {
+        let keep = wanted.get(key).is_some_and(|t| t.same_probe(&r.target));
+        if !keep {
+            r.task.abort();
+        }
+        keep
+    });
+    for (key, target) in wanted {
+        if running.contains_key(&key) {
+            continue;
+        }
+        tracing::debug!(pod = %format!("{}/{}", key.0, key.1), network = %key.2, addresses = ?target.addresses, checks = ?target.checks, "probing");
+        let task = tokio::spawn(probe(shared.clone(), key.clone(), target.clone()));
+        running.insert(key, Running { target, task });
+    }
+    for network in networks {
+        let count = running.keys().filter(|k| &k.2 == network).count();
+        shared.metrics.set_targets(network, count);
+    }
+}
+
+/// A check as the condition's message names it.
+fn describe(check: &Resolved) -> String {
+    match check {
+        Resolved::Tcp(port) => format!("tcp {port}"),
+        Resolved::Http { port, path, .. } => format!("http {port} {path}"),
+    }
+}
+
+/// Probes one pod on one network every period, writing its condition when it flips.
+async fn probe(shared: Arc<Shared>, key: TargetKey, target: Target) {
+    let spec = target.spec();
+    let (namespace, name, network) = &key;
+    let condition_type = network_ready::condition_type(network);
+    let mut tracker = Tracker::new(target.known);
+    // Spread the probers' first attempts over one period.
+    let mut hasher = DefaultHasher::new();
+    key.hash(&mut hasher);
+    let period_ms = u64::try_from(spec.period.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    tokio::time::sleep(Duration::from_millis(hasher.finish() % period_ms)).await;
+    let mut interval = tokio::time::interval(spec.period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let checks: Vec<String> = target.checks.iter().map(describe).collect();
+    loop {
+        interval.tick().await;
+        let started = Instant::now();
+        let attempts = target.addresses.iter().flat_map(|address| {
+            target
+                .checks
+                .iter()
+                .map(move |c| check::attempt(*address, c, spec.timeout))
+        });
+        let failure = join_all(attempts).await.into_iter().find_map(Result::err);
+        shared
+            .metrics
+            .probed(network, failure.is_none(), started.elapsed());
+        if let Some(failure) = &failure {
+            tracing::debug!(pod = %format!("{namespace}/{name}"), network, %failure, "probe failed");
+        }
+        let before = tracker.status();
+        let Some(status) = tracker.record(failure.is_none(), &spec) else {
+            continue;
+        };
+        let addresses: Vec<String> = target.addresses.iter().map(ToString::to_string).collect();
+        let (reason, message) = match &failure {
+            None => (
+                REASON_ANSWERED,
+                format!(
+                    "{} answered ({}), probed every {}s",
+                    addresses.join(", "),
+                    checks.join(", "),
+                    spec.period.as_secs()
+                ),
+            ),
+            Some(failure) => (
+                REASON_FAILED,
+                format!(
+                    "{failure} ({} failures in a row, probed every {}s)",
+                    tracker.failures(),
+                    spec.period.as_secs()
+                ),
+            ),
+        };
+        let written =
+            write_condition(&shared, &key, &condition_type, status, reason, &message).await;
+        let status_text = if status { "True" } else { "False" };
+        match written {
+            Ok(()) => {
+                shared.metrics.wrote(network, status_text);
+                tracing::info!(pod = %format!("{namespace}/{name}"), network, ready = status, %message, "network readiness changed");
+                let event = match (before, status) {
+                    (_, false) => Some((
+                        EventType::Warning,
+                        EVENT_UNREADY,
+                        format!("Readiness on network {network} failed: {message}"),
+                    )),
+                    (Some(false), true) => Some((
+                        EventType::Normal,
+                        EVENT_READY,
+                        format!("Answers on network {network} again: {message}"),
+                    )),
+                    _ => None,
+                };
+                if let Some((type_, reason, note)) = event {
+                    publish(&shared, &key, &target.uid, type_, reason, note).await;
+                }
+            }
+            Err(e) => {
+                shared.metrics.wrote(network, "error");
+                tracing::warn!(pod = %format!("{namespace}/{name}"), network, condition = %condition_type, error = %e,
+                    "cannot write the pod's network readiness; retrying at the next probe");
+                tracker = Tracker::new(before);
+            }
+        }
+    }
+}
+
+/// Writes the pod's network readiness condition: a strategic merge of that one condition
+/// type, so the pod's other conditions (kubelet's, other networks') stay as they are.
+async fn write_condition(
+    shared: &Shared,
+    key: &TargetKey,
+    condition_type: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+) -> anyhow::Result<()> {
+    let (namespace, name, _) = key;
+    let patch = json!({"status": {"conditions": [{
+        "type": condition_type,
+        "status": if status { "True" } else { "False" },
+        "reason": reason,
+        "message": message,
+        "lastProbeTime": null,
+        "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+    }]}});
+    Api::<Pod>::namespaced(shared.client.clone(), namespace)
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .map_err(|e| anyhow::anyhow!(crate::error::describe(&e)))
+        .with_context(|| format!("patching the status of pod {namespace}/{name}"))?;
+    Ok(())
+}
+
+async fn publish(
+    shared: &Shared,
+    key: &TargetKey,
+    uid: &str,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let (namespace, name, _) = key;
+    let reference = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(name.clone()),
+        namespace: Some(namespace.clone()),
+        uid: Some(uid.to_owned()),
+        ..ObjectReference::default()
+    };
+    let event = KubeEvent {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note.chars().take(1024).collect()),
+        action: "Probe".to_owned(),
+        secondary: None,
+    };
+    if let Err(e) = shared.recorder.publish(&event, &reference).await {
+        tracing::debug!(pod = %format!("{namespace}/{name}"), reason, error = %e, "could not publish an Event");
+    }
+}
