@@ -26,6 +26,10 @@ apiserver_port="${NAD_APISERVER_PORT:-16443}"
 kcm_port="${NAD_KCM_PORT:-16257}"
 ready_timeout="${NAD_READY_TIMEOUT:-180}"
 service_cidrs="10.96.0.0/16,fd00:10:96::/112"
+# The API server's advertised address, so the `kubernetes` Service's endpoint (its own endpoint
+# reconciler publishes <address>:<port>): the data plane's LAN bridge, where the pod agent relays
+# it to 127.0.0.1 (hack/pod-agent/src/layout.rs, LAN_ADDRESS). It listens on 127.0.0.1 only.
+advertise_address=172.30.0.1
 
 pki="$state/pki"
 logs="$state/logs"
@@ -219,7 +223,7 @@ wait_for etcd "etcd to become healthy" etcd_healthy
 start kube-apiserver "${bin[kube-apiserver]}" \
   --etcd-servers="$etcd_url" \
   --bind-address=127.0.0.1 \
-  --advertise-address=127.0.0.1 \
+  --advertise-address="$advertise_address" \
   --secure-port="$apiserver_port" \
   --tls-cert-file="$pki/apiserver.crt" \
   --tls-private-key-file="$pki/apiserver.key" \
@@ -230,7 +234,6 @@ start kube-apiserver "${bin[kube-apiserver]}" \
   --service-account-key-file="$pki/sa.pub" \
   --service-account-signing-key-file="$pki/sa.key" \
   --allow-privileged=true \
-  --endpoint-reconciler-type=none \
   --profiling=false
 wait_for kube-apiserver "the API server's /readyz" apiserver_ready
 write_kubeconfig "$kubeconfig" admin "$pki/admin.crt" "$pki/admin.key"

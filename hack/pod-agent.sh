@@ -21,6 +21,8 @@ pidfile="$state/pids/pod-agent.pid"
 log_file="$state/logs/pod-agent.log"
 target_dir="${CARGO_TARGET_DIR:-$repo/target}"
 agent="$target_dir/release/pod-agent"
+# What images named …/nad-service-controller run in pods (build_agent builds it).
+controller="$target_dir/release/nad-service-controller"
 ready_timeout="${NAD_READY_TIMEOUT:-180}"
 
 log() { echo "pod-agent: $*" >&2; }
@@ -85,7 +87,7 @@ up() {
   setsid bash -c 'echo $$ >"$0"; exec "$@"' "$pidfile" "$agent" run \
     --state "$dataplane" --nodes "${NAD_DATAPLANE_NODES:-2}" --kubeconfig "$KUBECONFIG" \
     --cni-bin "$dataplane/cni-bin" --cni-run "$(part cni-run)/cni-run" \
-    --kube-proxy "$kube_proxy" --coredns "$(part coredns)/coredns" \
+    --kube-proxy "$kube_proxy" --coredns "$(part coredns)/coredns" --controller "$controller" \
     </dev/null >>"$log_file" 2>&1 &
   local deadline=$((SECONDS + ready_timeout))
   until ready; do

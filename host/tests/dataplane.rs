@@ -3,7 +3,10 @@
 //! curl from inside the pods (`hack/pod-exec`). Needs the data plane of `hack/pod-agent.sh up`
 //! (root), which `make test` starts.
 //!
-//! Each test applies `testdata/` to a namespace of its own, with a controller scoped to it.
+//! Each test applies `testdata/` to a namespace of its own, with a controller scoped to it; the
+//! tests of the pod agent's kubelet parity (conditions of other writers, readiness gates, the
+//! ServiceAccount token, the environment, the API server through the `kubernetes` Service, the
+//! controller's image, DaemonSet pods) run pods of their own in a namespace of their own.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
@@ -14,10 +17,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, ListParams},
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use nad_service_controller::{
     plugin::{Limits, Plugins, Runtime, SharedPlugins},
@@ -59,43 +62,59 @@ async fn kubectl(args: &[&str]) -> String {
     out
 }
 
-/// One test's namespace with `testdata/` applied and a controller for it.
+/// The data plane's nodes (`hack/pod-agent.sh up`), which must be there.
+async fn agent_nodes() -> Vec<String> {
+    let nodes = kubectl(&[
+        "get",
+        "nodes",
+        "-l",
+        "pod-agent.isim.dev/local=true",
+        "-o",
+        "name",
+    ])
+    .await;
+    assert!(
+        !nodes.trim().is_empty(),
+        "no data plane: run `hack/pod-agent.sh up` (as root; `make test` does)"
+    );
+    nodes
+        .lines()
+        .map(|l| l.trim_start_matches("node/").to_owned())
+        .collect()
+}
+
+/// One test's namespace with `testdata/` applied and a controller for it (in this process, or
+/// none when the test runs its own).
 struct Plane {
     client: Client,
     ns: String,
-    controller: support::Controller,
+    controller: Option<support::Controller>,
 }
 
 impl Plane {
     async fn new(test: &str) -> Self {
+        Self::start(test, true).await
+    }
+
+    async fn start(test: &str, in_process_controller: bool) -> Self {
         let client = client().await;
-        let nodes = kubectl(&[
-            "get",
-            "nodes",
-            "-l",
-            "pod-agent.isim.dev/local=true",
-            "-o",
-            "name",
-        ])
-        .await;
-        assert!(
-            !nodes.trim().is_empty(),
-            "no data plane: run `hack/pod-agent.sh up` (as root; `make test` does)"
-        );
+        agent_nodes().await;
         let ns = support::agent_namespace(&client, test).await;
         let testdata = repo().join("testdata");
         kubectl(&["apply", "-n", &ns, "-f", testdata.to_str().unwrap()]).await;
 
-        let runtime = Arc::new(Runtime::new(Limits::default()).unwrap());
-        let plugins = Plugins::built_in(&runtime).unwrap();
-        let source = PluginSource {
-            runtime,
-            plugins: Arc::new(SharedPlugins::new(plugins)),
-            dir: None,
-            poll: Duration::from_millis(200),
-            configmap: None,
-        };
-        let controller = support::Controller::start(&client, &ns, source);
+        let controller = in_process_controller.then(|| {
+            let runtime = Arc::new(Runtime::new(Limits::default()).unwrap());
+            let plugins = Plugins::built_in(&runtime).unwrap();
+            let source = PluginSource {
+                runtime,
+                plugins: Arc::new(SharedPlugins::new(plugins)),
+                dir: None,
+                poll: Duration::from_millis(200),
+                configmap: None,
+            };
+            support::Controller::start(&client, &ns, source)
+        });
         let plane = Self {
             client,
             ns,
@@ -147,10 +166,7 @@ impl Plane {
 
     /// `hack/pod-exec <ns>/<pod> -- args`.
     async fn exec(&self, pod: &str, args: &[&str]) -> (i32, String) {
-        let target = format!("{}/{pod}", self.ns);
-        let mut all = vec![target.as_str(), "--"];
-        all.extend_from_slice(args);
-        run(&repo().join("hack/pod-exec"), &all).await
+        pod_exec(&self.ns, pod, args).await
     }
 
     /// What `name` resolves to from inside `pod` (A records, through CoreDNS).
@@ -235,18 +251,33 @@ impl Plane {
     }
 
     async fn finish(mut self) {
-        self.controller.stop().await;
+        if let Some(controller) = self.controller.as_mut() {
+            controller.stop().await;
+        }
         let _ = Api::<Namespace>::all(self.client.clone())
             .delete(&self.ns, &DeleteParams::default())
             .await;
     }
 }
 
+/// `hack/pod-exec <ns>/<pod> -- args`: its exit code and standard output.
+async fn pod_exec(ns: &str, pod: &str, args: &[&str]) -> (i32, String) {
+    let target = format!("{ns}/{pod}");
+    let mut all = vec![target.as_str(), "--"];
+    all.extend_from_slice(args);
+    run(&repo().join("hack/pod-exec"), &all).await
+}
+
 fn is_ready(pod: &Pod) -> bool {
+    condition(pod, "Ready").is_some_and(|c| c.status == "True")
+}
+
+fn condition(pod: &Pod, kind: &str) -> Option<k8s_openapi::api::core::v1::PodCondition> {
     pod.status
         .iter()
         .flat_map(|s| s.conditions.iter().flatten())
-        .any(|c| c.type_ == "Ready" && c.status == "True")
+        .find(|c| c.type_ == kind)
+        .cloned()
 }
 
 fn macvlan_ips(pod: &Pod) -> Vec<String> {
@@ -539,4 +570,593 @@ async fn pods_that_cannot_start_wait_and_say_why() {
     let nad = plane.pod_named("netutils-nad").await;
     assert_eq!(plane.curl(&nad, "nginx-nad").await, ("200".into(), 0));
     plane.finish().await;
+}
+
+/// A namespace of the agent's for a test's own pods (no `testdata/`, no controller).
+struct Pods {
+    client: Client,
+    ns: String,
+    api: Api<Pod>,
+}
+
+impl Pods {
+    async fn new(test: &str) -> Self {
+        let client = client().await;
+        agent_nodes().await;
+        let ns = support::agent_namespace(&client, test).await;
+        let api = Api::namespaced(client.clone(), &ns);
+        Self { client, ns, api }
+    }
+
+    async fn create(&self, pod: Value) -> Pod {
+        self.api
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(pod).unwrap(),
+            )
+            .await
+            .unwrap()
+    }
+
+    /// Waits until `check` holds for pod `name`; returns the pod as it then was.
+    async fn until(&self, name: &str, what: &str, check: impl Fn(&Pod) -> bool) -> Pod {
+        eventually(&format!("{name}: {what}"), || async {
+            let pod = self.api.get(name).await.ok()?;
+            check(&pod).then_some(pod)
+        })
+        .await
+    }
+
+    /// Waits until every container of pod `name` runs.
+    async fn running(&self, name: &str) -> Pod {
+        self.until(name, "its containers running", |pod| {
+            let statuses = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref());
+            statuses.is_some_and(|s| {
+                !s.is_empty()
+                    && s.iter()
+                        .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+            })
+        })
+        .await
+    }
+
+    async fn exec(&self, pod: &str, args: &[&str]) -> (i32, String) {
+        pod_exec(&self.ns, pod, args).await
+    }
+
+    /// Sets condition `kind` of pod `name` as another writer would (a strategic merge patch of
+    /// `pods/status`, as kubectl and client-go do).
+    async fn set_condition(&self, name: &str, condition: Value) {
+        self.api
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Strategic(serde_json::json!({"status": {"conditions": [condition]}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// A file the pod's container wrote in its directory, once it is there.
+    async fn file(&self, pod: &str, path: &str) -> String {
+        eventually(&format!("{pod} writing {path}"), || async {
+            let (code, out) = self.exec(pod, &["cat", path]).await;
+            (code == 0 && !out.is_empty()).then_some(out)
+        })
+        .await
+    }
+
+    async fn finish(self) {
+        let _ = Api::<Namespace>::all(self.client.clone())
+            .delete(&self.ns, &DeleteParams::default())
+            .await;
+    }
+}
+
+/// A netutils container running `script` with `sh -c`, in the pod's directory.
+fn shell(script: &str) -> Value {
+    serde_json::json!({"name": "app", "image": "nicolaka/netshoot:v0.13", "command": ["sh", "-c", script]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditions_of_other_writers_survive_the_agents_status_writes() {
+    let pods = Pods::new("conditions").await;
+    // `$$$$`: Kubernetes expands the command, `$$` becoming `$`.
+    let mut container = shell("echo $$$$ > pid; exec sleep infinity");
+    container["readinessProbe"] = serde_json::json!({"exec": {"command": ["cat", "ready"]},
+        "periodSeconds": 1, "failureThreshold": 1});
+    pods.create(serde_json::json!({"metadata": {"name": "survivor"},
+        "spec": {"containers": [container]}}))
+        .await;
+    pods.running("survivor").await;
+    let custom = "network-ready.isim.dev/default.macvlan-conf";
+    pods.set_condition(
+        "survivor",
+        serde_json::json!({"type": custom, "status": "True", "reason": "Attached",
+            "message": "macvlan-conf is up", "lastTransitionTime": "2026-01-01T00:00:00Z"}),
+    )
+    .await;
+    let kept = |pod: &Pod, after: &str| {
+        let c = condition(pod, custom)
+            .unwrap_or_else(|| panic!("{custom} is gone after {after}: {:?}", pod.status));
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref(), c.message.as_deref()),
+            ("True", Some("Attached"), Some("macvlan-conf is up")),
+            "after {after}"
+        );
+        assert_eq!(
+            c.last_transition_time.map(|t| t.0.to_string()).as_deref(),
+            Some("2026-01-01T00:00:00Z")
+        );
+    };
+    // Three status writes of the agent: readiness up, readiness down, a restart.
+    assert_eq!(pods.exec("survivor", &["touch", "ready"]).await.0, 0);
+    let pod = pods.until("survivor", "Ready", is_ready).await;
+    kept(&pod, "Ready=True");
+    assert_eq!(pods.exec("survivor", &["rm", "ready"]).await.0, 0);
+    let pod = pods.until("survivor", "not Ready", |p| !is_ready(p)).await;
+    kept(&pod, "Ready=False");
+    assert_eq!(
+        pods.exec("survivor", &["sh", "-c", "kill $(cat pid)"])
+            .await
+            .0,
+        0
+    );
+    let pod = pods
+        .until("survivor", "restarted", |p| {
+            p.status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten())
+                .any(|c| {
+                    c.restart_count == 1 && c.state.as_ref().is_some_and(|s| s.running.is_some())
+                })
+        })
+        .await;
+    kept(&pod, "a restart");
+    for kind in [
+        "PodScheduled",
+        "PodReadyToStartContainers",
+        "Initialized",
+        "ContainersReady",
+        "Ready",
+    ] {
+        assert!(condition(&pod, kind).is_some(), "no {kind}");
+    }
+    pods.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readiness_gate_holds_ready_until_its_condition_is_true() {
+    let pods = Pods::new("gates").await;
+    let gate = "example.com/probe-registered";
+    pods.create(serde_json::json!({"metadata": {"name": "gated"},
+        "spec": {"readinessGates": [{"conditionType": gate}],
+                 "containers": [shell("exec sleep infinity")]}}))
+        .await;
+    let containers_ready =
+        |p: &Pod| condition(p, "ContainersReady").is_some_and(|c| c.status == "True");
+    let pod = pods
+        .until("gated", "ContainersReady", containers_ready)
+        .await;
+    let ready = condition(&pod, "Ready").unwrap();
+    assert_eq!(
+        (
+            ready.status.as_str(),
+            ready.reason.as_deref(),
+            ready.message.as_deref()
+        ),
+        (
+            "False",
+            Some("ReadinessGatesNotReady"),
+            Some(
+                format!("corresponding condition of pod readiness gate \"{gate}\" does not exist.")
+                    .as_str()
+            )
+        )
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !is_ready(&pods.api.get("gated").await.unwrap()),
+        "Ready without its gate"
+    );
+
+    // Another writer turns the gate: Ready follows within a second.
+    pods.set_condition("gated", serde_json::json!({"type": gate, "status": "True"}))
+        .await;
+    let turned = Instant::now();
+    loop {
+        if is_ready(&pods.api.get("gated").await.unwrap()) {
+            break;
+        }
+        assert!(
+            turned.elapsed() < Duration::from_secs(10),
+            "Ready did not follow the gate"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let latency = turned.elapsed();
+    eprintln!("readiness gate True -> Ready=True in {latency:?}");
+    assert!(latency < Duration::from_secs(1), "{latency:?}");
+
+    pods.set_condition(
+        "gated",
+        serde_json::json!({"type": gate, "status": "False"}),
+    )
+    .await;
+    let pod = pods.until("gated", "not Ready", |p| !is_ready(p)).await;
+    let ready = condition(&pod, "Ready").unwrap();
+    assert_eq!(ready.reason.as_deref(), Some("ReadinessGatesNotReady"));
+    assert_eq!(
+        ready.message.unwrap_or_default(),
+        format!("the status of pod readiness gate \"{gate}\" is not \"True\", but False")
+    );
+    assert!(containers_ready(&pod));
+    pods.finish().await;
+}
+
+/// The machine's mount points (without the network namespaces' own, which `ip netns add`
+/// makes under /run/netns), the names in /run, and whether a token is at the standard path.
+fn host_view() -> (Vec<String>, BTreeSet<String>, bool) {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mut mounts: Vec<String> = mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
+        .filter(|m| !m.starts_with("/run/netns/"))
+        .collect();
+    mounts.sort();
+    let run = std::fs::read_dir("/run")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let token = Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token").exists();
+    (mounts, run, token)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_reaches_the_api_server_with_its_own_token() {
+    let before = host_view();
+    let pods = Pods::new("token").await;
+    let ns = pods.ns.clone();
+    // Its ServiceAccount may read the pods of its namespace; another does not mount tokens.
+    kubectl(&["-n", &ns, "create", "serviceaccount", "prober"]).await;
+    kubectl(&[
+        "-n",
+        &ns,
+        "create",
+        "role",
+        "pod-reader",
+        "--verb=get",
+        "--resource=pods",
+    ])
+    .await;
+    let subject = format!("--serviceaccount={ns}:prober");
+    kubectl(&[
+        "-n",
+        &ns,
+        "create",
+        "rolebinding",
+        "prober",
+        "--role=pod-reader",
+        &subject,
+    ])
+    .await;
+    Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(pods.client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "quiet"},
+                "automountServiceAccountToken": false}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+
+    // As a client in a cluster: in-cluster settings from the environment and the standard path.
+    let script = r#"d=/var/run/secrets/kubernetes.io/serviceaccount
+env > env.txt
+api="https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"
+ask() { curl -sS --fail --max-time 5 --cacert "$d/ca.crt" -H "Authorization: Bearer $(cat "$d/token")" "$@"; }
+ask -o pod.tmp "$api/api/v1/namespaces/$(cat "$d/namespace")/pods/$POD_NAME" || exit 1
+ask -o review.tmp -X POST -H 'Content-Type: application/json' \
+  -d '{"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}' \
+  "$api/apis/authentication.k8s.io/v1/selfsubjectreviews" || exit 1
+mv pod.tmp pod.json && mv review.tmp review.json
+exec sleep infinity"#;
+    let mut container = shell(script);
+    let field = |name: &str, path: &str| serde_json::json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
+    container["env"] = serde_json::json!([
+        field("POD_NAME", "metadata.name"),
+        field("POD_NAMESPACE", "metadata.namespace"),
+        field("POD_UID", "metadata.uid"),
+        field("NODE_NAME", "spec.nodeName"),
+        field("SA_NAME", "spec.serviceAccountName"),
+        field("POD_IP", "status.podIP"),
+        field("POD_IPS", "status.podIPs"),
+        field("HOST_IP", "status.hostIP"),
+        {"name": "GREETING", "value": "hello $(POD_NAME) from $(NODE_NAME)"},
+    ]);
+    pods.create(serde_json::json!({"metadata": {"name": "api"},
+        "spec": {"serviceAccountName": "prober", "containers": [container]}}))
+        .await;
+    let has_token = r#"if [ -e /var/run/secrets/kubernetes.io/serviceaccount/token ]; then echo yes; else echo no; fi > token.txt
+exec sleep infinity"#;
+    for (name, account, automount, want) in [
+        ("pod-says-no", "default", Some(false), "no"),
+        ("account-says-no", "quiet", None, "no"),
+        ("pod-overrides-account", "quiet", Some(true), "yes"),
+    ] {
+        let mut spec =
+            serde_json::json!({"serviceAccountName": account, "containers": [shell(has_token)]});
+        if let Some(automount) = automount {
+            spec["automountServiceAccountToken"] = automount.into();
+        }
+        pods.create(serde_json::json!({"metadata": {"name": name}, "spec": spec}))
+            .await;
+        assert_eq!(pods.file(name, "token.txt").await.trim(), want, "{name}");
+    }
+
+    let review: Value = serde_json::from_str(&pods.file("api", "review.json").await).unwrap();
+    let pod = pods.api.get("api").await.unwrap();
+    let node = pod.spec.as_ref().unwrap().node_name.clone().unwrap();
+    let user = &review["status"]["userInfo"];
+    assert_eq!(
+        user["username"],
+        format!("system:serviceaccount:{ns}:prober")
+    );
+    assert_eq!(
+        user["extra"]["authentication.kubernetes.io/node-name"],
+        serde_json::json!([node]),
+        "the token carries the pod's node: {review}"
+    );
+    assert_eq!(
+        user["extra"]["authentication.kubernetes.io/pod-name"],
+        serde_json::json!(["api"])
+    );
+    let own: Value = serde_json::from_str(&pods.file("api", "pod.json").await).unwrap();
+    assert_eq!(own["metadata"]["uid"].as_str(), pod.uid().as_deref());
+
+    let env: std::collections::BTreeMap<String, String> = pods
+        .file("api", "env.txt")
+        .await
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let status = pod.status.clone().unwrap();
+    let kubernetes = Api::<Service>::namespaced(pods.client.clone(), "default")
+        .get("kubernetes")
+        .await
+        .unwrap();
+    let cluster_ip = kubernetes.spec.unwrap().cluster_ip.unwrap();
+    let pod_ips: Vec<String> = status
+        .pod_ips
+        .iter()
+        .flatten()
+        .map(|ip| ip.ip.clone())
+        .collect();
+    for (name, want) in [
+        ("POD_NAME", "api".to_owned()),
+        ("POD_NAMESPACE", ns.clone()),
+        ("POD_UID", pod.uid().unwrap()),
+        ("NODE_NAME", node.clone()),
+        ("SA_NAME", "prober".to_owned()),
+        ("POD_IP", status.pod_ip.clone().unwrap()),
+        ("POD_IPS", pod_ips.join(",")),
+        ("HOST_IP", status.host_ip.clone().unwrap()),
+        ("GREETING", format!("hello api from {node}")),
+        ("KUBERNETES_SERVICE_HOST", cluster_ip.clone()),
+        ("KUBERNETES_SERVICE_PORT", "443".to_owned()),
+        ("KUBERNETES_PORT", format!("tcp://{cluster_ip}:443")),
+        ("HOSTNAME", "api".to_owned()),
+    ] {
+        assert_eq!(env.get(name), Some(&want), "{name} in {env:?}");
+    }
+    for absent in ["KUBECONFIG", "RUST_LOG"] {
+        assert!(
+            !env.contains_key(absent),
+            "the agent's {absent} leaked into the container"
+        );
+    }
+    // hack/pod-exec, as kubectl exec, sees the token where the container does.
+    let (code, namespace) = pods
+        .exec(
+            "api",
+            &[
+                "cat",
+                "/var/run/secrets/kubernetes.io/serviceaccount/namespace",
+            ],
+        )
+        .await;
+    assert_eq!((code, namespace.as_str()), (0, ns.as_str()));
+
+    // All of it in the pods' mount namespaces: the machine's mounts and /run are as before.
+    assert_eq!(host_view(), before, "the machine's mounts or /run changed");
+    pods.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controllers_image_runs_the_controller_in_a_pod() {
+    let plane = Plane::start("image", false).await;
+    let ns = plane.ns.clone();
+    // deploy/base's ClusterRole, under a name of this test's, bound to a ServiceAccount here.
+    let rbac = kubectl(&[
+        "create",
+        "--dry-run=client",
+        "-o",
+        "json",
+        "-f",
+        repo().join("deploy/base/rbac.yaml").to_str().unwrap(),
+    ])
+    .await;
+    // One JSON object per document.
+    let rules = serde_json::Deserializer::from_str(&rbac)
+        .into_iter::<Value>()
+        .map(Result::unwrap)
+        .find(|o| o["kind"] == "ClusterRole")
+        .unwrap()["rules"]
+        .clone();
+    let role = format!("{ns}-controller");
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(plane.client.clone());
+    let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> =
+        Api::all(plane.client.clone());
+    roles
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                serde_json::json!({"metadata": {"name": role}, "rules": rules}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    bindings
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": "nad-service-controller", "namespace": ns}]}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    plane
+        .kubectl(&["create", "serviceaccount", "nad-service-controller"])
+        .await;
+
+    // The image by any registry and tag: the controller binary, with in-cluster settings only.
+    let pods: Api<Pod> = Api::namespaced(plane.client.clone(), &ns);
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(serde_json::json!({"metadata": {"name": "controller"},
+            "spec": {"serviceAccountName": "nad-service-controller", "containers": [{
+                "name": "controller", "image": "registry.example:5000/isim/nad-service-controller:v0-test",
+                "args": ["run", "--watch-namespace=$(POD_NAMESPACE)", "--leader-election=false"],
+                "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                        {"name": "NSC_PLUGIN_CACHE_DIR", "value": "plugin-cache"}],
+                "ports": [{"name": "health", "containerPort": 8081}],
+                "readinessProbe": {"httpGet": {"path": "/readyz", "port": "health"}, "periodSeconds": 1}}]}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    eventually("the controller's pod Ready (its caches synced)", || async {
+        is_ready(&pods.get("controller").await.ok()?).then_some(())
+    })
+    .await;
+    // Its slices are what CoreDNS answers with.
+    let nad = plane.pod_named("netutils-nad").await;
+    let ips = plane
+        .nginx_nad_follows(
+            &nad,
+            "nginx-nad resolving through the pod controller's slices",
+        )
+        .await;
+    assert_eq!(ips.len(), 2, "{ips:?}");
+    assert_eq!(plane.curl(&nad, "nginx-nad").await, ("200".into(), 0));
+    let _ = bindings.delete(&role, &DeleteParams::default()).await;
+    let _ = roles.delete(&role, &DeleteParams::default()).await;
+    plane.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemonset_pods_go_to_the_nodes_they_allow() {
+    let nodes = agent_nodes().await;
+    let pods = Pods::new("daemonset").await;
+    // Fits none of the agent's nodes: stays pending, as for another node's pod.
+    pods.create(serde_json::json!({"metadata": {"name": "nowhere"},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": "no-such-node"},
+                 "containers": [shell("exec sleep infinity")]}}))
+        .await;
+    // Created bound: run there if they fit it, rejected there (kubelet's admission) if not.
+    let first = nodes[0].clone();
+    pods.create(serde_json::json!({"metadata": {"name": "preset"},
+        "spec": {"nodeName": first, "containers": [shell("exec sleep infinity")]}}))
+        .await;
+    pods.create(serde_json::json!({"metadata": {"name": "preset-elsewhere"},
+        "spec": {"nodeName": first, "nodeSelector": {"kubernetes.io/hostname": "no-such-node"},
+                 "containers": [shell("exec sleep infinity")]}}))
+        .await;
+    let last = nodes.last().unwrap().clone();
+    for i in 0..3 {
+        pods.create(
+            serde_json::json!({"metadata": {"name": format!("pinned-{i}")},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": last},
+                     "containers": [shell("exec sleep infinity")]}}),
+        )
+        .await;
+    }
+    Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(pods.client.clone(), &pods.ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "prober"},
+                "spec": {"selector": {"matchLabels": {"app": "prober"}},
+                         "template": {"metadata": {"labels": {"app": "prober"}},
+                             "spec": {"nodeSelector": {"pod-agent.isim.dev/local": "true"},
+                                      "containers": [shell("exec sleep infinity")]}}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+
+    // One Ready pod per node, each on the node its affinity names.
+    let placed = eventually("a Ready DaemonSet pod on each node", || async {
+        let list = pods
+            .api
+            .list(&ListParams::default().labels("app=prober"))
+            .await
+            .ok()?;
+        if list.items.len() != nodes.len() || !list.items.iter().all(is_ready) {
+            return None;
+        }
+        Some(list.items)
+    })
+    .await;
+    let mut on: Vec<String> = Vec::new();
+    for pod in &placed {
+        let spec = pod.spec.as_ref().unwrap();
+        let pinned_to = serde_json::to_value(&spec.affinity).unwrap()["nodeAffinity"]
+            ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0]
+            ["values"][0]
+            .as_str()
+            .map(str::to_owned);
+        assert_eq!(spec.node_name, pinned_to, "{}", pod.name_any());
+        on.extend(spec.node_name.clone());
+    }
+    on.sort();
+    let mut want = nodes.clone();
+    want.sort();
+    assert_eq!(on, want);
+
+    for i in 0..3 {
+        let pod = pods.running(&format!("pinned-{i}")).await;
+        assert_eq!(pod.spec.unwrap().node_name.as_deref(), Some(last.as_str()));
+    }
+    let preset = pods.running("preset").await;
+    assert_eq!(
+        preset.spec.unwrap().node_name.as_deref(),
+        Some(first.as_str())
+    );
+    let rejected = pods
+        .until("preset-elsewhere", "rejected", |p| {
+            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
+        })
+        .await
+        .status
+        .unwrap();
+    assert_eq!(rejected.reason.as_deref(), Some("NodeAffinity"));
+    assert_eq!(
+        rejected.message.as_deref(),
+        Some(
+            "Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
+        )
+    );
+    let nowhere = pods.api.get("nowhere").await.unwrap();
+    assert_eq!(
+        nowhere.spec.unwrap().node_name,
+        None,
+        "bound to a node it does not fit"
+    );
+    pods.finish().await;
 }

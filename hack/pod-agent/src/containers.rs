@@ -3,19 +3,31 @@
 //!
 //! | image                      | runs                                                          |
 //! |----------------------------|---------------------------------------------------------------|
+//! | `…/nad-service-controller` (last path segment exactly that; any registry, tag or digest) | the controller binary given to `run --controller`, as the image's `ENTRYPOINT`: `args` follow it (without `command` and `args`, the image's `CMD`, `run`); a `command` replaces it, a first element naming `nad-service-controller` (with or without a path) being the binary |
 //! | `…nginx…` (any registry, tag) | `pod-agent serve-http`: HTTP 200 on every TCP container port, serving `<pod dir>/usr/share/nginx/html` as nginx would |
 //! | any other, with `command`  | that command and its `args`, as a program of this machine (`sleep infinity` for netutils) |
 //!
 //! Anything else cannot run: its container waits with reason `ImageNotInTable`. Each runs in
 //! the pod's network namespace, with the pod's directory as working directory and `POD_DIR`
-//! set to it (the stand-in for the container's own filesystem).
+//! set to it (the stand-in for the container's own filesystem), its ServiceAccount token at
+//! the standard path and the environment kubelet gives it (see `env`, `serviceaccount`).
 
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::Container;
 
-/// What to run for `container`, or why it cannot run.
-pub fn program_for(container: &Container, agent: &Path) -> Result<Vec<String>, String> {
+/// The project's image: its repository's last path segment.
+const CONTROLLER_IMAGE: &str = "nad-service-controller";
+/// The controller image's `CMD` (Dockerfile).
+const CONTROLLER_CMD: &str = "run";
+
+/// What to run for `container` (its `command` and `args` already expanded), or why it cannot
+/// run. `agent` is this program, `controller` the controller binary (`run --controller`).
+pub fn program_for(
+    container: &Container,
+    agent: &Path,
+    controller: Option<&Path>,
+) -> Result<Vec<String>, String> {
     let image = container.image.as_deref().unwrap_or_default();
     let repository = image
         .split('@')
@@ -27,6 +39,30 @@ pub fn program_for(container: &Container, agent: &Path) -> Result<Vec<String>, S
         .split(':')
         .next()
         .unwrap_or_default();
+    let command = container.command.as_deref().unwrap_or_default();
+    let args = container.args.as_deref().unwrap_or_default();
+    if repository == CONTROLLER_IMAGE {
+        let Some(binary) = controller else {
+            return Err(format!(
+                "image {image:?} runs the controller, but the pod agent was started without --controller \
+                 (hack/pod-agent.sh passes the release build's binary)"
+            ));
+        };
+        let binary = binary.display().to_string();
+        let names_controller = |program: &str| program.rsplit('/').next() == Some(CONTROLLER_IMAGE);
+        let mut argv: Vec<String> = match command.split_first() {
+            None => vec![binary],
+            Some((first, rest)) if names_controller(first) => std::iter::once(binary)
+                .chain(rest.iter().cloned())
+                .collect(),
+            Some(_) => command.to_vec(),
+        };
+        if command.is_empty() && args.is_empty() {
+            argv.push(CONTROLLER_CMD.into());
+        }
+        argv.extend(args.iter().cloned());
+        return Ok(argv);
+    }
     if repository.contains("nginx") {
         let mut argv = vec![agent.display().to_string(), "serve-http".into()];
         let ports: Vec<i32> = container
@@ -41,20 +77,13 @@ pub fn program_for(container: &Container, agent: &Path) -> Result<Vec<String>, S
         }
         return Ok(argv);
     }
-    let argv: Vec<String> = container
-        .command
-        .iter()
-        .flatten()
-        .chain(container.args.iter().flatten())
-        .cloned()
-        .collect();
-    if argv.is_empty() {
+    if command.is_empty() {
         return Err(format!(
             "image {image:?} has no local stand-in and the container sets no command; the pod agent runs nginx images \
              (an HTTP server) and containers with a command (see hack/README.md)"
         ));
     }
-    Ok(argv)
+    Ok(command.iter().chain(args).cloned().collect())
 }
 
 #[cfg(test)]
@@ -73,7 +102,7 @@ mod tests {
             "ports": [{"containerPort": 80}, {"containerPort": 443, "protocol": "TCP"}, {"containerPort": 53, "protocol": "UDP"}]}),
         );
         assert_eq!(
-            program_for(&c, Path::new("/bin/pod-agent")).unwrap(),
+            program_for(&c, Path::new("/bin/pod-agent"), None).unwrap(),
             [
                 "/bin/pod-agent",
                 "serve-http",
@@ -85,7 +114,7 @@ mod tests {
         );
         let bare = container(json!({"name": "nginx", "image": "nginx"}));
         assert_eq!(
-            program_for(&bare, Path::new("a")).unwrap(),
+            program_for(&bare, Path::new("a"), None).unwrap(),
             ["a", "serve-http", "--port", "80"]
         );
     }
@@ -97,11 +126,58 @@ mod tests {
             "command": ["sleep"], "args": ["infinity"]}),
         );
         assert_eq!(
-            program_for(&c, Path::new("a")).unwrap(),
+            program_for(&c, Path::new("a"), None).unwrap(),
             ["sleep", "infinity"]
         );
         let none = container(json!({"name": "x", "image": "registry.example/app:1"}));
-        let why = program_for(&none, Path::new("a")).unwrap_err();
+        let why = program_for(&none, Path::new("a"), None).unwrap_err();
         assert!(why.contains("registry.example/app:1"), "{why}");
+    }
+
+    #[test]
+    fn the_controller_image_runs_the_controller() {
+        let controller = Some(Path::new("/target/release/nad-service-controller"));
+        let run =
+            |value: serde_json::Value| program_for(&container(value), Path::new("a"), controller);
+        let bin = "/target/release/nad-service-controller";
+        for image in [
+            "nad-service-controller",
+            "ghcr.io/isim/nad-service-controller:v1.4.0",
+            "registry.local:5000/team/nad-service-controller@sha256:0123",
+            "localhost/nad-service-controller:dev@sha256:0123",
+        ] {
+            assert_eq!(
+                run(json!({"name": "c", "image": image})).unwrap(),
+                [bin, "run"],
+                "{image}: the image's entrypoint and CMD"
+            );
+        }
+        assert_eq!(
+            run(json!({"name": "c", "image": "x/nad-service-controller:1", "args": ["run", "--log-format=json"]})).unwrap(),
+            [bin, "run", "--log-format=json"]
+        );
+        assert_eq!(
+            run(json!({"name": "c", "image": "x/nad-service-controller:1",
+                       "command": ["/nad-service-controller"], "args": ["explain", "svc"]}))
+            .unwrap(),
+            [bin, "explain", "svc"]
+        );
+        assert_eq!(
+            run(json!({"name": "c", "image": "x/nad-service-controller:1", "command": ["nad-service-controller", "--version"]})).unwrap(),
+            [bin, "--version"]
+        );
+        assert_eq!(
+            run(json!({"name": "c", "image": "x/nad-service-controller:1", "command": ["sh", "-c", "true"]})).unwrap(),
+            ["sh", "-c", "true"]
+        );
+        // Only that exact repository name.
+        assert!(run(json!({"name": "c", "image": "x/nad-service-controller-plugins:1"})).is_err());
+        let why = program_for(
+            &container(json!({"name": "c", "image": "nad-service-controller:1"})),
+            Path::new("a"),
+            None,
+        )
+        .unwrap_err();
+        assert!(why.contains("--controller"), "{why}");
     }
 }

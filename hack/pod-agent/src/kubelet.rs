@@ -1,8 +1,10 @@
-//! The kubelet part: binds pending pods to the local nodes (there is no scheduler), and for
-//! each pod on them runs a worker that sets up its sandbox (network namespace, CNI through
-//! Multus, `resolv.conf`), runs its containers as processes, probes their readiness, reports
-//! the status, and on deletion stops the processes, runs CNI DEL, removes the namespace and
-//! lets the pod go.
+//! The kubelet part: binds pending pods to the local nodes that fit them (there is no
+//! scheduler; see `scheduling`), and for each pod on them runs a worker that projects its
+//! ServiceAccount token, sets up its sandbox (network namespace, CNI through Multus,
+//! `resolv.conf`), runs its containers as processes with kubelet's environment, probes their
+//! readiness, reports the status (its own conditions only, Ready following the readiness gates
+//! as other writers turn them), and on deletion stops the processes, runs CNI DEL, removes the
+//! namespace and lets the pod go.
 //!
 //! Pods in namespaces labelled [`SIMULATED_NAMESPACE_LABEL`] are the node simulator's (the
 //! cluster tests'), and pods bound to other nodes are not ours: both are left alone.
@@ -16,7 +18,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -28,9 +30,13 @@ use tokio::sync::{mpsc, watch};
 use crate::cni::{self, Sandbox};
 use crate::components::Parts;
 use crate::containers::program_for;
+use crate::env::{self, Addresses};
 use crate::layout::{Layout, NodeLayout, pod_netns, resolv_conf};
 use crate::netns::{self, NetnsRuntime};
+use crate::nodes::{self, LOCAL_LABEL};
 use crate::probe::{self, Check, Readiness, Tally};
+use crate::scheduling;
+use crate::serviceaccount;
 use crate::status::{self, ContainerState, Run};
 use node_sim::SIMULATED_NAMESPACE_LABEL;
 
@@ -39,8 +45,12 @@ pub struct Kubelet {
     layout: Layout,
     parts: Parts,
     nodes: HashMap<String, NetnsRuntime>,
-    /// This program (`serve-http` is one of its commands).
+    /// This program (`serve-http` and `exec-container` are commands of it).
     agent: PathBuf,
+    /// The controller binary, which the project's image runs (`run --controller`).
+    controller: Option<PathBuf>,
+    /// The API server's CA (PEM), each pod's `ca.crt`.
+    ca_pem: String,
     workers: Mutex<HashMap<String, watch::Sender<Option<Arc<Pod>>>>>,
     tasks: Mutex<tokio::task::JoinSet<()>>,
     next_node: AtomicUsize,
@@ -53,6 +63,8 @@ impl Kubelet {
         layout: Layout,
         parts: Parts,
         nodes: HashMap<String, NetnsRuntime>,
+        controller: Option<PathBuf>,
+        ca_pem: String,
     ) -> anyhow::Result<Arc<Self>> {
         let recorder = Recorder::new(
             client.clone(),
@@ -68,6 +80,8 @@ impl Kubelet {
             parts,
             nodes,
             agent: std::env::current_exe().context("finding the agent's own program")?,
+            controller,
+            ca_pem,
             workers: Mutex::default(),
             tasks: Mutex::default(),
             next_node: AtomicUsize::new(0),
@@ -88,6 +102,19 @@ impl Kubelet {
             .wait_until_ready()
             .await
             .context("listing namespaces")?;
+        // The nodes' labels as they are (someone may have added some), for nodeSelector.
+        let (nodes, writer) = reflector::store::<Node>();
+        let node_stream = reflector::reflector(
+            writer,
+            watcher(
+                Api::all(self.client.clone()),
+                watcher::Config::default().labels(&format!("{LOCAL_LABEL}=true")),
+            ),
+        )
+        .default_backoff()
+        .for_each(|_| async {});
+        tokio::spawn(node_stream);
+        nodes.wait_until_ready().await.context("listing nodes")?;
         let mut pods = watcher(
             Api::<Pod>::all(self.client.clone()),
             watcher::Config::default(),
@@ -97,7 +124,7 @@ impl Kubelet {
         while let Some(event) = pods.try_next().await? {
             match event {
                 watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
-                    self.observe(&namespaces, Arc::new(pod));
+                    self.observe(&namespaces, &nodes, Arc::new(pod));
                 }
                 watcher::Event::Delete(pod) => self.gone(&pod),
                 watcher::Event::Init | watcher::Event::InitDone => {}
@@ -121,7 +148,12 @@ impl Kubelet {
             .spawn(task);
     }
 
-    fn observe(self: &Arc<Self>, namespaces: &Store<Namespace>, pod: Arc<Pod>) {
+    fn observe(
+        self: &Arc<Self>,
+        namespaces: &Store<Namespace>,
+        nodes: &Store<Node>,
+        pod: Arc<Pod>,
+    ) {
         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
         let uid = pod.uid().unwrap_or_default();
         match node {
@@ -134,9 +166,13 @@ impl Kubelet {
                     .as_ref()
                     .and_then(|s| s.scheduler_name.as_deref())
                     .is_none_or(|s| s == "default-scheduler");
-                if !simulated && default_scheduler && pod.metadata.deletion_timestamp.is_none() {
-                    let this = self.clone();
-                    self.spawn(async move { this.bind(&pod).await });
+                if !simulated
+                    && default_scheduler
+                    && !scheduling::gated(&pod)
+                    && pod.metadata.deletion_timestamp.is_none()
+                {
+                    let (this, nodes) = (self.clone(), nodes.clone());
+                    self.spawn(async move { this.bind(&pod, &nodes).await });
                 }
             }
             Some(node) if self.layout.node(&node).is_some() => {
@@ -146,9 +182,9 @@ impl Kubelet {
                 } else {
                     let (sender, receiver) = watch::channel(Some(pod));
                     workers.insert(uid.clone(), sender);
-                    let this = self.clone();
+                    let (this, nodes) = (self.clone(), nodes.clone());
                     self.spawn(async move {
-                        this.work(receiver).await;
+                        this.work(receiver, &nodes).await;
                         this.workers().remove(&uid);
                     });
                 }
@@ -163,13 +199,27 @@ impl Kubelet {
         }
     }
 
-    /// Plays scheduler: the local nodes in turn.
-    async fn bind(&self, pod: &Pod) {
-        let index = self.next_node.fetch_add(1, Ordering::Relaxed) % self.layout.nodes.len().max(1);
-        let Some(node) = self.layout.nodes.get(index) else {
-            return;
-        };
+    /// Plays scheduler: the local nodes that fit the pod (`scheduling`), in turn. A pod that
+    /// fits none stays pending.
+    async fn bind(&self, pod: &Pod, nodes: &Store<Node>) {
         let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+        let candidates: Vec<&NodeLayout> = self
+            .layout
+            .nodes
+            .iter()
+            .filter(|n| {
+                let labels = nodes
+                    .get(&ObjectRef::new(&n.name))
+                    .map_or_else(|| nodes::labels(n), |node| node.labels().clone());
+                scheduling::fits(pod, &n.name, &labels)
+            })
+            .collect();
+        if candidates.is_empty() {
+            tracing::debug!(pod = %name, %namespace, "no local node fits the pod; leaving it pending");
+            return;
+        }
+        let index = self.next_node.fetch_add(1, Ordering::Relaxed) % candidates.len();
+        let node = candidates[index];
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
         let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "uid": pod.uid()},
                              "target": {"apiVersion": "v1", "kind": "Node", "name": node.name}});
@@ -194,7 +244,11 @@ impl Kubelet {
     }
 
     /// One pod's life on its node.
-    async fn work(self: &Arc<Self>, mut updates: watch::Receiver<Option<Arc<Pod>>>) {
+    async fn work(
+        self: &Arc<Self>,
+        mut updates: watch::Receiver<Option<Arc<Pod>>>,
+        nodes: &Store<Node>,
+    ) {
         let Some(pod) = updates.borrow().clone() else {
             return;
         };
@@ -217,7 +271,23 @@ impl Kubelet {
             .as_ref()
             .and_then(|s| s.phase.as_deref())
             .is_some_and(|p| p == "Succeeded" || p == "Failed");
-        if pod.metadata.deletion_timestamp.is_none() && !finished {
+        // Kubelet's admission: a pod bound (or created bound) to a node its node selector or
+        // affinity does not allow is rejected, and stays Failed until deleted.
+        let labels = nodes
+            .get(&ObjectRef::new(&node.name))
+            .map_or_else(|| nodes::labels(&node), |n| n.labels().clone());
+        if pod.metadata.deletion_timestamp.is_none()
+            && !finished
+            && !scheduling::fits(&pod, &node.name, &labels)
+        {
+            self.reject(&pod, "NodeAffinity", scheduling::NODE_AFFINITY_FAILED)
+                .await;
+            while wanted(&updates.borrow()) {
+                if updates.changed().await.is_err() {
+                    break;
+                }
+            }
+        } else if pod.metadata.deletion_timestamp.is_none() && !finished {
             let mut attempt = 0_u32;
             loop {
                 match self.start(&pod, &node).await {
@@ -285,7 +355,7 @@ impl Kubelet {
     }
 
     /// Sets up the sandbox and starts the containers.
-    async fn start(&self, pod: &Pod, node: &NodeLayout) -> anyhow::Result<RunningPod> {
+    async fn start(&self, pod: &Arc<Pod>, node: &NodeLayout) -> anyhow::Result<RunningPod> {
         let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
         let uid = pod.uid().unwrap_or_default();
         let sandbox = Sandbox {
@@ -299,6 +369,12 @@ impl Kubelet {
             sandbox,
             node: node.clone(),
             dir,
+            service_account: None,
+            hostname: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.hostname.clone())
+                .unwrap_or_else(|| name.clone()),
             ips: Vec::new(),
             started_at: k8s_openapi::jiff::Timestamp::now().to_string(),
             containers: Vec::new(),
@@ -320,9 +396,20 @@ impl Kubelet {
         Ok(running)
     }
 
-    async fn set_up(&self, pod: &Pod, running: &mut RunningPod) -> anyhow::Result<()> {
+    async fn set_up(&self, pod: &Arc<Pod>, running: &mut RunningPod) -> anyhow::Result<()> {
         let started = std::time::Instant::now();
         let sandbox = running.sandbox.clone();
+        // The token first, as kubelet mounts a pod's volumes before it creates the sandbox.
+        if let Some(projection) =
+            serviceaccount::project(&self.client, pod, &running.dir, &self.ca_pem).await?
+        {
+            running.service_account = Some(projection.dir.clone());
+            running.probes.spawn(serviceaccount::keep_fresh(
+                self.client.clone(),
+                pod.clone(),
+                projection,
+            ));
+        }
         netns::create(&sandbox.netns).await?;
         if let Some(server) = self.layout.dns_server() {
             let etc = PathBuf::from("/etc/netns").join(&sandbox.netns);
@@ -345,13 +432,13 @@ impl Kubelet {
             format!("<h1>{}/{}</h1>\n", sandbox.namespace, sandbox.name),
         )
         .await?;
+        let services = self.service_variables().await?;
         for (index, container) in pod
             .spec
             .iter()
             .flat_map(|s| s.containers.iter())
             .enumerate()
         {
-            let readiness = Readiness::of(container);
             let mut state = ContainerState {
                 name: container.name.clone(),
                 image: container.image.clone().unwrap_or_default(),
@@ -362,34 +449,27 @@ impl Kubelet {
                     message: String::new(),
                 },
             };
-            let argv = match (program_for(container, &self.agent), &readiness) {
-                (Ok(argv), Ok(_)) => Some(argv),
-                (Err(why), _) => {
+            let (argv, env, readiness) = match self.prepare(pod, container, running, &services) {
+                Ok(Prepared {
+                    argv,
+                    env,
+                    readiness,
+                }) => (Some(argv), env, readiness),
+                Err((reason, message)) => {
+                    let note = format!("container {}: {message}", container.name);
+                    self.event(pod, EventType::Warning, reason, "Start", note)
+                        .await;
                     state.state = Run::Waiting {
-                        reason: "ImageNotInTable".into(),
-                        message: why,
+                        reason: reason.into(),
+                        message,
                     };
-                    None
-                }
-                (_, Err(why)) => {
-                    state.state = Run::Waiting {
-                        reason: "InvalidReadinessProbe".into(),
-                        message: why.clone(),
-                    };
-                    None
+                    (None, Vec::new(), None)
                 }
             };
-            let readiness = readiness.ok().flatten();
-            if let Run::Waiting { reason, message } = &state.state
-                && argv.is_none()
-            {
-                let note = format!("container {}: {message}", container.name);
-                self.event(pod, EventType::Warning, reason, "Start", note)
-                    .await;
-            }
             running.containers.push(Container {
                 state,
                 argv,
+                env,
                 readiness,
                 pid: None,
                 tally: Tally::default(),
@@ -401,10 +481,61 @@ impl Kubelet {
         self.report(pod, running).await
     }
 
+    /// What kubelet derives for `container` before it runs it: its environment, its program
+    /// (command and args expanded against it) and its readiness probe; or why it cannot run
+    /// (kubelet's reason and a message).
+    fn prepare(
+        &self,
+        pod: &Pod,
+        container: &k8s_openapi::api::core::v1::Container,
+        running: &RunningPod,
+        services: &[(String, String)],
+    ) -> Result<Prepared, (&'static str, String)> {
+        let addresses = Addresses {
+            pod_ips: &running.ips,
+            host_ip: IpAddr::V4(running.node.ip),
+        };
+        let env = env::container_env(pod, container, &addresses, services)
+            .map_err(|why| ("CreateContainerConfigError", why))?;
+        let expanded = env::expand_command(container, &env);
+        let argv = program_for(&expanded, &self.agent, self.controller.as_deref())
+            .map_err(|why| ("ImageNotInTable", why))?;
+        let readiness = Readiness::of(container).map_err(|why| ("InvalidReadinessProbe", why))?;
+        Ok(Prepared {
+            argv,
+            env,
+            readiness,
+        })
+    }
+
+    /// The `kubernetes` Service's variables (none if it is missing), as kubelet sets them in
+    /// every container.
+    async fn service_variables(&self) -> anyhow::Result<Vec<(String, String)>> {
+        let services: Api<Service> = Api::namespaced(self.client.clone(), "default");
+        let service = services
+            .get_opt("kubernetes")
+            .await
+            .context("reading Service default/kubernetes for the containers' environment")?;
+        Ok(service
+            .as_ref()
+            .map(env::service_variables)
+            .unwrap_or_default())
+    }
+
     /// Starts container `index`'s process and its readiness probe.
     fn launch(&self, running: &mut RunningPod, index: usize) -> anyhow::Result<()> {
         let logs = self.parts.logs().join("pods");
         std::fs::create_dir_all(&logs)?;
+        let process = Process {
+            netns: running.sandbox.netns.clone(),
+            agent: self.agent.clone(),
+            service_account: running.service_account.clone(),
+            dir: running.dir.clone(),
+            env: base_env(&running.dir, &running.hostname)
+                .into_iter()
+                .chain(running.containers[index].env.iter().cloned())
+                .collect(),
+        };
         let container = &mut running.containers[index];
         let Some(argv) = container.argv.clone() else {
             return Ok(());
@@ -416,10 +547,8 @@ impl Kubelet {
                 "{}_{}_{}.log",
                 running.sandbox.namespace, running.sandbox.name, container.state.name
             )))?;
-        let mut child = netns::command_in(&running.sandbox.netns, &argv[0])
-            .args(&argv[1..])
-            .current_dir(&running.dir)
-            .env("POD_DIR", &running.dir)
+        let mut child = process
+            .command(&argv)
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -449,11 +578,10 @@ impl Kubelet {
             });
         });
         if let Some(readiness) = container.readiness.clone() {
-            let (probes, ip, node, netns) = (
+            let (probes, ip, node) = (
                 running.exits.0.clone(),
                 running.ips.first().copied(),
                 self.nodes.get(&running.node.name).cloned(),
-                running.sandbox.netns.clone(),
             );
             running.probes.spawn(async move {
                 tokio::time::sleep(readiness.initial_delay).await;
@@ -470,7 +598,7 @@ impl Kubelet {
                             .await
                             .unwrap_or(false),
                         (Check::Exec { command }, _, _) => {
-                            exec_probe(&netns, command, readiness.timeout).await
+                            exec_probe(&process, command, readiness.timeout).await
                         }
                         _ => false,
                     };
@@ -492,7 +620,8 @@ impl Kubelet {
     }
 
     /// Follows the pod until it is deleted: probe results, container exits (restarted after
-    /// a second, as `restartPolicy: Always` would), status reports.
+    /// a second, as `restartPolicy: Always` would), status reports, and the pod's own changes
+    /// (another writer turning a readiness gate's condition: Ready is written again at once).
     async fn supervise(
         &self,
         running: &mut RunningPod,
@@ -501,9 +630,15 @@ impl Kubelet {
         loop {
             let event = tokio::select! {
                 changed = updates.changed() => {
-                    let wanted = updates.borrow().as_ref().is_some_and(|p| p.metadata.deletion_timestamp.is_none());
-                    if changed.is_err() || !wanted {
+                    let pod = updates.borrow().clone();
+                    let Some(pod) = pod.filter(|p| p.metadata.deletion_timestamp.is_none()) else {
                         return;
+                    };
+                    if changed.is_err() {
+                        return;
+                    }
+                    if status::outdated(&pod, &status::conditions(&pod, true, &running.states())) {
+                        let _ = self.report(&pod, running).await;
                     }
                     continue;
                 }
@@ -620,14 +755,16 @@ impl Kubelet {
         tracing::info!(pod = %sandbox.name, namespace = %sandbox.namespace, "pod stopped, its address released");
     }
 
+    /// Writes the status of running `pod` (the latest seen: its readiness gates' conditions
+    /// decide Ready).
     async fn report(&self, pod: &Pod, running: &RunningPod) -> anyhow::Result<()> {
-        let states: Vec<ContainerState> =
-            running.containers.iter().map(|c| c.state.clone()).collect();
         let body = status::running(
+            pod,
             IpAddr::V4(running.node.ip),
             &running.ips,
             &running.started_at,
-            &states,
+            &running.states(),
+            &k8s_openapi::jiff::Timestamp::now().to_string(),
         );
         self.patch_status(pod, &body).await
     }
@@ -655,8 +792,25 @@ impl Kubelet {
                 },
             })
             .collect();
-        self.patch_status(pod, &status::pending(IpAddr::V4(node.ip), &states))
-            .await
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        self.patch_status(
+            pod,
+            &status::pending(pod, IpAddr::V4(node.ip), &states, &now),
+        )
+        .await
+    }
+
+    /// Fails `pod` without running it, as kubelet's admission does: a Warning Event and phase
+    /// `Failed` with `reason` and "Pod was rejected: <message>".
+    async fn reject(&self, pod: &Pod, reason: &str, message: &str) {
+        tracing::warn!(pod = %pod.name_any(), namespace = ?pod.namespace(), reason, message, "pod rejected");
+        self.event(pod, EventType::Warning, reason, "Admit", message.to_owned())
+            .await;
+        let body = json!({"status": {"phase": "Failed", "reason": reason,
+                                     "message": format!("Pod was rejected: {message}")}});
+        if let Err(e) = self.patch_status(pod, &body).await {
+            tracing::warn!(pod = %pod.name_any(), error = format!("{e:#}"), "could not report the rejection");
+        }
     }
 
     /// Publishes an Event about `pod` (what `kubectl describe pod` lists); a failure is logged.
@@ -673,13 +827,15 @@ impl Kubelet {
         }
     }
 
+    /// A strategic merge patch of `pods/status`: conditions merge by type, so other writers'
+    /// conditions stay as they are.
     async fn patch_status(&self, pod: &Pod, body: &serde_json::Value) -> anyhow::Result<()> {
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         api.patch_status(
             &pod.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(body),
+            &Patch::Strategic(body),
         )
         .await
         .with_context(|| format!("reporting the status of pod {}", pod.name_any()))?;
@@ -704,21 +860,88 @@ impl Kubelet {
     }
 }
 
-/// A readiness probe that runs a command in the pod's namespace.
-async fn exec_probe(netns: &str, command: &[String], timeout: Duration) -> bool {
-    let Some((program, args)) = command.split_first() else {
+/// A readiness probe that runs a command as in the container (its namespace, token,
+/// directory and environment).
+async fn exec_probe(process: &Process, command: &[String], timeout: Duration) -> bool {
+    if command.is_empty() {
         return false;
-    };
-    let run = netns::command_in(netns, program)
-        .args(args)
+    }
+    let run = process
+        .command(command)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
         .status();
     matches!(tokio::time::timeout(timeout, run).await, Ok(Ok(s)) if s.success())
 }
 
+/// What every container's environment starts with, as a container runtime gives it (the
+/// agent's own variables are not passed on): `PATH` (the machine's programs are the images'),
+/// `HOME`, `HOSTNAME`, and `POD_DIR` (the pod's directory, its stand-in filesystem).
+fn base_env(dir: &std::path::Path, hostname: &str) -> Vec<(String, String)> {
+    let path = std::env::var("PATH")
+        .unwrap_or_else(|_| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    vec![
+        ("PATH".into(), path),
+        ("HOME".into(), "/root".into()),
+        ("HOSTNAME".into(), hostname.to_owned()),
+        ("POD_DIR".into(), dir.display().to_string()),
+    ]
+}
+
+/// How a container's processes (and its exec probes) start: in the pod's network namespace,
+/// through `pod-agent exec-container` when the pod has a token (mounted at the standard
+/// path), in the pod's directory, with exactly the container's environment.
+#[derive(Clone)]
+struct Process {
+    netns: String,
+    agent: PathBuf,
+    service_account: Option<PathBuf>,
+    dir: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl Process {
+    fn command(&self, argv: &[String]) -> tokio::process::Command {
+        let mut command = match &self.service_account {
+            Some(dir) => {
+                let mut command = netns::command_in(&self.netns, &self.agent.display().to_string());
+                command
+                    .arg("exec-container")
+                    .arg("--service-account")
+                    .arg(dir)
+                    .arg("--")
+                    .args(argv);
+                command
+            }
+            None => {
+                let mut command =
+                    netns::command_in(&self.netns, argv.first().map_or("", String::as_str));
+                command.args(argv.iter().skip(1));
+                command
+            }
+        };
+        command
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&self.dir);
+        command
+    }
+}
+
+/// A container ready to run: its program, environment (`env`) and readiness probe.
+struct Prepared {
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    readiness: Option<Readiness>,
+}
+
 struct Container {
     state: ContainerState,
     argv: Option<Vec<String>>,
+    /// Its environment (`env`), without the base one.
+    env: Vec<(String, String)>,
     readiness: Option<Readiness>,
     pid: Option<u32>,
     tally: Tally,
@@ -744,6 +967,10 @@ struct RunningPod {
     node: NodeLayout,
     /// The pod's files (the stand-in for its containers' filesystem).
     dir: PathBuf,
+    /// Its ServiceAccount token's directory, when it has one.
+    service_account: Option<PathBuf>,
+    /// `spec.hostname`, else the pod's name (`HOSTNAME`).
+    hostname: String,
     ips: Vec<IpAddr>,
     started_at: String,
     containers: Vec<Container>,
@@ -752,4 +979,10 @@ struct RunningPod {
     cni_added: bool,
     /// From TERM to KILL: the pod's `terminationGracePeriodSeconds`.
     grace: Duration,
+}
+
+impl RunningPod {
+    fn states(&self) -> Vec<ContainerState> {
+        self.containers.iter().map(|c| c.state.clone()).collect()
+    }
 }

@@ -2,13 +2,18 @@
 //! down and cleaning up after a crash agree on them.
 //!
 //! ```text
-//!  netns nsc-lan:   br0 ── n0 ─┐          ┌─ n1 ── (the nodes' "switch")
-//!                              │ veth     │ veth
+//!  netns nsc-lan:   br0 172.30.0.1 ── n0 ─┐  ┌─ n1   (the nodes' "switch"; the API server's
+//!                                         │  │        relay listens on 172.30.0.1:<port>)
+//!                                    veth │  │ veth
 //!  netns nsc-node-0: eth0 172.30.0.10   eth0 172.30.0.11 :netns nsc-node-1
 //!                    cni0 10.244.0.1    cni0 10.244.1.1
 //!                     │ (bridge CNI)     │
 //!  netns nsc-p-<uid>: eth0 10.244.0.x   eth0 10.244.1.y, net1 192.168.2.z (macvlan on eth0)
 //! ```
+//!
+//! The `kubernetes` Service's endpoint is [`LAN_ADDRESS`]`:<port>` (hack/local-up.sh advertises
+//! it): a pod's connection to `10.96.0.1:443` is DNATed by kube-proxy on its node to it, and
+//! the relay in `nsc-lan` carries it to the API server on the machine's loopback.
 //!
 //! Nothing lives in the machine's own namespace: the agent reaches into the nodes' namespaces
 //! only through sockets it opens there (see `netns`).
@@ -20,6 +25,10 @@ pub const PREFIX: &str = "nsc-";
 /// The namespace holding the bridge that plays the nodes' shared network.
 pub const LAN_NETNS: &str = "nsc-lan";
 pub const LAN_BRIDGE: &str = "br0";
+/// The LAN bridge's own address (of the nodes' /24): the API server's advertised address
+/// (`--advertise-address` in hack/local-up.sh, so the `kubernetes` Service's endpoint), where
+/// the relay to the API server listens.
+pub const LAN_ADDRESS: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 1);
 /// Pods' cluster network, split into a /24 per node.
 pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
 /// The cluster domain CoreDNS serves.

@@ -4,6 +4,8 @@
 mod cni;
 mod components;
 mod containers;
+mod env;
+mod exec;
 mod forward;
 mod http;
 mod kubelet;
@@ -13,6 +15,8 @@ mod network;
 mod nodes;
 mod probe;
 mod record;
+mod scheduling;
+mod serviceaccount;
 mod status;
 
 use std::collections::HashMap;
@@ -47,6 +51,18 @@ enum Command {
         #[arg(long, default_value = "usr/share/nginx/html")]
         root: PathBuf,
     },
+    /// Run a container's program (the agent runs it through `ip netns exec`, in a mount
+    /// namespace of its own): mount `--service-account` at
+    /// /var/run/secrets/kubernetes.io/serviceaccount there (a tmpfs over /run first), then exec
+    /// the program.
+    ExecContainer {
+        /// The pod's ServiceAccount directory (token, ca.crt, namespace).
+        #[arg(long)]
+        service_account: Option<PathBuf>,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        argv: Vec<String>,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -69,6 +85,9 @@ struct RunArgs {
     kube_proxy: PathBuf,
     #[arg(long)]
     coredns: PathBuf,
+    /// The controller binary, which images named `…/nad-service-controller` run.
+    #[arg(long)]
+    controller: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -79,6 +98,16 @@ fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
+    // Before any thread: it becomes the container's program.
+    if let Command::ExecContainer {
+        service_account,
+        argv,
+    } = &args.command
+    {
+        let error = exec::exec_container(service_account.as_deref(), argv);
+        eprintln!("pod-agent: error: {error:#}");
+        std::process::exit(127);
+    }
     let runtime = tokio::runtime::Runtime::new().context("starting tokio")?;
     let result = runtime.block_on(async {
         match args.command {
@@ -97,6 +126,7 @@ fn main() -> anyhow::Result<()> {
                 }
             }
             Command::ServeHttp { ports, root } => http::serve(ports, root).await,
+            Command::ExecContainer { .. } => Ok(()),
         }
     });
     // Components and containers are children: do not wait for blocking reads of theirs.
@@ -152,6 +182,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         kubeconfig: absolute(args.kubeconfig)?,
         state: absolute(args.state)?,
     };
+    let controller = args.controller.map(absolute).transpose()?;
     let absent = cni::plugins_missing(&parts.cni_bin);
     if !absent.is_empty() {
         bail!(
@@ -171,13 +202,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             config.cluster_url
         ),
     };
+    let ca_pem = serviceaccount::pem(config.root_cert.as_deref().unwrap_or_default())
+        .context("reading the API server's CA from the kubeconfig")?;
     let client = kube::Client::try_from(config).context("connecting to the API server")?;
     let layout = Layout::new(args.nodes);
 
     network::tear_down()
         .await
         .context("removing what an earlier run left")?;
-    let result = serve(&client, &layout, &parts, port).await;
+    let result = serve(&client, &layout, &parts, port, controller, ca_pem).await;
     tracing::info!("removing the nodes' namespaces");
     network::tear_down().await?;
     result
@@ -188,10 +221,15 @@ async fn serve(
     layout: &Layout,
     parts: &Parts,
     port: u16,
+    controller: Option<PathBuf>,
+    ca_pem: String,
 ) -> anyhow::Result<()> {
     network::set_up(layout)
         .await
         .context("setting up the nodes' network")?;
+    let lan = netns::NetnsRuntime::start(layout::LAN_NETNS)?;
+    forward::api_server_on_lan(&lan, port).await?;
+    warn_unless_advertised(client, port).await;
     let mut runtimes = HashMap::new();
     for node in &layout.nodes {
         let runtime = netns::NetnsRuntime::start(&node.name)?;
@@ -207,7 +245,14 @@ async fn serve(
     if let Some(first) = layout.nodes.first() {
         components::coredns(parts, first)?;
     }
-    let kubelet = kubelet::Kubelet::new(client.clone(), layout.clone(), parts.clone(), runtimes)?;
+    let kubelet = kubelet::Kubelet::new(
+        client.clone(),
+        layout.clone(),
+        parts.clone(),
+        runtimes,
+        controller,
+        ca_pem,
+    )?;
     tracing::info!(nodes = layout.nodes.len(), "nodes up; running their pods");
     let result = tokio::select! {
         result = kubelet.run() => result,
@@ -216,6 +261,39 @@ async fn serve(
     tracing::info!("stopping the pods");
     kubelet.shut_down().await;
     result
+}
+
+/// Warns when the `kubernetes` Service's endpoint is not the relay on the LAN (a control plane
+/// started by an older hack/local-up.sh): pods could not reach the API server through it.
+async fn warn_unless_advertised(client: &kube::Client, port: u16) {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let slices: kube::Api<EndpointSlice> = kube::Api::namespaced(client.clone(), "default");
+    let listed = slices
+        .list(&kube::api::ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
+        .await;
+    let address = layout::LAN_ADDRESS.to_string();
+    let advertised = listed.as_ref().is_ok_and(|list| {
+        list.items.iter().any(|slice| {
+            slice
+                .endpoints
+                .iter()
+                .flatten()
+                .any(|e| e.addresses.contains(&address))
+                && slice
+                    .ports
+                    .iter()
+                    .flatten()
+                    .any(|p| p.port == Some(i32::from(port)))
+        })
+    });
+    if !advertised {
+        tracing::warn!(
+            expected = %format!("{address}:{port}"),
+            "the kubernetes Service has no endpoint at the LAN's relay, so pods cannot reach the API \
+             server through it (10.96.0.1:443); restart the control plane with hack/local-up.sh, which \
+             advertises that address (hack/local-down.sh && hack/local-up.sh)"
+        );
+    }
 }
 
 async fn stop_signal() {

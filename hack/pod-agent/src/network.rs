@@ -2,14 +2,20 @@
 //! it, routes to the other nodes' pod ranges, and nothing else. Traffic for anywhere else is
 //! dropped silently (a blackhole default route), as a packet to an unrouted network dies in a
 //! real one: a client without the secondary network times out (curl exit 28).
+//!
+//! The bridge has an address of the nodes' /24 ([`LAN_ADDRESS`]), where the relay to the API
+//! server listens, and a route back to each node's pod range through that node: pods reach
+//! the API server through the `kubernetes` Service as in a cluster.
 
-use crate::layout::{LAN_BRIDGE, LAN_NETNS, Layout, PREFIX};
+use crate::layout::{LAN_ADDRESS, LAN_BRIDGE, LAN_NETNS, Layout, PREFIX};
 use crate::netns::{self, ip, ip_in};
 
 /// Creates the LAN and the nodes' namespaces (replacing any left over).
 pub async fn set_up(layout: &Layout) -> anyhow::Result<()> {
     netns::create(LAN_NETNS).await?;
     ip_in(LAN_NETNS, &["link", "add", LAN_BRIDGE, "type", "bridge"]).await?;
+    let lan_address = format!("{LAN_ADDRESS}/24");
+    ip_in(LAN_NETNS, &["addr", "add", &lan_address, "dev", LAN_BRIDGE]).await?;
     ip_in(LAN_NETNS, &["link", "set", LAN_BRIDGE, "up"]).await?;
     for node in &layout.nodes {
         netns::create(&node.name).await?;
@@ -52,6 +58,12 @@ pub async fn set_up(layout: &Layout) -> anyhow::Result<()> {
         }
         ip_in(&node.name, &["route", "add", "blackhole", "default"]).await?;
         netns::sysctl(&node.name, "net.ipv4.ip_forward", "1").await?;
+        // Answers of the API server's relay to the node's pods.
+        ip_in(
+            LAN_NETNS,
+            &["route", "add", &node.pod_cidr, "via", &node.ip.to_string()],
+        )
+        .await?;
     }
     Ok(())
 }

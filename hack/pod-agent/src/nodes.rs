@@ -2,6 +2,7 @@
 //! and kept Ready by a status heartbeat (without one the node lifecycle controller would mark
 //! them unreachable and evict their pods).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -13,6 +14,8 @@ use serde_json::json;
 use crate::layout::{Layout, NodeLayout};
 
 const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+/// The label every node of the agent has (the tests and hack/pod-agent.sh select them by it).
+pub const LOCAL_LABEL: &str = "pod-agent.isim.dev/local";
 
 /// Registers (or refreshes) every node and marks it Ready.
 pub async fn register(client: &Client, layout: &Layout) -> anyhow::Result<()> {
@@ -43,11 +46,35 @@ pub async fn keep_ready(client: Client, layout: Layout) {
     }
 }
 
+/// The labels the agent registers `node` with (kubelet's well-known ones, its zone, and
+/// [`LOCAL_LABEL`]).
+pub fn labels(node: &NodeLayout) -> BTreeMap<String, String> {
+    [
+        ("kubernetes.io/hostname", node.name.as_str()),
+        ("kubernetes.io/os", "linux"),
+        ("kubernetes.io/arch", go_arch()),
+        (ZONE_LABEL, node.zone.as_str()),
+        (LOCAL_LABEL, "true"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+/// This machine's architecture as Go (and so `kubernetes.io/arch`) names it.
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        other => other,
+    }
+}
+
 fn spec(node: &NodeLayout) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": node.name, "labels": {
-            "kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux",
-            ZONE_LABEL: node.zone, "pod-agent.isim.dev/local": "true"}},
+        "metadata": {"name": node.name, "labels": labels(node)},
         "spec": {"podCIDR": node.pod_cidr, "podCIDRs": [node.pod_cidr]}})
 }
 
@@ -62,7 +89,7 @@ async fn heartbeat(api: &Api<Node>, node: &NodeLayout) -> anyhow::Result<()> {
         "capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"},
         "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"},
         "nodeInfo": {"kubeletVersion": "v1.37.2", "kubeProxyVersion": "v1.37.2",
-                     "operatingSystem": "linux", "architecture": std::env::consts::ARCH,
+                     "operatingSystem": "linux", "architecture": go_arch(),
                      "containerRuntimeVersion": "pod-agent://0.1.0", "osImage": "pod-agent",
                      "kernelVersion": "", "machineID": "", "systemUUID": "", "bootID": ""}},
     });
