@@ -8,13 +8,16 @@
 #   hack/helm.sh check                Chart.yaml's version and appVersion are Cargo.toml's;
 #                                     helm lint --strict with the default values and with each
 #                                     value set of the chart's ci/; the defaults render exactly
-#                                     the objects of deploy/deploy.yaml; the defaults and every
+#                                     the objects of deploy/deploy.yaml, and with the prober on
+#                                     (prober.enabled, prober.networks [default/macvlan]) those
+#                                     of deploy/overlays/with-prober; the defaults and every
 #                                     value set pass a server-side dry run on the cluster of
 #                                     KUBECONFIG without warnings, their pods too (where Pod
 #                                     Security admission enforces the namespace's restricted
 #                                     profile), after the prometheus-operator CRDs (pinned, from
 #                                     the Go module proxy) are applied. KUBECTL: the kubectl to
-#                                     use (default: the one pinned with the local control plane)
+#                                     use (default: the one pinned with the local control plane;
+#                                     its kustomize renders the overlay)
 #   hack/helm.sh package OUTDIR [IMAGE_REPOSITORY]
 #                                     the chart packaged into OUTDIR (links into
 #                                     deploy/monitoring/ resolved); IMAGE_REPOSITORY replaces
@@ -31,7 +34,9 @@ DEFAULT_IMAGE_REPOSITORY=ghcr.io/ihcsim/nad-service-controller
 # whose example/prometheus-operator-crd/ holds the CRDs.
 PROMETHEUS_OPERATOR_MODULE=github.com/prometheus-operator/prometheus-operator
 PROMETHEUS_OPERATOR_VERSION=v0.85.0
-PROMETHEUS_OPERATOR_CRDS=(monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml)
+PROMETHEUS_OPERATOR_CRDS=(monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_podmonitors.yaml monitoring.coreos.com_prometheusrules.yaml)
+# The values that render deploy/overlays/with-prober (with the other defaults).
+PROBER_OVERLAY_ARGS=(--set prober.enabled=true --set 'prober.networks={default/macvlan}')
 
 log() { echo "helm: $*" >&2; }
 
@@ -122,7 +127,19 @@ matches_deploy_yaml() {
   fi
 }
 
-# The CRDs of ServiceMonitor and PrometheusRule, applied (server-side: idempotent).
+matches_with_prober_overlay() {
+  local kubectl="$1" overlay rendered
+  overlay="$(MANIFEST_KUBECTL="$kubectl" hack/manifests.sh render "" with-prober)"
+  rendered="$(template "${PROBER_OVERLAY_ARGS[@]}")"
+  if python3 hack/manifest-objects.py diff <(echo "$overlay") - <<<"$rendered"; then
+    log "ok: the chart with ${PROBER_OVERLAY_ARGS[*]} renders the objects of deploy/overlays/with-prober"
+  else
+    log "FAIL: the chart with ${PROBER_OVERLAY_ARGS[*]} differs from deploy/overlays/with-prober (above); change the chart, or deploy/prober and the chart together"
+    return 1
+  fi
+}
+
+# The CRDs of ServiceMonitor, PodMonitor and PrometheusRule, applied (server-side: idempotent).
 prometheus_operator_crds() {
   local kubectl="$1" dir crd
   dir="$(cd "${TMPDIR:-/tmp}" && GOFLAGS=-mod=mod go mod download -json "$PROMETHEUS_OPERATOR_MODULE@$PROMETHEUS_OPERATOR_VERSION" \
@@ -130,8 +147,8 @@ prometheus_operator_crds() {
   for crd in "${PROMETHEUS_OPERATOR_CRDS[@]}"; do
     "$kubectl" apply --server-side --field-manager=hack-helm -f "$dir/example/prometheus-operator-crd/$crd" >/dev/null
   done
-  "$kubectl" wait --for=condition=Established --timeout=60s crd/servicemonitors.monitoring.coreos.com crd/prometheusrules.monitoring.coreos.com >/dev/null
-  log "ok: prometheus-operator $PROMETHEUS_OPERATOR_VERSION CRDs (ServiceMonitor, PrometheusRule) applied"
+  "$kubectl" wait --for=condition=Established --timeout=60s crd/servicemonitors.monitoring.coreos.com crd/podmonitors.monitoring.coreos.com crd/prometheusrules.monitoring.coreos.com >/dev/null
+  log "ok: prometheus-operator $PROMETHEUS_OPERATOR_VERSION CRDs (ServiceMonitor, PodMonitor, PrometheusRule) applied"
 }
 
 # Server-side dry run of the manifests on stdin, described by $2; an error or any warning of
@@ -180,9 +197,10 @@ check() {
   versions_match || status=1
   lint || status=1
   matches_deploy_yaml || status=1
+  kubectl="$(kubectl_pinned)"
+  matches_with_prober_overlay "$kubectl" || status=1
 
   [[ -n "${KUBECONFIG:-}" ]] || { log "KUBECONFIG is not set (start the control plane: make local-up)"; return 1; }
-  kubectl="$(kubectl_pinned)"
   prometheus_operator_crds "$kubectl"
   # A dry run does not create the namespace, so the namespaced objects need it to exist; made
   # from the chart's own Namespace, it enforces the restricted profile the chart declares.
@@ -246,5 +264,5 @@ case "${1:-}" in
   template) shift; template "$@" ;;
   check) check ;;
   package) shift; package "$@" ;;
-  *) sed -n '2,21p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,24p' "$0" >&2; exit 2 ;;
 esac

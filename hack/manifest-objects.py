@@ -6,10 +6,10 @@
                                              name, compared as parsed data; every missing,
                                              extra or different object is printed (a different
                                              one with a unified diff) and fails
-  manifest-objects.py pods [--privileged]    the Pods of the Deployments on stdin (their
-                                             templates, named after them), for a dry run that
-                                             Pod Security admission enforces (a Deployment's is
-                                             only a warning), as the namespace's default
+  manifest-objects.py pods [--privileged]    the Pods of the Deployments and DaemonSets on
+                                             stdin (their templates, named after them), for a
+                                             dry run that Pod Security admission enforces (a
+                                             Deployment's is only a warning), as the namespace's default
                                              ServiceAccount (the dry run creates none);
                                              --privileged makes them violate the restricted
                                              profile, to prove it is enforced
@@ -75,7 +75,7 @@ def diff(expected_path: str, actual_path: str) -> int:
 def pods(privileged: bool) -> int:
     out = []
     for obj in load("-"):
-        if obj.get("kind") != "Deployment":
+        if obj.get("kind") not in ("Deployment", "DaemonSet"):
             continue
         template = obj["spec"]["template"]
         pod = {
@@ -90,7 +90,7 @@ def pods(privileged: bool) -> int:
                 container["securityContext"] = {"privileged": True, "allowPrivilegeEscalation": True}
         out.append(pod)
     if not out:
-        raise SystemExit("pods: no Deployment on stdin")
+        raise SystemExit("pods: no Deployment or DaemonSet on stdin")
     yaml.safe_dump_all(out, sys.stdout, sort_keys=False)
     return 0
 

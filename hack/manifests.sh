@@ -61,21 +61,25 @@ plugins() {
   echo "manifests: deploy/overlays/with-plugins/plugins/opt-out.wasm" >&2
 }
 
-# Server-side dry run of `kubectl apply` with the given source arguments; warnings fail it.
+# Server-side dry run of `kubectl apply` with the given source arguments; warnings fail it,
+# except kubectl's about a live object made without it (no last-applied-configuration: a
+# server-side apply, as the RBAC tests install the roles with), which says nothing of the
+# manifests.
 dry_run() {
-  local kubectl="$1" out
+  local kubectl="$1" out warnings
   shift
   if ! out="$("$kubectl" apply --dry-run=server "$@" 2>&1)"; then
     echo "$out" >&2
     echo "manifests: FAIL: kubectl apply --dry-run=server $*" >&2
     return 1
   fi
-  if grep -q '^Warning:' <<<"$out"; then
+  warnings="$(grep '^Warning:' <<<"$out" | grep -v 'is missing the kubectl.kubernetes.io/last-applied-configuration annotation' || true)"
+  if [[ -n "$warnings" ]]; then
     echo "$out" >&2
     echo "manifests: FAIL: the API server warned about kubectl apply --dry-run=server $*" >&2
     return 1
   fi
-  echo "manifests: ok: kubectl apply --dry-run=server $* ($(wc -l <<<"$out") objects)" >&2
+  echo "manifests: ok: kubectl apply --dry-run=server $* ($(grep -vc '^Warning:' <<<"$out") objects)" >&2
 }
 
 check() {
@@ -96,6 +100,7 @@ check() {
   dry_run "$kubectl" -k deploy/overlays/default || status=1
   dry_run "$kubectl" -k deploy/overlays/with-plugins || status=1
   dry_run "$kubectl" -k deploy/overlays/with-image-volume || status=1
+  dry_run "$kubectl" -k deploy/overlays/with-prober || status=1
   dry_run "$kubectl" -f deploy/deploy.yaml || status=1
   return "$status"
 }

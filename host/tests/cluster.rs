@@ -1914,7 +1914,8 @@ fn monitoring_queries() -> Vec<(String, String)> {
 /// Every metric the dashboard and the alerts name is one the controller exports: scraped from
 /// its /metrics after it has done what makes each family show (a family without samples is
 /// not in the exposition at all, so each is driven: a reconcile that writes, a plugin that
-/// fails and falls back, a plugin loaded while running).
+/// fails and falls back, a plugin loaded while running), or one the network prober exports
+/// (its alerts'), from its metrics after a probe, a write and a count of its pods.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboards_and_alerts_name_only_exported_metrics() {
     let queries = monitoring_queries();
@@ -1971,8 +1972,17 @@ async fn dashboards_and_alerts_name_only_exported_metrics() {
     .await;
 
     let exposition = scrape(env.controller.metrics.clone()).await;
-    let exported = promql::sample_names(&exposition);
-    let families = promql::families(&exposition);
+    // The network prober's (nad_prober_*, its own /metrics): every family driven, as its probe
+    // tasks do (a probe, a condition write, the pods it probes).
+    let prober = nad_service_controller::probe::metrics::ProbeMetrics::default();
+    prober.probed("default/macvlan", false, Duration::from_millis(3));
+    prober.wrote("default/macvlan", "False");
+    prober.set_targets("default/macvlan", 1);
+    let prober_exposition = prober.encode();
+    let mut exported = promql::sample_names(&exposition);
+    exported.extend(promql::sample_names(&prober_exposition));
+    let mut families = promql::families(&exposition);
+    families.extend(promql::families(&prober_exposition));
     assert!(
         exposition.contains("nad_service_controller_service_problem{service_namespace=\"")
             && exposition.contains("reason=\"PluginFallback\",plugin=\"buggy\"} 1"),

@@ -1160,3 +1160,404 @@ async fn daemonset_pods_go_to_the_nodes_they_allow() {
     );
     pods.finish().await;
 }
+
+// ---- the network prober --------------------------------------------------------------------
+
+/// The namespace of the shipped prober (deploy/prober).
+const PROBER_NS: &str = "nad-service-controller";
+
+/// The condition a pod's readiness on `<ns>/macvlan` is written as.
+fn network_ready_type(ns: &str) -> String {
+    nad_service_controller::input::network_ready::condition_type(&format!("{ns}/macvlan"))
+}
+
+/// `pod`'s readiness on the network, as the prober wrote it.
+fn network_ready(pod: &Pod, ns: &str) -> Option<k8s_openapi::api::core::v1::PodCondition> {
+    condition(pod, &network_ready_type(ns))
+}
+
+impl Plane {
+    /// The network prober as shipped (`deploy/prober`: its ServiceAccount, RBAC and admission
+    /// policy applied as they are), as a DaemonSet of this test's that probes this namespace's
+    /// network on every node of the data plane; waits until a prober is Ready on each.
+    async fn probers(&self) -> Probers {
+        let rendered = kubectl(&[
+            "create",
+            "--dry-run=client",
+            "-o",
+            "json",
+            "-k",
+            repo().join("deploy/prober").to_str().unwrap(),
+        ])
+        .await;
+        // One JSON object per document.
+        let items: Vec<Value> = serde_json::Deserializer::from_str(&rendered)
+            .into_iter::<Value>()
+            .map(Result::unwrap)
+            .collect();
+        let shared: Vec<&Value> = items.iter().filter(|o| o["kind"] != "DaemonSet").collect();
+        let namespace = repo().join("deploy/base/namespace.yaml");
+        kubectl(&["apply", "--server-side", "-f", namespace.to_str().unwrap()]).await;
+        let file = std::env::temp_dir().join(format!("{}-prober.json", self.ns));
+        std::fs::write(
+            &file,
+            serde_json::json!({"apiVersion": "v1", "kind": "List", "items": shared}).to_string(),
+        )
+        .unwrap();
+        kubectl(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            file.to_str().unwrap(),
+        ])
+        .await;
+        let _ = std::fs::remove_file(&file);
+        // The shipped DaemonSet, this test's: its own name and selector, this network.
+        let mut ds = items
+            .iter()
+            .find(|o| o["kind"] == "DaemonSet")
+            .unwrap()
+            .clone();
+        let name = format!("prober-{}", self.ns);
+        let network = format!("{}/macvlan", self.ns);
+        ds["metadata"]["name"] = name.clone().into();
+        ds["spec"]["selector"]["matchLabels"]["nsc-test-prober"] = self.ns.clone().into();
+        let template = &mut ds["spec"]["template"];
+        template["metadata"]["labels"]["nsc-test-prober"] = self.ns.clone().into();
+        template["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] = network.clone().into();
+        template["spec"]["nodeSelector"] = serde_json::json!({"pod-agent.isim.dev/local": "true"});
+        for env in template["spec"]["containers"][0]["env"]
+            .as_array_mut()
+            .unwrap()
+        {
+            if env["name"] == "NSC_PROBE_NETWORKS" {
+                env["value"] = network.clone().into();
+            }
+        }
+        let api: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+            Api::namespaced(self.client.clone(), PROBER_NS);
+        api.create(&PostParams::default(), &serde_json::from_value(ds).unwrap())
+            .await
+            .unwrap();
+        let probers = Probers {
+            client: self.client.clone(),
+            name,
+            selector: format!("nsc-test-prober={}", self.ns),
+        };
+        let nodes = agent_nodes().await.len();
+        eventually("a Ready prober on every node of the data plane", || async {
+            let ready = probers.pods().await.iter().filter(|p| is_ready(p)).count();
+            (ready == nodes).then_some(())
+        })
+        .await;
+        probers
+    }
+
+    async fn pod(&self, name: &str) -> Pod {
+        Api::<Pod>::namespaced(self.client.clone(), &self.ns)
+            .get(name)
+            .await
+            .unwrap()
+    }
+
+    /// Waits until `pod`'s readiness on the network is `status`; returns the pod.
+    async fn network_ready_is(&self, pod: &str, status: &str) -> Pod {
+        eventually(&format!("{pod}: network readiness {status}"), || async {
+            let found = self.pod(pod).await;
+            (network_ready(&found, &self.ns).is_some_and(|c| c.status == status)).then_some(found)
+        })
+        .await
+    }
+
+    /// The serving condition of `pod`'s endpoint in the slices of `service`.
+    async fn serving(&self, service: &str, pod: &str) -> Option<bool> {
+        let slices = Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(
+            self.client.clone(),
+            &self.ns,
+        )
+        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
+        .await
+        .unwrap()
+        .items;
+        slices
+            .iter()
+            .flat_map(|s| s.endpoints.iter().flatten())
+            .find(|e| e.target_ref.as_ref().and_then(|r| r.name.as_deref()) == Some(pod))
+            .and_then(|e| e.conditions.as_ref()?.serving)
+    }
+}
+
+/// A test's prober DaemonSet.
+struct Probers {
+    client: Client,
+    name: String,
+    selector: String,
+}
+
+impl Probers {
+    async fn pods(&self) -> Vec<Pod> {
+        Api::<Pod>::namespaced(self.client.clone(), PROBER_NS)
+            .list(&ListParams::default().labels(&self.selector))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect()
+    }
+
+    /// `nad_prober_probes_total` of every prober, read from inside `client` (a pod of the
+    /// cluster network) on each prober's /metrics.
+    async fn probes(&self, plane: &Plane, client: &str) -> u64 {
+        let mut total = 0.0;
+        for pod in self.pods().await {
+            let ip = pod.status.and_then(|s| s.pod_ip).unwrap_or_default();
+            let (_, text) = plane
+                .exec(
+                    client,
+                    &[
+                        "curl",
+                        "-s",
+                        "--max-time",
+                        "2",
+                        &format!("http://{ip}:9090/metrics"),
+                    ],
+                )
+                .await;
+            total += text
+                .lines()
+                .filter(|l| l.starts_with("nad_prober_probes_total{"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>();
+        }
+        total as u64
+    }
+
+    async fn delete(self) {
+        let api: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+            Api::namespaced(self.client.clone(), PROBER_NS);
+        let _ = api.delete(&self.name, &DeleteParams::foreground()).await;
+    }
+}
+
+/// The scenario on the real data plane: one nginx-nad pod's `net1` taken down inside
+/// its namespace while its primary network and its Ready stay up. Within the prober's
+/// detection window its endpoint is not serving and CoreDNS no longer answers its address; 50
+/// curls all answer; nginx-basic is unaffected. The link up again, it is back. A restart of the
+/// probers writes nothing (no flap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_secondary_link_dies_leaves_dns_within_the_detection_window() {
+    let plane = Plane::new("netready").await;
+    let probers = plane.probers().await;
+    let ns = plane.ns.clone();
+    let nginx: Vec<String> = plane
+        .pods("nginx-nad")
+        .await
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    for pod in &nginx {
+        plane.network_ready_is(pod, "True").await;
+    }
+    let client = plane.pod_named("netutils-nad").await;
+    let both = plane
+        .nginx_nad_follows(&client, "nginx-nad: both pods")
+        .await;
+    assert_eq!(both.len(), 2);
+    let victim = nginx[0].clone();
+    let dead_ip = macvlan_ips(&plane.pod(&victim).await)[0].clone();
+
+    let (code, out) = plane
+        .exec(&victim, &["ip", "link", "set", "net1", "down"])
+        .await;
+    assert_eq!(code, 0, "{out}");
+    let down = Instant::now();
+    eventually("the dead address out of DNS", || async {
+        let answers = plane.dns(&client, "nginx-nad").await;
+        (!answers.is_empty() && !answers.contains(&dead_ip)).then_some(())
+    })
+    .await;
+    let detection = down.elapsed();
+    eprintln!("link down -> out of DNS: {detection:?}");
+    assert!(detection < Duration::from_secs(10), "{detection:?}");
+    let pod = plane.pod(&victim).await;
+    assert!(
+        is_ready(&pod),
+        "Ready is the primary network's, and stays True"
+    );
+    let c = network_ready(&pod, &ns).unwrap();
+    assert_eq!(c.status, "False");
+    assert_eq!(c.reason.as_deref(), Some("ProbeFailed"));
+    assert!(
+        c.message
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with(&format!("{dead_ip}:")),
+        "{c:?}"
+    );
+    assert_eq!(plane.serving("nginx-nad", &victim).await, Some(false));
+    for _ in 0..50 {
+        assert_eq!(plane.curl(&client, "nginx-nad").await, ("200".into(), 0));
+    }
+    let base = plane.pod_named("netutils-base").await;
+    for _ in 0..10 {
+        assert_eq!(plane.curl(&base, "nginx-basic").await, ("200".into(), 0));
+    }
+    assert!(
+        plane
+            .event_reasons(&victim)
+            .await
+            .contains("NetworkUnready")
+    );
+
+    let (code, out) = plane
+        .exec(&victim, &["ip", "link", "set", "net1", "up"])
+        .await;
+    assert_eq!(code, 0, "{out}");
+    let up = Instant::now();
+    eventually("the address back in DNS", || async {
+        plane
+            .dns(&client, "nginx-nad")
+            .await
+            .contains(&dead_ip)
+            .then_some(())
+    })
+    .await;
+    eprintln!("link up -> back in DNS: {:?}", up.elapsed());
+    assert!(plane.event_reasons(&victim).await.contains("NetworkReady"));
+
+    // A restart of every prober re-probes before it writes: no condition changes.
+    let before: Vec<_> = {
+        let mut v = Vec::new();
+        for pod in &nginx {
+            v.push(network_ready(&plane.pod(pod).await, &ns).unwrap());
+        }
+        v
+    };
+    let old: BTreeSet<String> = probers.pods().await.iter().map(|p| p.name_any()).collect();
+    Api::<Pod>::namespaced(plane.client.clone(), PROBER_NS)
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels(&probers.selector),
+        )
+        .await
+        .unwrap();
+    let nodes = agent_nodes().await.len();
+    eventually("new probers Ready", || async {
+        let pods = probers.pods().await;
+        let fresh = pods
+            .iter()
+            .filter(|p| !old.contains(&p.name_any()) && is_ready(p))
+            .count();
+        (fresh == nodes).then_some(())
+    })
+    .await;
+    let at_start = probers.probes(&plane, &base).await;
+    // Three rounds of each pod at the default period.
+    eventually("three probe rounds of the new probers", || async {
+        (probers.probes(&plane, &base).await >= at_start + 3 * nginx.len() as u64).then_some(())
+    })
+    .await;
+    for (pod, was) in nginx.iter().zip(&before) {
+        let now = network_ready(&plane.pod(pod).await, &ns).unwrap();
+        assert_eq!(now.status, "True");
+        assert_eq!(
+            now.last_transition_time, was.last_transition_time,
+            "{pod}: no flap"
+        );
+    }
+    probers.delete().await;
+    plane.finish().await;
+}
+
+/// An application that listens on the primary address only is Ready (kubelet's probe reaches
+/// it there) but not serving on the network; a pod that gates its own Ready on the condition
+/// (`readinessGates`) follows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_network_condition_reaches_apps_bound_to_the_primary_and_readiness_gates() {
+    let plane = Plane::new("netapps").await;
+    let probers = plane.probers().await;
+    let ns = plane.ns.clone();
+    let gate = network_ready_type(&ns);
+    let pods: Api<Pod> = Api::namespaced(plane.client.clone(), &ns);
+    let services: Api<Service> = Api::namespaced(plane.client.clone(), &ns);
+    for (name, port) in [("primary-only", 8080), ("gated", 80)] {
+        services
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name, "labels": {"app": name},
+                                 "annotations": {"isim.dev/network": "macvlan"}},
+                    "spec": {"clusterIP": "None", "ports": [{"port": port}]}}))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "primary-only", "labels": {"app": "primary-only"},
+                         "annotations": {"k8s.v1.cni.cncf.io/networks": "macvlan"}},
+            "spec": {"containers": [{"name": "web", "image": "python:3",
+                "command": ["python3", "-m", "http.server", "8080", "--bind", "$(POD_IP)"],
+                "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                "ports": [{"containerPort": 8080}],
+                "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1}}]}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gated", "labels": {"app": "gated"},
+                         "annotations": {"k8s.v1.cni.cncf.io/networks": "macvlan"}},
+            "spec": {"readinessGates": [{"conditionType": gate}],
+                "containers": [{"name": "web", "image": "nginx:1.27",
+                "ports": [{"containerPort": 80}],
+                "readinessProbe": {"httpGet": {"path": "/", "port": 80}, "periodSeconds": 1}}]}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+
+    let pod = plane.network_ready_is("primary-only", "False").await;
+    assert!(
+        is_ready(&pod),
+        "kubelet's probe answers on the primary address"
+    );
+    let c = network_ready(&pod, &ns).unwrap();
+    assert!(
+        c.message.as_deref().unwrap_or_default().contains(":8080: "),
+        "{c:?}"
+    );
+    eventually("primary-only published, not serving", || async {
+        (plane.serving("primary-only", "primary-only").await == Some(false)).then_some(())
+    })
+    .await;
+
+    plane.network_ready_is("gated", "True").await;
+    eventually("gated Ready once its gate is True", || async {
+        is_ready(&plane.pod("gated").await).then_some(())
+    })
+    .await;
+    let (code, out) = plane
+        .exec("gated", &["ip", "link", "set", "net1", "down"])
+        .await;
+    assert_eq!(code, 0, "{out}");
+    plane.network_ready_is("gated", "False").await;
+    let pod = eventually("gated not Ready: its gate is False", || async {
+        let pod = plane.pod("gated").await;
+        (!is_ready(&pod)).then_some(pod)
+    })
+    .await;
+    assert_eq!(
+        condition(&pod, "Ready").and_then(|c| c.reason).as_deref(),
+        Some("ReadinessGatesNotReady")
+    );
+    assert_eq!(plane.serving("gated", "gated").await, Some(false));
+    probers.delete().await;
+    plane.finish().await;
+}

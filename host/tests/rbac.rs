@@ -6,6 +6,10 @@
 //! chart renders; and the image of `make image-oci`, pushed to a registry on loopback, pulled back
 //! by digest and run by runc as the Deployment runs it, with in-cluster configuration.
 //!
+//! The network prober's RBAC and admission policy (`deploy/prober`) alike: a prober, by a token
+//! bound to its pod on a node, writes its condition on the pods of that node and nothing else,
+//! and the prober binary runs with only those permissions.
+//!
 //! Its own test binary, so that no other test's controller runs while this cluster-wide one
 //! does; its tests take turns ([`TURN`]).
 
@@ -18,7 +22,7 @@ use std::{
 };
 
 use k8s_openapi::api::{
-    authentication::v1::{TokenRequest, TokenRequestSpec},
+    authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
     coordination::v1::Lease,
     core::v1::{ConfigMap, Namespace, Pod, Secret, Service, ServiceAccount},
     discovery::v1::EndpointSlice,
@@ -48,6 +52,23 @@ const LEASE: &str = "nad-service-controller";
 /// The ConfigMap the shipped RBAC lets the controller read its plugins from.
 const PLUGIN_CONFIGMAP: &str = "nad-service-controller-plugins";
 const OPT_OUT: &[u8] = include_bytes!(env!("NSC_EXAMPLE_OPT_OUT_WASM"));
+/// The network prober's ServiceAccount, RBAC, admission policy and DaemonSet (`deploy/prober`,
+/// each file naming its namespace).
+const PROBER_FILES: [&str; 3] = [
+    include_str!("../../deploy/prober/rbac.yaml"),
+    include_str!("../../deploy/prober/admission-policy.yaml"),
+    include_str!("../../deploy/prober/daemonset.yaml"),
+];
+const PROBER_ACCOUNT: &str = "nad-network-prober";
+const PROBER_POLICY: &str = "nad-network-prober-own-node";
+const PROBER_KINDS: [&str; 6] = [
+    "Namespace",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+];
 const RBAC_KINDS: [&str; 6] = [
     "Namespace",
     "ServiceAccount",
@@ -95,10 +116,16 @@ fn manifest(roles: Roles) -> Vec<Value> {
 
 /// Applies the namespace, ServiceAccount, roles and bindings of the manifest, as they are.
 async fn install_rbac(admin: &Client, docs: &[Value]) {
+    install(admin, docs, &RBAC_KINDS).await;
+}
+
+/// Applies the objects of `kinds` in `docs`, as they are (server-side apply), and checks that
+/// there is one of each kind.
+async fn install(admin: &Client, docs: &[Value], kinds: &[&str]) {
     let mut applied = Vec::new();
     for doc in docs.iter().cloned() {
         let kind = doc["kind"].as_str().unwrap().to_owned();
-        if !RBAC_KINDS.contains(&kind.as_str()) {
+        if !kinds.contains(&kind.as_str()) {
             continue;
         }
         let (group, version) = match doc["apiVersion"].as_str().unwrap().split_once('/') {
@@ -126,7 +153,7 @@ async fn install_rbac(admin: &Client, docs: &[Value]) {
         .unwrap_or_else(|e| panic!("applying {kind} {}: {e}", object.name_any()));
         applied.push(kind);
     }
-    for kind in RBAC_KINDS {
+    for &kind in kinds {
         assert!(
             applied.iter().any(|k| k == kind),
             "the manifest has a {kind}"
@@ -136,19 +163,31 @@ async fn install_rbac(admin: &Client, docs: &[Value]) {
 
 /// A fresh token of the controller's ServiceAccount.
 async fn service_account_token(admin: &Client) -> String {
+    token(admin, ACCOUNT, None).await
+}
+
+/// A fresh token of the ServiceAccount `account` (in the controller's namespace), bound to the
+/// pod `bound` if any, as kubelet mounts one: it then names the pod's node too.
+async fn token(admin: &Client, account: &str, bound: Option<&Pod>) -> String {
     let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), CONTROLLER_NS);
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
             audiences: None,
             expiration_seconds: Some(3600),
+            bound_object_ref: bound.map(|pod| BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(pod.name_any()),
+                uid: pod.metadata.uid.clone(),
+            }),
             ..TokenRequestSpec::default()
         }),
         ..TokenRequest::default()
     };
     accounts
-        .create_token_request(ACCOUNT, &PostParams::default(), &request)
+        .create_token_request(account, &PostParams::default(), &request)
         .await
-        .unwrap()
+        .unwrap_or_else(|e| panic!("a token of {account}: {e}"))
         .status
         .unwrap()
         .token
@@ -202,12 +241,15 @@ fn test_flags() -> Vec<String> {
     .collect()
 }
 
-/// The controller, as the ServiceAccount, in the controller's namespace.
+/// The controller, as the ServiceAccount, in the controller's namespace (or the prober, as
+/// its own).
 struct Controller {
     child: Child,
     log: PathBuf,
     /// The runc container's id, when it runs from the image.
     container: Option<String>,
+    /// What runs, for the messages.
+    what: &'static str,
 }
 
 impl Controller {
@@ -229,6 +271,33 @@ impl Controller {
             child,
             log,
             container: None,
+            what: "the controller",
+        }
+    }
+
+    /// The prober's binary (`nad-service-controller probe`), with a kubeconfig, serving on
+    /// loopback port `port`.
+    fn prober(kubeconfig: &Path, dir: &Path, node: &str, network: &str, port: u16) -> Self {
+        let log = dir.join("prober.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_nad-service-controller"))
+            .args(["probe", "--node-name", node, "--network", network])
+            .arg(format!("--address=127.0.0.1:{port}"))
+            .arg("--log-filter=info,nad_service_controller=debug")
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("NODE_NAME")
+            .env_remove("NSC_PROBE_NETWORKS")
+            .env_remove("NSC_PROBE_ADDRESS")
+            .env_remove("NSC_LOG_FORMAT")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Self {
+            child,
+            log,
+            container: None,
+            what: "the prober",
         }
     }
 
@@ -249,6 +318,7 @@ impl Controller {
             child,
             log,
             container: Some(id.to_owned()),
+            what: "the controller",
         }
     }
 
@@ -256,7 +326,8 @@ impl Controller {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// SIGTERM, as kubelet sends it; the controller releases its Lease and exits 0.
+    /// SIGTERM, as kubelet sends it; the controller releases its Lease and exits 0 (the
+    /// prober leaves its conditions as they are and exits 0).
     fn stop(mut self) -> String {
         let status = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
@@ -270,12 +341,12 @@ impl Controller {
             }
             if std::time::Instant::now() > deadline {
                 let _ = self.child.kill();
-                panic!("the controller did not stop on SIGTERM:\n{}", self.log());
+                panic!("{} did not stop on SIGTERM:\n{}", self.what, self.log());
             }
             std::thread::sleep(Duration::from_millis(100));
         };
         let log = self.log();
-        assert!(exit.success(), "the controller exited with {exit}:\n{log}");
+        assert!(exit.success(), "{} exited with {exit}:\n{log}", self.what);
         log
     }
 }
@@ -790,5 +861,377 @@ async fn main_scenario(roles: Roles, launch: Launch) {
     let _ = Api::<Namespace>::all(admin)
         .delete(&ns, &DeleteParams::default())
         .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The objects of `deploy/prober` and the namespace of `deploy/deploy.yaml` they go to.
+fn prober_manifest() -> Vec<Value> {
+    let mut docs: Vec<Value> = manifest(Roles::Release)
+        .into_iter()
+        .filter(|d| d["kind"] == "Namespace")
+        .collect();
+    for text in PROBER_FILES {
+        let more: Vec<Value> = serde_saphyr::from_str_multiple(text).unwrap();
+        docs.extend(more.into_iter().filter(|d| !d.is_null()));
+    }
+    docs
+}
+
+/// A pod standing for the prober's on `node`: the DaemonSet's pod template as it is (so the
+/// namespace's restricted Pod Security profile admits it), bound to `node`. No kubelet runs it;
+/// it is what its token is bound to.
+async fn prober_pod(admin: &Client, docs: &[Value], node: &str, name: &str) -> Pod {
+    let daemonset = docs
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet" && d["metadata"]["name"] == PROBER_ACCOUNT)
+        .expect("deploy/prober has the DaemonSet");
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": daemonset["spec"]["template"]["metadata"].clone(),
+        "spec": daemonset["spec"]["template"]["spec"].clone(),
+    });
+    pod["metadata"]["name"] = json!(name);
+    pod["spec"]["nodeName"] = json!(node);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), CONTROLLER_NS);
+    let _ = pods
+        .delete(name, &DeleteParams::default().grace_period(0))
+        .await;
+    eventually("an earlier stand-in prober pod gone", || async {
+        pods.get_opt(name).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod).unwrap(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("creating the stand-in prober pod {name} on {node}: {e}"))
+}
+
+/// The strategic merge patch the prober writes (`probe::run::write_condition`): one condition.
+fn condition_patch(condition_type: &str, status: &str) -> Value {
+    json!({"status": {"conditions": [{
+        "type": condition_type,
+        "status": status,
+        "reason": if status == "True" { "ProbeSucceeded" } else { "ProbeFailed" },
+        "message": "written by host/tests/rbac.rs",
+        "lastProbeTime": null,
+        "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+    }]}})
+}
+
+/// The API server's refusal: its message, when `result` is a 403.
+fn forbidden_message<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Error>) -> String {
+    match result {
+        Err(kube::Error::Api(status)) if status.code == 403 => status.message,
+        other => panic!("{what}: expected 403 Forbidden, got {other:?}"),
+    }
+}
+
+/// The status of condition `condition_type` of `pod`, if it has one.
+fn condition_status(pod: &Pod, condition_type: &str) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == condition_type)
+        .map(|c| c.status.clone())
+}
+
+/// A pod of the simulator's in `ns`, on `node`, attached to macvlan, running and Ready.
+async fn pod_on(sim: &Simulator, ns: &str, name: &str, node: &str, app: &str) -> Pod {
+    sim.create_and_start(
+        ns,
+        json!({
+            "metadata": {"name": name, "labels": {"app": app},
+                         "annotations": {"k8s.v1.cni.cncf.io/networks": "macvlan"}},
+            "spec": {"nodeName": node,
+                     "containers": [{"name": "web", "image": "nginx:1.27"}]},
+        }),
+        true,
+    )
+    .await
+    .unwrap()
+}
+
+/// The nodes of the simulator: the prober's, and another.
+fn sim_nodes() -> (String, String) {
+    let nodes = node_sim::Config::default().nodes;
+    (nodes[0].name.clone(), nodes[1].name.clone())
+}
+
+/// RBAC lets the prober patch the status of any pod; the admission policy of `deploy/prober`
+/// narrows that to the pods of its own node (the node its token is bound to through its pod),
+/// and there to its own conditions, network-ready.isim.dev/<namespace>.<name>.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prober_writes_only_the_status_of_pods_on_its_own_node() {
+    let _turn = TURN.lock().await;
+    let admin = client().await;
+    let docs = prober_manifest();
+    install(&admin, &docs, &PROBER_KINDS).await;
+    let (sim, heartbeat) = Simulator::for_tests(admin.clone()).await.unwrap();
+    let (node_a, node_b) = sim_nodes();
+    let ns = namespace(&admin, "prober-own-node").await;
+    let on_a = pod_on(&sim, &ns, "on-a", &node_a, "web").await;
+    pod_on(&sim, &ns, "on-b", &node_b, "web").await;
+    let stand_in = format!("nad-network-prober-test-{}-own-node", std::process::id());
+    let prober_pod = prober_pod(&admin, &docs, &node_a, &stand_in).await;
+
+    let dir = std::env::temp_dir().join(format!("nsc-rbac-{}-prober", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bound = token(&admin, PROBER_ACCOUNT, Some(&prober_pod)).await;
+    let prober = client_for(&service_account_kubeconfig(&bound, &dir)).await;
+    let pods: Api<Pod> = Api::namespaced(prober.clone(), &ns);
+    let ours = "network-ready.isim.dev/x.y";
+
+    // Policies take effect some time after they are applied: until then, this write passes.
+    let deadline = tokio::time::Instant::now() + support::WAIT;
+    let refused = loop {
+        match pods
+            .patch_status(
+                "on-b",
+                &PatchParams::default(),
+                &Patch::Strategic(&condition_patch(ours, "True")),
+            )
+            .await
+        {
+            Err(kube::Error::Api(status)) if status.code == 403 => break status.message,
+            Err(e) => panic!("patching the status of a pod on another node: {e}"),
+            Ok(_) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the admission policy {PROBER_POLICY} did not refuse the prober of {node_a} \
+                     writing the status of a pod on {node_b} within {:?}",
+                    support::WAIT
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert!(
+        refused.contains(&format!(
+            "ValidatingAdmissionPolicy '{PROBER_POLICY}' with binding '{PROBER_POLICY}' denied request"
+        )) && refused.contains(&format!(
+            "the network prober of node {node_a} may only write the status of pods on its own \
+             node; pod {ns}/on-b is on node {node_b}"
+        )),
+        "{refused}"
+    );
+
+    // On its own node: its condition, written and flipped; the pod's others stay as they were.
+    let written = pods
+        .patch_status(
+            "on-a",
+            &PatchParams::default(),
+            &Patch::Strategic(&condition_patch(ours, "True")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(condition_status(&written, ours).as_deref(), Some("True"));
+    let flipped = pods
+        .patch_status(
+            "on-a",
+            &PatchParams::default(),
+            &Patch::Strategic(&condition_patch(ours, "False")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(condition_status(&flipped, ours).as_deref(), Some("False"));
+    let others = |pod: &Pod| -> Vec<_> {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| !c.type_.starts_with("network-ready.isim.dev/"))
+            .collect()
+    };
+    assert_eq!(others(&flipped), others(&on_a));
+    assert_eq!(condition_status(&flipped, "Ready").as_deref(), Some("True"));
+
+    // On its own node, no other condition: not kubelet's Ready, nor one of another type.
+    for (what, condition_type) in [("Ready", "Ready"), ("another type", "example.com/other")] {
+        let message = forbidden_message(
+            &format!("writing condition {what} of a pod on its node"),
+            pods.patch_status(
+                "on-a",
+                &PatchParams::default(),
+                &Patch::Strategic(&condition_patch(condition_type, "False")),
+            )
+            .await,
+        );
+        assert!(
+            message.contains(&format!(
+                "the network prober may only write conditions of type \
+                 network-ready.isim.dev/<namespace>.<name>; this request changes condition \
+                 {condition_type} of pod {ns}/on-a"
+            )),
+            "{message}"
+        );
+    }
+
+    // RBAC: the status only; not the pod itself, nor reading it one by one.
+    let message = forbidden_message(
+        "patching the spec of a pod on its node",
+        pods.patch(
+            "on-a",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"activeDeadlineSeconds": 10}})),
+        )
+        .await,
+    );
+    assert!(
+        message.contains(&format!(
+            "User \"system:serviceaccount:{CONTROLLER_NS}:{PROBER_ACCOUNT}\" cannot patch resource \"pods\""
+        )),
+        "{message}"
+    );
+    assert_forbidden(
+        "deleting a pod on its node",
+        pods.delete("on-a", &DeleteParams::default().dry_run())
+            .await,
+    );
+    assert_forbidden("reading a pod", pods.get("on-a").await);
+    assert_forbidden(
+        "listing Secrets",
+        Api::<Secret>::all(prober.clone())
+            .list(&ListParams::default())
+            .await,
+    );
+
+    // A token of the same account bound to no pod names no node: it writes no status at all.
+    let unbound = token(&admin, PROBER_ACCOUNT, None).await;
+    let unbound_dir = dir.join("unbound");
+    std::fs::create_dir_all(&unbound_dir).unwrap();
+    let unbound = client_for(&service_account_kubeconfig(&unbound, &unbound_dir)).await;
+    let message = forbidden_message(
+        "writing with a token bound to no pod",
+        Api::<Pod>::namespaced(unbound, &ns)
+            .patch_status(
+                "on-a",
+                &PatchParams::default(),
+                &Patch::Strategic(&condition_patch(ours, "True")),
+            )
+            .await,
+    );
+    assert!(
+        message.contains(&format!(
+            "the network prober's token is bound to no pod on a node, so it may write the status \
+             of no pod; pod {ns}/on-a is on node {node_a}"
+        )),
+        "{message}"
+    );
+
+    heartbeat.abort();
+    let _ = Api::<Pod>::namespaced(admin.clone(), CONTROLLER_NS)
+        .delete(&stand_in, &DeleteParams::default().grace_period(0))
+        .await;
+    node_sim::delete_test_namespace(&admin, &ns).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// GET `path` from 127.0.0.1:`port`: the status code and body, `None` while nothing answers.
+async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let code = head.split(' ').nth(1)?.parse().ok()?;
+    Some((code, body.to_owned()))
+}
+
+/// The prober's ClusterRole is enough to run it: its binary, as the prober's ServiceAccount by a
+/// token bound to its pod on a node (as kubelet mounts it), lists and watches Services, this
+/// controller's EndpointSlices and the pods of its node (/readyz turns 200), with no request
+/// refused; the same token may publish an Event on a pod. (Nothing here is published, so it
+/// probes nothing: its writes and Events, through the shipped RBAC and admission policy, are
+/// the data-plane tests', where the pods' addresses are on networks of the project's own.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probers_cluster_role_is_enough_to_run_the_prober() {
+    let _turn = TURN.lock().await;
+    let admin = client().await;
+    let docs = prober_manifest();
+    install(&admin, &docs, &PROBER_KINDS).await;
+    let (sim, heartbeat) = Simulator::for_tests(admin.clone()).await.unwrap();
+    let (node_a, _) = sim_nodes();
+    let ns = namespace(&admin, "prober-run").await;
+    let network = format!("{ns}/macvlan");
+    pod_on(&sim, &ns, "probed-a", &node_a, "probed").await;
+
+    let stand_in = format!("nad-network-prober-test-{}-run", std::process::id());
+    let prober_pod = prober_pod(&admin, &docs, &node_a, &stand_in).await;
+    let dir = std::env::temp_dir().join(format!("nsc-rbac-{}-prober-run", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bound = token(&admin, PROBER_ACCOUNT, Some(&prober_pod)).await;
+    let kubeconfig = service_account_kubeconfig(&bound, &dir);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let prober = Controller::prober(&kubeconfig, &dir, &node_a, &network, port);
+
+    // Services and the node's pods (list, watch).
+    let deadline = tokio::time::Instant::now() + support::WAIT;
+    loop {
+        if let Some((200, _)) = http_get(port, "/readyz").await {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the prober's /readyz did not turn 200 within {:?} (its watches did not list):\n{}",
+            support::WAIT,
+            prober.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (code, metrics) = http_get(port, "/metrics").await.unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains(&format!("nad_prober_targets{{network=\"{network}\"}} 0")),
+        "nothing published, nothing probed:\n{metrics}"
+    );
+    // Events (create), as the prober publishes one on a pod whose readiness flips.
+    let as_prober = client_for(&kubeconfig).await;
+    let event: Event = serde_json::from_value(json!({
+        "metadata": {"generateName": "probed-a-"},
+        "eventTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+        "reportingController": "nad-network-prober", "reportingInstance": node_a,
+        "action": "Probe", "reason": "NetworkUnready", "type": "Warning", "note": "rbac test",
+        "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": "probed-a"},
+    }))
+    .unwrap();
+    Api::<Event>::namespaced(as_prober, &ns)
+        .create(&PostParams::default(), &event)
+        .await
+        .expect("the prober may publish an Event");
+
+    let log = prober.stop();
+    heartbeat.abort();
+    let refused: Vec<&str> = log
+        .lines()
+        .filter(|l| l.to_lowercase().contains("forbidden") || l.contains("code: 403"))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "the prober was refused by the API server:\n{}",
+        refused.join("\n")
+    );
+    let _ = Api::<Pod>::namespaced(admin.clone(), CONTROLLER_NS)
+        .delete(&stand_in, &DeleteParams::default().grace_period(0))
+        .await;
+    node_sim::delete_test_namespace(&admin, &ns).await;
     let _ = std::fs::remove_dir_all(&dir);
 }

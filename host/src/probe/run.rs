@@ -1,4 +1,5 @@
-//! The prober's I/O: the watches (managed Services everywhere, the pods of its own node), one
+//! The prober's I/O: the watches (managed Services and this controller's EndpointSlices
+//! everywhere, the pods of its own node), one
 //! task per pod and network that probes it every period, and the condition writes, Events and
 //! metrics of each flip.
 
@@ -14,7 +15,10 @@ use std::{
 
 use anyhow::Context as _;
 use futures::{StreamExt, future::join_all};
-use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use k8s_openapi::api::{
+    core::v1::{ObjectReference, Pod, Service},
+    discovery::v1::EndpointSlice,
+};
 use kube::{
     Api, Client,
     api::{Patch, PatchParams},
@@ -40,6 +44,7 @@ use crate::{
         network_ready,
         target::{self as service_target, Target as Classified},
     },
+    reconcile::slices::{MANAGED_BY, MANAGED_BY_LABEL},
 };
 
 /// The condition's reasons.
@@ -65,7 +70,7 @@ struct Running {
 }
 
 /// Probes the pods of `node` on `networks` until `stop` resolves; `ready` turns true once
-/// both watches have listed.
+/// every watch has listed.
 pub async fn run(
     client: Client,
     node: String,
@@ -77,8 +82,10 @@ pub async fn run(
     let changed = Arc::new(Notify::new());
     let (services, services_writer) = reflector::store::<Service>();
     let (pods, pods_writer) = reflector::store::<Pod>();
+    let (slices, slices_writer) = reflector::store::<EndpointSlice>();
     let services_synced = Arc::new(AtomicBool::new(false));
     let pods_synced = Arc::new(AtomicBool::new(false));
+    let slices_synced = Arc::new(AtomicBool::new(false));
     let watch_services = watcher(
         Api::<Service>::all(client.clone()),
         watcher::Config::default(),
@@ -91,6 +98,12 @@ pub async fn run(
     )
     .default_backoff()
     .reflect(pods_writer);
+    let watch_slices = watcher(
+        Api::<EndpointSlice>::all(client.clone()),
+        watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
+    )
+    .default_backoff()
+    .reflect(slices_writer);
     let shared = Arc::new(Shared {
         recorder: Recorder::new(
             client.clone(),
@@ -109,25 +122,25 @@ pub async fn run(
             changed.notified().await;
             // Let a burst of events (a list, a rollout) settle into one plan.
             tokio::time::sleep(Duration::from_millis(50)).await;
-            let synced =
-                services_synced.load(Ordering::Relaxed) && pods_synced.load(Ordering::Relaxed);
+            let synced = [&services_synced, &pods_synced, &slices_synced]
+                .iter()
+                .all(|s| s.load(Ordering::Relaxed));
             if !synced {
                 continue;
             }
             ready.store(true, Ordering::Relaxed);
-            replan(
-                &shared,
-                &networks,
-                &services,
-                &pods,
-                &mut running,
-                &mut said,
-            );
+            let stores = Stores {
+                services: &services,
+                slices: &slices,
+                pods: &pods,
+            };
+            replan(&shared, &networks, &stores, &mut running, &mut said);
         }
     };
     tokio::select! {
         () = follow(watch_services, services_synced.clone(), changed.clone(), "services") => {}
         () = follow(watch_pods, pods_synced.clone(), changed.clone(), "pods") => {}
+        () = follow(watch_slices, slices_synced.clone(), changed.clone(), "endpointslices") => {}
         () = plan => {}
         () = stop => tracing::info!("stopping; the conditions stay as last written"),
     }
@@ -155,16 +168,23 @@ async fn follow<K>(
     }
 }
 
+/// What the watches hold.
+struct Stores<'a> {
+    services: &'a Store<Service>,
+    slices: &'a Store<EndpointSlice>,
+    pods: &'a Store<Pod>,
+}
+
 /// Starts, restarts and stops the probe tasks to match the watches.
 fn replan(
     shared: &Arc<Shared>,
     networks: &[String],
-    services: &Store<Service>,
-    pods: &Store<Pod>,
+    stores: &Stores<'_>,
     running: &mut BTreeMap<TargetKey, Running>,
     said: &mut BTreeSet<(TargetKey, String)>,
 ) {
-    let managed: Vec<Arc<service_target::ServiceTarget>> = services
+    let managed: Vec<Arc<service_target::ServiceTarget>> = stores
+        .services
         .state()
         .iter()
         .filter_map(|s| match service_target::classify(s) {
@@ -172,12 +192,15 @@ fn replan(
             _ => None,
         })
         .collect();
-    let records: Vec<Arc<PodRecord>> = pods
+    let records: Vec<Arc<PodRecord>> = stores
+        .pods
         .state()
         .iter()
         .map(|p| Arc::new(PodRecord::from_pod(p, &Keys::default())))
         .collect();
-    let (wanted, unprobed) = targets::targets(networks, managed.iter().map(|s| &**s), &records);
+    let slices = stores.slices.state();
+    let (wanted, unprobed) =
+        targets::targets(networks, managed.iter().map(|s| &**s), &slices, &records);
     for u in unprobed {
         let (ns, pod, network) = &u.key;
         if said.insert((u.key.clone(), u.reason.clone())) {

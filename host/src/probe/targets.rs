@@ -1,20 +1,33 @@
-//! What one prober probes: the pods of its node that are candidates of a managed Service on
-//! one of its networks, each with the addresses the controller publishes and the checks the
-//! Services ask for. Pure: Services and pod records in, targets out.
+//! What one prober probes: the pods of its node that a managed Service on one of its networks
+//! publishes (they are in the Service's EndpointSlices, ready or not), on the addresses and
+//! ports published there, with the checks the Service asks for. Pure: Services, this
+//! controller's slices and the node's pod records in, targets out.
+//!
+//! Published, not merely attached: a Service's policy may leave an attached pod out (another
+//! `app`, say), and that pod need not answer on the Service's ports. A pod that does not
+//! answer stays published, not serving (the default plugin's rule), so it stays probed and
+//! comes back when it answers again. A plugin that leaves such a pod out altogether stops its
+//! probing: its condition then stays `False` until the pod is published again.
 //!
 //! A pod's condition is per network, so a pod of two Services on one network is probed on
 //! the union of their checks (it answers on that network only if it answers every Service
-//! there), with the timing of the first Service by name.
+//! there that publishes it), with the timing of the first Service by name.
 
-use std::{collections::BTreeMap, net::IpAddr, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::IpAddr,
+    sync::Arc,
+    time::Duration,
+};
 
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
 
 use super::spec::{self, Check, Port, ProbeSpec};
 use crate::{
     index::PodRecord,
     input::{network_ready::Status, target::ServiceTarget},
-    reconcile::observe,
+    reconcile::slices::SERVICE_NAME_LABEL,
 };
 
 /// A pod on a network: `(namespace, pod name, network)`.
@@ -68,55 +81,90 @@ impl Target {
     }
 }
 
-/// A pod the Services' probes cannot check, and why (a named port it lacks).
+/// A check the Service's probe asks for that cannot be made on a pod, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unprobed {
     pub key: TargetKey,
     pub reason: String,
 }
 
-/// The targets of `networks` among `pods` (the node's), for `services` (every managed one).
+/// The targets of `networks` among `pods` (the node's), as `slices` (this controller's) publish
+/// them for `services` (every managed one).
 pub fn targets<'a>(
     networks: &[String],
     services: impl IntoIterator<Item = &'a ServiceTarget>,
+    slices: &[Arc<EndpointSlice>],
     pods: &[Arc<PodRecord>],
 ) -> (BTreeMap<TargetKey, Target>, Vec<Unprobed>) {
-    let mut services: Vec<&ServiceTarget> = services
+    let services: HashMap<(&str, &str), &ServiceTarget> = services
         .into_iter()
         .filter(|s| networks.contains(&s.network))
+        .map(|s| ((s.namespace.as_str(), s.name.as_str()), s))
         .collect();
-    services.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let pods: HashMap<(&str, &str), &PodRecord> = pods
+        .iter()
+        .map(|p| ((p.namespace.as_str(), p.name.as_str()), &**p))
+        .collect();
+    let mut slices: Vec<&EndpointSlice> = slices.iter().map(|s| &**s).collect();
+    slices.sort_by_key(|s| {
+        (
+            s.namespace(),
+            s.labels().get(SERVICE_NAME_LABEL).cloned(),
+            s.name_any(),
+        )
+    });
     let mut targets: BTreeMap<TargetKey, Target> = BTreeMap::new();
     let mut unprobed = Vec::new();
-    for service in services {
+    for slice in slices {
+        let namespace = slice.namespace().unwrap_or_default();
+        let Some(service) = slice
+            .labels()
+            .get(SERVICE_NAME_LABEL)
+            .and_then(|name| services.get(&(namespace.as_str(), name.as_str())))
+        else {
+            continue;
+        };
         let (spec, _) = spec::parse(
             service
                 .annotations
                 .get(spec::ANNOTATION)
                 .map(String::as_str),
         );
-        // Every node is known to the prober: it only probes its own.
-        let observation = observe::candidates(service, pods, |_| Some(None));
-        for candidate in &observation.candidates {
-            let pod = &candidate.pod;
-            let key = (
-                pod.namespace.clone(),
-                pod.name.clone(),
-                service.network.clone(),
-            );
-            let (checks, missing) = resolve(&spec.check, service, pod);
+        let published_ports: Vec<u16> = slice
+            .ports
+            .iter()
+            .flatten()
+            .filter(|p| p.protocol.as_deref().is_none_or(|p| p == "TCP"))
+            .filter_map(|p| u16::try_from(p.port?).ok())
+            .collect();
+        for endpoint in slice.endpoints.iter().flatten() {
+            let Some(pod) = endpoint
+                .target_ref
+                .as_ref()
+                .and_then(|r| r.name.as_deref())
+                .and_then(|name| pods.get(&(namespace.as_str(), name)))
+            else {
+                continue; // not a pod of this node
+            };
+            let key = (namespace.clone(), pod.name.clone(), service.network.clone());
+            let (checks, missing) = resolve(&spec.check, &published_ports, service, pod);
             if let Some(reason) = missing {
                 unprobed.push(Unprobed {
                     key: key.clone(),
                     reason,
                 });
             }
-            if checks.is_empty() || candidate.ips.is_empty() {
+            let addresses: Vec<IpAddr> = endpoint
+                .addresses
+                .iter()
+                .filter_map(|a| a.parse().ok())
+                .collect();
+            if checks.is_empty() || addresses.is_empty() {
                 continue;
             }
             let target = targets.entry(key).or_insert_with(|| Target {
                 uid: pod.uid.clone(),
-                addresses: candidate.ips.clone(),
+                addresses: Vec::new(),
                 checks: Vec::new(),
                 period: spec.period,
                 timeout: spec.timeout,
@@ -131,39 +179,49 @@ pub fn targets<'a>(
                     }),
                 services: Vec::new(),
             });
+            // One slice per address family: a dual-stack pod's addresses come from two.
+            for address in addresses {
+                if !target.addresses.contains(&address) {
+                    target.addresses.push(address);
+                }
+            }
+            target.addresses.sort();
             for check in checks {
                 if !target.checks.contains(&check) {
                     target.checks.push(check);
                 }
             }
             target.checks.sort();
-            target
-                .services
-                .push(format!("{}/{}", service.namespace, service.name));
+            let name = format!("{}/{}", service.namespace, service.name);
+            if !target.services.contains(&name) {
+                target.services.push(name);
+            }
         }
     }
     (targets, unprobed)
 }
 
-/// The checks `check` makes on `pod` for `service`, and the first port it could not resolve.
+/// The checks `check` makes on `pod` for `service` (whose slice publishes `published` TCP
+/// ports for it), and the first port it could not resolve.
 fn resolve(
     check: &Check,
+    published: &[u16],
     service: &ServiceTarget,
     pod: &PodRecord,
 ) -> (Vec<Resolved>, Option<String>) {
-    let named = |name: &str| {
-        pod.named_port(name, "TCP")
+    let port = |port: &Port| {
+        match port {
+        Port::Number(n) => Ok(*n),
+        Port::Name(name) => pod
+            .named_port(name, "TCP")
             .and_then(|p| u16::try_from(p).ok())
             .ok_or_else(|| {
                 format!(
-                    "pod has no TCP container port named {name:?} (Service {}/{})",
+                    "pod has no TCP container port named {name:?} (the isim.dev/probe of Service {}/{})",
                     service.namespace, service.name
                 )
-            })
-    };
-    let port = |port: &Port| match port {
-        Port::Number(n) => Ok(*n),
-        Port::Name(name) => named(name),
+            }),
+    }
     };
     match check {
         Check::Tcp(p) => match port(p) {
@@ -185,32 +243,8 @@ fn resolve(
             ),
             Err(e) => (Vec::new(), Some(e)),
         },
-        Check::ServicePorts => {
-            let mut checks = Vec::new();
-            let mut missing = None;
-            // Only TCP can be connected to; UDP and SCTP ports are not probed.
-            for p in service
-                .ports
-                .iter()
-                .filter(|p| p.protocol.as_deref().is_none_or(|p| p == "TCP"))
-            {
-                let resolved = match &p.target_port {
-                    Some(IntOrString::Int(n)) => {
-                        u16::try_from(*n).map_err(|_| format!("target port {n}"))
-                    }
-                    Some(IntOrString::String(name)) => named(name),
-                    None => u16::try_from(p.port).map_err(|_| format!("port {}", p.port)),
-                };
-                match resolved {
-                    Ok(port) if !checks.contains(&Resolved::Tcp(port)) => {
-                        checks.push(Resolved::Tcp(port));
-                    }
-                    Ok(_) => {}
-                    Err(e) => missing = missing.or(Some(e)),
-                }
-            }
-            (checks, missing)
-        }
+        // The ports as published: named target ports already resolved for this pod.
+        Check::ServicePorts => (published.iter().map(|p| Resolved::Tcp(*p)).collect(), None),
     }
 }
 
@@ -221,12 +255,7 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
 
-    fn service(
-        name: &str,
-        network: &str,
-        ports: serde_json::Value,
-        probe: Option<&str>,
-    ) -> ServiceTarget {
+    fn service(name: &str, network: &str, probe: Option<&str>) -> ServiceTarget {
         ServiceTarget {
             name: name.into(),
             namespace: "team-a".into(),
@@ -236,55 +265,88 @@ mod tests {
             annotations: probe
                 .map(|p| BTreeMap::from([(spec::ANNOTATION.to_owned(), p.to_owned())]))
                 .unwrap_or_default(),
-            ports: serde_json::from_value(ports).unwrap(),
+            ports: Vec::new(),
             ip_families: None,
             publish_not_ready_addresses: false,
         }
     }
 
-    fn pod(name: &str, networks: serde_json::Value, condition: Option<&str>) -> Arc<PodRecord> {
+    fn pod(name: &str, condition: Option<&str>) -> Arc<PodRecord> {
         let conditions: Vec<serde_json::Value> = condition
             .map(|s| json!({"type": "network-ready.isim.dev/team-a.macvlan", "status": s}))
             .into_iter()
             .collect();
         let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}"),
-                "annotations": {"k8s.v1.cni.cncf.io/network-status": networks.to_string()}},
+            "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}")},
             "spec": {"nodeName": "node-1", "containers": [{"name": "c", "ports": [
-                {"name": "http", "containerPort": 8080}, {"name": "dns", "containerPort": 53, "protocol": "UDP"}]}]},
+                {"name": "http", "containerPort": 8080}]}]},
             "status": {"phase": "Running", "conditions": conditions},
         }))
         .unwrap();
         Arc::new(PodRecord::from_pod(&pod, &Keys::default()))
     }
 
-    fn macvlan(ips: &[&str]) -> serde_json::Value {
-        json!([{"name": "team-a/macvlan", "interface": "net1", "ips": ips}])
+    /// A slice of Service `service` publishing `endpoints` (pod, addresses) on `ports`.
+    fn slice(
+        name: &str,
+        service: &str,
+        ports: serde_json::Value,
+        endpoints: &[(&str, &[&str])],
+    ) -> Arc<EndpointSlice> {
+        let endpoints: Vec<serde_json::Value> = endpoints
+            .iter()
+            .map(|(pod, addresses)| {
+                json!({"addresses": addresses, "conditions": {"ready": true},
+                       "targetRef": {"kind": "Pod", "name": pod, "namespace": "team-a"}})
+            })
+            .collect();
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "team-a",
+                             "labels": {SERVICE_NAME_LABEL: service}},
+                "addressType": "IPv4", "ports": ports, "endpoints": endpoints,
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn macvlan() -> Vec<String> {
+        vec!["team-a/macvlan".to_owned()]
     }
 
     #[test]
-    fn pods_of_the_probers_networks_are_probed_on_every_address_and_service_port() {
-        let networks = vec!["team-a/macvlan".to_owned()];
-        let web = service(
-            "web",
-            "team-a/macvlan",
-            json!([{"name": "http", "port": 80, "targetPort": "http"}, {"name": "admin", "port": 9000},
-                   {"name": "dns", "port": 53, "protocol": "UDP"}]),
-            None,
-        );
-        let other = service("other", "team-a/sriov", json!([{"port": 80}]), None);
-        let pods = [
-            pod("a", macvlan(&["192.168.2.4", "fd00::4"]), Some("True")),
-            pod(
-                "b",
-                json!([{"name": "team-a/sriov", "ips": ["10.9.0.2"]}]),
-                None,
+    fn published_pods_of_the_node_are_probed_on_every_address_and_published_port() {
+        let web = service("web", "team-a/macvlan", None);
+        let other = service("other", "team-a/sriov", None);
+        let slices = [
+            slice(
+                "web-ipv4-0",
+                "web",
+                json!([{"port": 8080}, {"port": 9000}, {"port": 53, "protocol": "UDP"}]),
+                &[("a", &["192.168.2.4"]), ("elsewhere", &["192.168.2.9"])],
+            ),
+            slice(
+                "web-ipv6-0",
+                "web",
+                json!([{"port": 8080}, {"port": 9000}]),
+                &[("a", &["fd00::4"])],
+            ),
+            slice(
+                "other-ipv4-0",
+                "other",
+                json!([{"port": 80}]),
+                &[("b", &["10.9.0.2"])],
             ),
         ];
-        let (targets, unprobed) = targets(&networks, [&web, &other], &pods);
+        let pods = [
+            pod("a", Some("True")),
+            pod("b", None),
+            pod("unpublished", None),
+        ];
+        let (found, unprobed) = targets(&macvlan(), [&web, &other], &slices, &pods);
         assert!(unprobed.is_empty());
-        assert_eq!(targets.len(), 1, "{targets:?}");
-        let a = &targets[&("team-a".into(), "a".into(), "team-a/macvlan".into())];
+        assert_eq!(found.len(), 1, "{found:?}");
+        let a = &found[&("team-a".into(), "a".into(), "team-a/macvlan".into())];
         assert_eq!(
             a.addresses,
             [
@@ -300,22 +362,29 @@ mod tests {
 
     #[test]
     fn two_services_on_a_network_probe_the_union_with_the_first_ones_timing() {
-        let networks = vec!["team-a/macvlan".to_owned()];
         let api = service(
             "api",
             "team-a/macvlan",
-            json!([{"port": 80, "targetPort": 8080}]),
             Some(r#"{"httpGet": {"port": "http", "path": "/ready"}, "periodSeconds": 5}"#),
         );
-        let web = service(
-            "web",
-            "team-a/macvlan",
-            json!([{"port": 80, "targetPort": 8080}]),
-            None,
-        );
-        let pods = [pod("a", macvlan(&["192.168.2.4"]), None)];
-        let (targets, _) = targets(&networks, [&web, &api], &pods);
-        let a = targets.values().next().unwrap();
+        let web = service("web", "team-a/macvlan", None);
+        let slices = [
+            slice(
+                "web-ipv4-0",
+                "web",
+                json!([{"port": 8080}]),
+                &[("a", &["192.168.2.4"])],
+            ),
+            slice(
+                "api-ipv4-0",
+                "api",
+                json!([{"port": 80}]),
+                &[("a", &["192.168.2.4"])],
+            ),
+        ];
+        let pods = [pod("a", None)];
+        let (found, _) = targets(&macvlan(), [&web, &api], &slices, &pods);
+        let a = found.values().next().unwrap();
         assert_eq!(
             a.checks,
             [
@@ -333,25 +402,30 @@ mod tests {
     }
 
     #[test]
-    fn a_named_port_the_pod_lacks_is_said_and_other_ports_still_probed() {
-        let networks = vec!["team-a/macvlan".to_owned()];
+    fn a_named_probe_port_the_pod_lacks_is_said_and_udp_is_not_probed() {
         let web = service(
             "web",
             "team-a/macvlan",
-            json!([{"name": "a", "port": 80, "targetPort": "grpc"}, {"name": "b", "port": 81, "targetPort": "http"}]),
-            None,
+            Some(r#"{"tcpSocket": {"port": "grpc"}}"#),
         );
-        let pods = [pod("a", macvlan(&["192.168.2.4"]), None)];
-        let (found, unprobed) = targets(&networks, [&web], &pods);
-        assert_eq!(found.values().next().unwrap().checks, [Resolved::Tcp(8080)]);
+        let slices = [slice(
+            "web-ipv4-0",
+            "web",
+            json!([{"port": 8080}]),
+            &[("a", &["192.168.2.4"])],
+        )];
+        let pods = [pod("a", None)];
+        let (found, unprobed) = targets(&macvlan(), [&web], &slices, &pods);
+        assert!(found.is_empty());
         assert!(unprobed[0].reason.contains("\"grpc\""), "{unprobed:?}");
-        let udp_only = service(
+        let dns = service("dns", "team-a/macvlan", None);
+        let slices = [slice(
+            "dns-ipv4-0",
             "dns",
-            "team-a/macvlan",
             json!([{"port": 53, "protocol": "UDP"}]),
-            None,
-        );
-        let (none, _) = targets(&networks, [&udp_only], &pods);
+            &[("a", &["192.168.2.4"])],
+        )];
+        let (none, _) = targets(&macvlan(), [&dns], &slices, &pods);
         assert!(none.is_empty(), "nothing a TCP probe can check");
     }
 }

@@ -11,6 +11,21 @@ One release per namespace (selectors are namespaced); fullnameOverride renames t
 {{- default .Chart.Name .Values.fullnameOverride | trunc 47 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/*
+The name of the network prober's DaemonSet, ServiceAccount and RBAC objects: the fullname with
+its -service-controller suffix (if any) replaced by -network-prober, so nad-network-prober by
+default (as deploy/prober names them), <fullname>-network-prober for another fullname. At most
+62 characters.
+*/}}
+{{- define "nsc.proberName" -}}
+{{- printf "%s-network-prober" (include "nsc.fullname" . | trimSuffix "-service-controller") -}}
+{{- end -}}
+
+{{/* The network prober's user name, as its ServiceAccount's tokens authenticate it. */}}
+{{- define "nsc.proberUser" -}}
+{{- printf "system:serviceaccount:%s:%s" (include "nsc.namespace" .) (include "nsc.proberName" .) -}}
+{{- end -}}
+
 {{/* The namespace of every namespaced object: namespace.name, or the release's. */}}
 {{- define "nsc.namespace" -}}
 {{- default .Release.Namespace .Values.namespace.name -}}
@@ -48,6 +63,12 @@ chart's own labels win over commonLabels, so that no value can change a selector
 {{- define "nsc.podLabels" -}}
 {{- $labels := dict "app.kubernetes.io/name" (include "nsc.name" .) "app.kubernetes.io/component" "controller" -}}
 {{- toYaml (merge $labels (deepCopy .Values.podLabels) (deepCopy .Values.commonLabels)) -}}
+{{- end -}}
+
+{{/* The labels of the prober's pods (and its selector's two): commonLabels cannot override them. */}}
+{{- define "nsc.proberPodLabels" -}}
+{{- $labels := dict "app.kubernetes.io/name" (include "nsc.name" .) "app.kubernetes.io/component" "network-prober" -}}
+{{- toYaml (merge $labels (deepCopy .Values.commonLabels)) -}}
 {{- end -}}
 
 {{- define "nsc.imageTag" -}}
@@ -119,6 +140,9 @@ the defaults render deploy.yaml's `run --log-format=json`).
 {{- $plugins := .Values.plugins -}}
 {{- if and (eq $plugins.source "image") (not $plugins.image.reference) -}}
 {{- fail "plugins.source is image: set plugins.image.reference to the plugin image (best by digest, @sha256:...)" -}}
+{{- end -}}
+{{- if and .Values.prober.enabled (not .Values.prober.networks) -}}
+{{- fail "prober.enabled: set prober.networks to the networks it probes (<namespace>/<name> of NetworkAttachmentDefinitions), e.g. --set 'prober.networks={default/macvlan}'" -}}
 {{- end -}}
 {{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.service.enabled) -}}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.service.enabled: the ServiceMonitor selects the metrics Service" -}}
