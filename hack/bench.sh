@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make bench: measures the plugin boundary (Criterion) and the controller at scale (the real
-# local control plane with the node simulator), then writes BENCHMARKS.md and benchmarks.json.
+# make bench: measures the plugin boundary (Criterion), the controller at scale (the real local
+# control plane with the node simulator) and the network prober (on the local data plane, when
+# this machine can run it: root), then writes BENCHMARKS.md and benchmarks.json.
 # Takes about 10 minutes on 2 cores, plus the first build. Not part of `make test`.
 # Starts the local control plane if it is not running, and stops it afterwards unless it was.
 set -euo pipefail
@@ -12,13 +13,13 @@ cargo="${CARGO:-cargo}"
 echo "== building the benchmarks (release profile)" >&2
 $cargo bench --locked -p nad-service-controller --bench plugin_boundary --bench controller_scale --no-run
 
-echo "== 1/2 plugin boundary (Criterion: evaluate at 1..10 000 pods, Wasm and native; loading; fields)" >&2
+echo "== 1/3 plugin boundary (Criterion: evaluate at 1..10 000 pods, Wasm and native; loading; fields)" >&2
 # Only this run's results feed the report.
 export CRITERION_HOME="$target_dir/criterion"
 rm -rf "$CRITERION_HOME"
 $cargo bench --locked -p nad-service-controller --bench plugin_boundary
 
-echo "== 2/2 controller at scale, on the local control plane" >&2
+echo "== 2/3 controller at scale, on the local control plane" >&2
 was_up=false
 if [[ -f .local/kubeconfig ]] && [[ -x .local/bin/kubectl ]] \
   && .local/bin/kubectl --kubeconfig .local/kubeconfig get --raw /readyz >/dev/null 2>&1; then
@@ -32,7 +33,21 @@ fi
 scale_json="$target_dir/bench/controller_scale.json"
 NSC_BENCH_OUT="$scale_json" $cargo bench --locked -p nad-service-controller --bench controller_scale >/dev/null
 
+echo "== 3/3 the network prober: 110 pods x 3 ports on the local data plane" >&2
+prober_json="$target_dir/bench/prober.json"
+rm -f "$prober_json"
+if hack/pod-agent.sh preflight >&2; then
+  dataplane_was_up=false
+  pgrep -x pod-agent >/dev/null && dataplane_was_up=true
+  $cargo build --release --locked -p nad-service-controller -p pod-agent -p node-sim >&2
+  hack/pod-agent.sh up >&2
+  hack/bench/prober.sh "$prober_json"
+  [[ "$dataplane_was_up" == true ]] || hack/pod-agent.sh down >&2
+else
+  echo "bench: this machine cannot run the data plane (above): the prober's figures are left out" >&2
+fi
+
 echo "== report" >&2
 python3 hack/bench/report.py --criterion "$target_dir/criterion" --scale "$scale_json" \
-  --markdown BENCHMARKS.md --json benchmarks.json
+  --prober "$prober_json" --markdown BENCHMARKS.md --json benchmarks.json
 sed -n '/^## Targets/,/^## Plugin/p' BENCHMARKS.md | head -n -1

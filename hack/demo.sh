@@ -30,9 +30,13 @@ die() { echo "demo: error: $*" >&2; exit 1; }
 pids=()
 started_cluster=false
 started_dataplane=false
+prober_applied=false
 cleanup() {
   local status=$?
   background_stop
+  if [[ "$prober_applied" == true && "$started_cluster" != true ]]; then
+    kubectl -n nad-service-controller delete ds nad-network-prober --ignore-not-found >/dev/null 2>&1 || true
+  fi
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   if [[ "$started_cluster" == true ]]; then
@@ -98,6 +102,73 @@ if [[ "$cluster" == local ]]; then
     pids+=($!)
   fi
 fi
+
+# The network prober as deploy/overlays/with-prober ships it (its ServiceAccount, RBAC,
+# admission policy and DaemonSet, probing default/macvlan), without the overlay's controller
+# Deployment: the demo's controller runs on the host. Then one nginx-nad pod's net1 goes down
+# inside its namespace (its primary network, and so its Ready, untouched): the name resolves to
+# the other pod only, until the link is back.
+prober_demo() {
+  kubectl apply --server-side -f deploy/base/namespace.yaml >/dev/null
+  kubectl create --dry-run=client -o json -k deploy/overlays/with-prober | python3 -c '
+import json, sys
+text, decoder, docs = sys.stdin.read(), json.JSONDecoder(), []
+rest = text.lstrip()
+while rest:
+    doc, end = decoder.raw_decode(rest)
+    docs.append(doc)
+    rest = rest[end:].lstrip()
+keep = [d for d in docs if d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "network-prober"
+        or d["kind"] in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")]
+json.dump({"apiVersion": "v1", "kind": "List", "items": keep}, sys.stdout)' >"$logs/prober.json"
+  show "kubectl apply -f <the prober objects of deploy/overlays/with-prober>"
+  kubectl apply --server-side -f "$logs/prober.json"
+  prober_applied=true
+  kubectl -n nad-service-controller rollout status ds/nad-network-prober --timeout="${timeout}s" >/dev/null \
+    || die "the network prober did not become ready on both nodes"
+  local condition=network-ready.isim.dev/default.macvlan
+  network_ready() {
+    kubectl get pods -l app=nginx-nad -o jsonpath="{range .items[*]}{.metadata.name} {.status.conditions[?(@.type==\"$condition\")].status}{\"\\n\"}{end}"
+  }
+  local deadline=$((SECONDS + timeout))
+  until [[ "$(network_ready | grep -c ' True$')" == 2 ]]; do
+    ((SECONDS < deadline)) || die "the prober did not mark both nginx-nad pods ready on the network"
+    sleep 1
+  done
+  show "kubectl get pods -l app=nginx-nad (the prober's condition: $condition)"
+  kubectl get pods -l app=nginx-nad -o custom-columns="NAME:.metadata.name,READY:.status.conditions[?(@.type==\"Ready\")].status,NETWORK-READY:.status.conditions[?(@.type==\"$condition\")].status,IP:.status.podIP"
+  local nad victim dead
+  nad="$(pod_of netutils-nad)"
+  victim="$(pod_of nginx-nad)"
+  dead="$(kubectl get pod "$victim" -o json | python3 -c '
+import json, sys
+pod = json.load(sys.stdin)
+for net in json.loads(pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]):
+    if net.get("name", "").endswith("/macvlan"):
+        print(net["ips"][0])')"
+  resolved() { hack/pod-exec "default/$nad" -- getent ahostsv4 nginx-nad | awk '{print $1}' | sort -u | xargs; }
+  show "nginx-nad resolves to: $(resolved)"
+  show "\$ hack/pod-exec default/$victim -- ip link set net1 down    ($dead: its secondary link dies; primary network and Ready untouched)"
+  hack/pod-exec "default/$victim" -- ip link set net1 down
+  local down=$SECONDS
+  deadline=$((SECONDS + 30))
+  until ! resolved | grep -qw "$dead"; do
+    ((SECONDS < deadline)) || die "$dead was still in DNS 30 s after its link went down"
+    sleep 0.5
+  done
+  show "after $((SECONDS - down)) s: nginx-nad resolves to $(resolved) only"
+  kubectl get pods -l app=nginx-nad -o custom-columns="NAME:.metadata.name,READY:.status.conditions[?(@.type==\"Ready\")].status,NETWORK-READY:.status.conditions[?(@.type==\"$condition\")].status,MESSAGE:.status.conditions[?(@.type==\"$condition\")].message"
+  curl_from "$nad" nginx-nad 200
+  ((failed == 0)) || die "nginx-nad did not answer with its other pod"
+  show "\$ hack/pod-exec default/$victim -- ip link set net1 up"
+  hack/pod-exec "default/$victim" -- ip link set net1 up
+  deadline=$((SECONDS + 30))
+  until resolved | grep -qw "$dead"; do
+    ((SECONDS < deadline)) || die "$dead was not back in DNS 30 s after its link came up"
+    sleep 0.5
+  done
+  show "OK: the link is back, and nginx-nad resolves to $(resolved) again"
+}
 
 step "slices" "the controller publishes testdata/'s pods: starting it (log: .local/logs/controller.log)"
 "$target_dir/release/nad-service-controller" --leader-election=false \
@@ -186,6 +257,9 @@ if [[ "$dataplane" == true ]]; then
   curl_from "$base" nginx-nad 000
   ((failed == 0)) || die "the curls did not answer as in the seed's README"
   show "OK: netutils-nad reaches both Services; netutils-base reaches nginx-basic only (demo took $(steps_duration $((SECONDS - steps_first))))"
+
+  step "prober" "readiness on the network: the network prober (deploy/prober) on both nodes, attached to default/macvlan"
+  prober_demo
 fi
 
 steps_report

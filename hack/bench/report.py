@@ -334,11 +334,46 @@ def targets(plugin: dict, s: dict | None) -> list[dict]:
     return rows
 
 
+def prober_targets(p: dict) -> list[dict]:
+    return [{
+        "target": f"network prober: writes per 1 000 probes while nothing changes = 0 "
+        f"({p['pods']} pods x {p['ports']} ports, every {p['period_seconds']} s)",
+        "before": "",
+        "measured": f"{p['writes_per_1000_probes']:.3f} ({p['writes']} writes, {p['probes']:,} probes)",
+        "met": p["writes"] == 0,
+    }]
+
+
+def prober_section(p: dict) -> list[str]:
+    def ms(seconds):
+        return "?" if seconds is None else f"<= {seconds * 1000:.1f} ms"
+    return [
+        "## Network prober (the release binary on the local data plane)",
+        "",
+        f"One prober (`nad-service-controller probe`) in a node's network namespace, probing "
+        f"{p['pods']} pods x {p['ports']} ports (a TCP connect each) every "
+        f"{p['period_seconds']} s, measured over {p['window_seconds']:.0f} s of steady state "
+        "(every pod already marked ready); hack/bench/prober.sh.",
+        "",
+        "| figure | value |",
+        "|---|---:|",
+        f"| probes per second (a probe: every port of a pod) | {p['probes_per_second']:.1f} |",
+        f"| TCP connects per second | {p['connects_per_second']:.1f} |",
+        f"| failed probes | {p['failures']} |",
+        f"| CPU | {p['cpu_cores'] * 100:.1f} % of one core |",
+        f"| RSS / peak RSS | {p['rss_mib']:.1f} MiB / {p['peak_rss_mib']:.1f} MiB |",
+        f"| probe latency p50 / p99 (histogram bucket bounds) | {ms(p['probe_p50_seconds'])} / {ms(p['probe_p99_seconds'])} |",
+        f"| condition writes / per 1 000 probes | {p['writes']} / {p['writes_per_1000_probes']:.3f} |",
+        "",
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--criterion", type=Path)
     parser.add_argument("--scale", type=Path)
     parser.add_argument("--envelope", type=Path, default=ROOT / "hack" / "bench" / "envelope.json")
+    parser.add_argument("--prober", type=Path)
     parser.add_argument("--markdown", type=Path, default=ROOT / "BENCHMARKS.md")
     parser.add_argument("--json", type=Path, default=ROOT / "benchmarks.json")
     args = parser.parse_args()
@@ -356,9 +391,14 @@ def main() -> int:
     else:
         scale = last.get("controller")
     envelope = json.loads(args.envelope.read_text()) if args.envelope.exists() else None
+    if args.prober:
+        prober = json.loads(args.prober.read_text()) if args.prober.exists() else None
+    else:
+        prober = last.get("prober")
     machine = (scale or {}).get("machine") or {}
     plugin_lines, plugin = plugin_section(criterion)
     rows = targets(plugin, scale) + (envelope_targets(envelope) if envelope else [])
+    rows += prober_targets(prober) if prober else []
 
     md = [
         "# Benchmarks",
@@ -390,6 +430,8 @@ def main() -> int:
         ] + controller_section(scale)
     if envelope:
         md += envelope_section(envelope)
+    if prober:
+        md += prober_section(prober)
     analysis = ROOT / "hack" / "bench" / "analysis.md"
     if analysis.exists():
         md += [analysis.read_text().rstrip(), ""]
@@ -400,6 +442,7 @@ def main() -> int:
         "plugin_boundary": {"criterion": criterion, **plugin},
         "controller": scale,
         "envelope": envelope,
+        "prober": prober,
     }, indent=2, ensure_ascii=False) + "\n")
     print(f"report: wrote {args.markdown} and {args.json}", file=sys.stderr)
     return 0

@@ -14,6 +14,19 @@ use tokio::{
 
 use super::targets::Resolved;
 
+/// One probe of a pod: every check on every address at once; the first failure, if any. A
+/// pod with an IPv4 and an IPv6 address answers only if both do: DNS hands out each, so a dead
+/// family is a dead endpoint for the clients that get it.
+pub async fn probe(addresses: &[IpAddr], checks: &[Resolved], timeout: Duration) -> Option<String> {
+    let attempts = addresses
+        .iter()
+        .flat_map(|address| checks.iter().map(move |c| attempt(*address, c, timeout)));
+    futures::future::join_all(attempts)
+        .await
+        .into_iter()
+        .find_map(Result::err)
+}
+
 /// Checks `check` on `address` within `timeout`: `Err` says what failed, for the condition's
 /// message (`192.168.2.4:80: connection refused`).
 pub async fn attempt(address: IpAddr, check: &Resolved, timeout: Duration) -> Result<(), String> {
@@ -126,5 +139,27 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.starts_with(&format!("127.0.0.1:{closed}: ")), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_dual_stack_pod_answers_only_if_every_address_does() {
+        let v4: IpAddr = "127.0.0.1".parse().unwrap();
+        let v6: IpAddr = "::1".parse().unwrap();
+        // A server on the IPv4 address only (as an application bound to one family).
+        let port = serve(200).await;
+        let second = Duration::from_secs(1);
+        let checks = [Resolved::Tcp(port)];
+        assert_eq!(probe(&[v4], &checks, second).await, None);
+        let failure = probe(&[v4, v6], &checks, second).await.unwrap();
+        assert!(failure.starts_with(&format!("[::1]:{port}: ")), "{failure}");
+        let both = [
+            Resolved::Tcp(port),
+            Resolved::Http {
+                port,
+                path: "/".into(),
+                status: Some(200),
+            },
+        ];
+        assert_eq!(probe(&[v4], &both, second).await, None);
     }
 }

@@ -14,7 +14,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use futures::{StreamExt, future::join_all};
+use futures::StreamExt;
 use k8s_openapi::api::{
     core::v1::{ObjectReference, Pod, Service},
     discovery::v1::EndpointSlice,
@@ -255,13 +255,7 @@ async fn probe(shared: Arc<Shared>, key: TargetKey, target: Target) {
     loop {
         interval.tick().await;
         let started = Instant::now();
-        let attempts = target.addresses.iter().flat_map(|address| {
-            target
-                .checks
-                .iter()
-                .map(move |c| check::attempt(*address, c, spec.timeout))
-        });
-        let failure = join_all(attempts).await.into_iter().find_map(Result::err);
+        let failure = check::probe(&target.addresses, &target.checks, spec.timeout).await;
         shared
             .metrics
             .probed(network, failure.is_none(), started.elapsed());
