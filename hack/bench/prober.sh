@@ -5,8 +5,9 @@
 #
 # The prober is the release binary, run as `nad-service-controller probe` in node
 # nsc-node-0's network namespace (where the pod agent relays the API server to 127.0.0.1).
-# The 110 "pods" are API objects in a namespace the pod agent leaves alone (the node
-# simulator's label), each with an address 192.0.2.<n> on a bridge (with no ports) this script adds to
+# The 110 "pods" are API objects bound to nsc-bench-node, a Node object no kubelet runs (so
+# nothing runs them, and the pod garbage collector does not take them for orphans; they
+# tolerate the node's not-ready taints), whose pods the prober probes, each with an address 192.0.2.<n> on a bridge (with no ports) this script adds to
 # the node's namespace, where one HTTP server answers on ports 8080-8082 of every address;
 # an EndpointSlice of this controller's publishes them for the Service (as the controller
 # would: the prober probes what is published).
@@ -25,6 +26,7 @@ export KUBECONFIG="${KUBECONFIG:-$repo/.local/kubeconfig}"
 kubectl="$repo/.local/bin/kubectl"
 [[ -x "$kubectl" ]] || kubectl=kubectl
 node=nsc-node-0
+pods_node=nsc-bench-node
 ns=nsc-bench-prober
 link=nscbench0
 pods=110
@@ -43,6 +45,7 @@ cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   ip -n "$node" link del "$link" 2>/dev/null || true
   "$kubectl" delete namespace "$ns" --wait=false >/dev/null 2>&1 || true
+  "$kubectl" delete node "$pods_node" --wait=false >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
@@ -59,14 +62,17 @@ ip netns exec "$node" "$agent" serve-http --port 8080 --port 8081 --port 8082 --
   >/dev/null 2>&1 &
 pids+=("$!")
 
-log "namespace $ns: a Service with 3 ports, probed every second, and $pods pods on $node"
+log "namespace $ns: a Service with 3 ports, probed every second, and $pods pods on $pods_node"
 "$kubectl" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: $pods_node
+---
 apiVersion: v1
 kind: Namespace
 metadata:
   name: $ns
-  labels:
-    node-sim.isim.dev/simulated: "true"
 ---
 apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition
@@ -103,7 +109,9 @@ metadata:
   annotations:
     k8s.v1.cni.cncf.io/network-status: '[{\"name\": \"$ns/macvlan\", \"interface\": \"net1\", \"ips\": [\"192.0.2.$i\"]}]'
 spec:
-  nodeName: $node
+  nodeName: $pods_node
+  tolerations:
+  - {operator: Exists, effect: NoExecute}
   containers:
   - {name: web, image: nginx}
 "
@@ -113,7 +121,7 @@ for i in $(seq 1 "$pods"); do
   endpoints+="
 - addresses: [\"192.0.2.$i\"]
   conditions: {ready: true, serving: true, terminating: false}
-  nodeName: $node
+  nodeName: $pods_node
   targetRef: {kind: Pod, name: web-$i, namespace: $ns}"
 done
 manifest+="---
@@ -135,7 +143,7 @@ endpoints:$endpoints
 "$kubectl" apply -f - >/dev/null <<<"$manifest"
 
 log "the prober, in $node"
-NODE_NAME="$node" ip netns exec "$node" "$bin" probe --network "$ns/macvlan" \
+NODE_NAME="$pods_node" ip netns exec "$node" "$bin" probe --network "$ns/macvlan" \
   --address "127.0.0.1:$metrics_port" --log-filter warn >"$root/prober.log" 2>&1 &
 prober="$!"
 pids+=("$prober")
@@ -196,7 +204,7 @@ def quantile(q):
     return None
 cpu = (float(cpu1) - float(cpu0)) / float(ticks) / elapsed
 result = {
-    "pods": int(pods), "ports": 3, "period_seconds": 1, "window_seconds": round(elapsed, 1),
+    "pods": int(pods), "targets": int(total(a, "nad_prober_targets")), "ports": 3, "period_seconds": 1, "window_seconds": round(elapsed, 1),
     "probes": int(probes), "probes_per_second": round(probes / elapsed, 1),
     "connects_per_second": round(3 * probes / elapsed, 1),
     "failures": int(failures),

@@ -1561,3 +1561,174 @@ async fn the_network_condition_reaches_apps_bound_to_the_primary_and_readiness_g
     probers.delete().await;
     plane.finish().await;
 }
+
+/// What a dual-stack test adds to a node's namespace, removed however the test ends.
+struct InNode {
+    node: String,
+    link: String,
+    children: Vec<std::process::Child>,
+}
+
+impl Drop for InNode {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::process::Command::new("ip")
+            .args(["-n", &self.node, "link", "del", &self.link])
+            .status();
+    }
+}
+
+impl InNode {
+    /// Starts `program` in the node's namespace (`ip netns exec`).
+    fn spawn(&mut self, program: &str, args: &[&str], env: &[(&str, &Path)]) {
+        let mut command = std::process::Command::new("ip");
+        command
+            .args(["netns", "exec", &self.node, program])
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        self.children.push(command.spawn().unwrap());
+    }
+}
+
+/// A pod published with an IPv4 and an IPv6 address answers on the network only if both do
+/// (DNS hands out each): the prober binary, in a node's network namespace (where the agent
+/// relays the API server), probes a pod whose slices publish 192.0.2.7 and 2001:db8::7, on a
+/// bridge this test adds there. (The pod is bound to a node that does not exist, whose pods
+/// the prober is told to probe: nothing runs it.) With a server on the IPv4 address only, the condition is
+/// `False` and names the IPv6 address; with one on the IPv6 address too, `True`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dual_stack_pod_is_network_ready_only_if_both_families_answer() {
+    let client = client().await;
+    let node = agent_nodes().await[0].clone();
+    let ns = support::namespace(&client, "dualstack").await;
+    let mut in_node = InNode {
+        node: node.clone(),
+        link: format!("nscd{}", std::process::id() % 100_000),
+        children: Vec::new(),
+    };
+    for args in [
+        vec!["link", "add", &in_node.link, "type", "bridge"],
+        vec!["addr", "add", "192.0.2.7/32", "dev", &in_node.link],
+        vec![
+            "-6",
+            "addr",
+            "add",
+            "2001:db8::7/128",
+            "dev",
+            &in_node.link,
+            "nodad",
+        ],
+        vec!["link", "set", &in_node.link, "up"],
+    ] {
+        let mut all = vec!["-n", node.as_str()];
+        all.extend(args);
+        let (code, out) = run(Path::new("ip"), &all).await;
+        assert_eq!(code, 0, "ip {}: {out}", all.join(" "));
+    }
+    in_node.spawn(
+        "python3",
+        &["-m", "http.server", "8080", "--bind", "192.0.2.7"],
+        &[],
+    );
+
+    // The pod, its Service, and its slices as
+    // the controller writes them: one per family.
+    let pods_node = "nsc-dual-stack-node";
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(serde_json::json!({"metadata": {"name": "dual"},
+            "spec": {"nodeName": pods_node, "containers": [{"name": "web", "image": "nginx"}]}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "dual",
+                    "annotations": {"isim.dev/network": "macvlan",
+                                    "isim.dev/probe": r#"{"periodSeconds": 1}"#}},
+                "spec": {"clusterIP": "None", "ports": [{"port": 8080}]}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(client.clone(), &ns);
+    for (family, address) in [("IPv4", "192.0.2.7"), ("IPv6", "2001:db8::7")] {
+        slices
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": format!("dual-{}-0", family.to_lowercase()), "labels": {
+                        "kubernetes.io/service-name": "dual",
+                        "endpointslice.kubernetes.io/managed-by": "nad-service-controller.isim.dev"}},
+                    "addressType": family, "ports": [{"port": 8080, "protocol": "TCP"}],
+                    "endpoints": [{"addresses": [address], "conditions": {"ready": true},
+                        "nodeName": pods_node, "targetRef": {"kind": "Pod", "name": "dual", "namespace": ns}}]}))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+
+    let kubeconfig = support::kubeconfig_path();
+    let network = format!("{ns}/macvlan");
+    in_node.spawn(
+        env!("CARGO_BIN_EXE_nad-service-controller"),
+        &[
+            "probe",
+            "--node-name",
+            pods_node,
+            "--network",
+            &network,
+            "--address",
+            "127.0.0.1:19191",
+        ],
+        &[("KUBECONFIG", &kubeconfig)],
+    );
+    let condition_type = network_ready_type(&ns);
+    let status = |status: &'static str| {
+        let (pods, condition_type) = (pods.clone(), condition_type.clone());
+        async move {
+            eventually(&format!("dual: network readiness {status}"), || async {
+                let pod = pods.get("dual").await.unwrap();
+                condition(&pod, &condition_type).filter(|c| c.status == status)
+            })
+            .await
+        }
+    };
+    let down = status("False").await;
+    assert!(
+        down.message
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("[2001:db8::7]:8080: "),
+        "{down:?}"
+    );
+    in_node.spawn(
+        "python3",
+        &["-m", "http.server", "8080", "--bind", "2001:db8::7"],
+        &[],
+    );
+    let up = status("True").await;
+    assert!(
+        up.message
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("192.0.2.7, 2001:db8::7 answered"),
+        "{up:?}"
+    );
+    drop(in_node);
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await;
+}
