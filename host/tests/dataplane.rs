@@ -1473,7 +1473,7 @@ async fn a_pod_whose_secondary_link_dies_leaves_dns_within_the_detection_window(
 
 /// An application that listens on the primary address only is Ready (kubelet's probe reaches
 /// it there) but not serving on the network; a pod that gates its own Ready on the condition
-/// (`readinessGates`) follows it.
+/// (`readinessGates`) follows it, probed over HTTP as its Service asks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_network_condition_reaches_apps_bound_to_the_primary_and_readiness_gates() {
     let plane = Plane::new("netapps").await;
@@ -1482,13 +1482,25 @@ async fn the_network_condition_reaches_apps_bound_to_the_primary_and_readiness_g
     let gate = network_ready_type(&ns);
     let pods: Api<Pod> = Api::namespaced(plane.client.clone(), &ns);
     let services: Api<Service> = Api::namespaced(plane.client.clone(), &ns);
-    for (name, port) in [("primary-only", 8080), ("gated", 80)] {
+    // gated's Service asks for an HTTP probe (isim.dev/probe), primary-only's for the default.
+    for (name, port, probe) in [
+        ("primary-only", 8080, None),
+        (
+            "gated",
+            80,
+            Some(r#"{"httpGet": {"port": 80, "path": "/"}, "periodSeconds": 1}"#),
+        ),
+    ] {
+        let mut annotations = serde_json::json!({"isim.dev/network": "macvlan"});
+        if let Some(probe) = probe {
+            annotations["isim.dev/probe"] = probe.into();
+        }
         services
             .create(
                 &PostParams::default(),
                 &serde_json::from_value(serde_json::json!({
                     "metadata": {"name": name, "labels": {"app": name},
-                                 "annotations": {"isim.dev/network": "macvlan"}},
+                                 "annotations": annotations},
                     "spec": {"clusterIP": "None", "ports": [{"port": port}]}}))
                 .unwrap(),
             )
@@ -1538,7 +1550,14 @@ async fn the_network_condition_reaches_apps_bound_to_the_primary_and_readiness_g
     })
     .await;
 
-    plane.network_ready_is("gated", "True").await;
+    let pod = plane.network_ready_is("gated", "True").await;
+    assert!(
+        network_ready(&pod, &ns)
+            .and_then(|c| c.message)
+            .unwrap_or_default()
+            .contains("(http 80 /)"),
+        "probed over HTTP"
+    );
     eventually("gated Ready once its gate is True", || async {
         is_ready(&plane.pod("gated").await).then_some(())
     })

@@ -4,13 +4,14 @@
 
 mod policy;
 
-/// The WIT bindings of world `scoped-endpoint-policy`, from `wit/` (what `nad-service-controller
-/// plugin wit` prints). The glue wit-bindgen generates is `unsafe` by nature.
+/// The WIT bindings of world `conditioned-endpoint-policy`, from `wit/` (what
+/// `nad-service-controller plugin wit` prints). The glue wit-bindgen generates is `unsafe` by
+/// nature.
 #[allow(unsafe_code)]
 mod bindings {
     wit_bindgen::generate!({
         path: "wit",
-        world: "scoped-endpoint-policy",
+        world: "conditioned-endpoint-policy",
         // Lets the policy's tests compare decisions.
         additional_derives: [PartialEq, Eq],
     });
@@ -20,11 +21,13 @@ mod bindings {
 }
 
 use bindings::exports::isim::nad_endpoints::{
+    condition_keys::Guest as ConditionKeys,
     decisions::{DecisionScope, Guest as Decisions},
     policy::Guest as Policy,
 };
 use bindings::isim::nad_endpoints::{
     log::{Level, log},
+    pod_conditions::network_readiness,
     types::{Decision, PluginInfo, Pod, Service},
 };
 
@@ -38,6 +41,14 @@ impl Decisions for Component {
     }
 }
 
+/// The pod conditions it reads besides each pod's readiness on the Service's network (which
+/// needs no declaring): none. Declared types come through `pod_conditions::declared()`.
+impl ConditionKeys for Component {
+    fn condition_types() -> Vec<String> {
+        Vec::new()
+    }
+}
+
 impl Policy for Component {
     fn info() -> PluginInfo {
         policy::info()
@@ -48,7 +59,8 @@ impl Policy for Component {
     }
 
     fn evaluate(service: Service, pods: Vec<Pod>, config: String) -> Result<Vec<Decision>, String> {
-        let decisions = policy::evaluate(&service, &pods, &config)?;
+        // Each pod's readiness on the Service's network (the network prober's), in order.
+        let decisions = policy::evaluate(&service, &pods, &network_readiness(), &config)?;
         let included = decisions
             .iter()
             .filter(|d| matches!(d, Decision::Include(_)))

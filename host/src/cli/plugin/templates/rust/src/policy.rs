@@ -9,9 +9,13 @@
 //! - Endpoint conditions as Kubernetes gives them: serving = the pod is Ready, terminating =
 //!   it is being deleted, ready = serving and not terminating (always, when the Service
 //!   publishes not-ready addresses).
+//! - And on the Service's own network: a pod whose readiness there (the network prober's
+//!   condition) is False is not serving, whatever its Ready says. Keep such a pod included:
+//!   the prober probes the pods a Service publishes.
 
-use crate::bindings::isim::nad_endpoints::types::{
-    Conditions, Decision, KeyValue, PluginInfo, Pod, PodPhase, Service,
+use crate::bindings::isim::nad_endpoints::{
+    pod_conditions::{ConditionStatus, PodCondition},
+    types::{Conditions, Decision, KeyValue, PluginInfo, Pod, PodPhase, Service},
 };
 
 const NAME_LABEL: &str = "app.kubernetes.io/name";
@@ -38,19 +42,31 @@ pub fn validate_config(config: &str) -> Result<(), String> {
     }
 }
 
-/// Exactly one decision per pod, in the same order.
-pub fn evaluate(service: &Service, pods: &[Pod], config: &str) -> Result<Vec<Decision>, String> {
+/// Exactly one decision per pod, in the same order. `network` holds each pod's readiness on
+/// the Service's network, in the same order (none without a prober).
+pub fn evaluate(
+    service: &Service,
+    pods: &[Pod],
+    network: &[Option<PodCondition>],
+    config: &str,
+) -> Result<Vec<Decision>, String> {
     validate_config(config)?;
     let selector = [NAME_LABEL, APP_LABEL]
         .into_iter()
         .find_map(|key| value(&service.labels, key).map(|wanted| (key, wanted)));
     Ok(pods
         .iter()
-        .map(|pod| decide(service, selector, pod))
+        .enumerate()
+        .map(|(i, pod)| decide(service, selector, pod, network.get(i).and_then(Option::as_ref)))
         .collect())
 }
 
-fn decide(service: &Service, selector: Option<(&str, &str)>, pod: &Pod) -> Decision {
+fn decide(
+    service: &Service,
+    selector: Option<(&str, &str)>,
+    pod: &Pod,
+    network: Option<&PodCondition>,
+) -> Decision {
     if let Some((key, wanted)) = selector {
         match value(&pod.labels, key) {
             Some(found) if found == wanted => {}
@@ -70,7 +86,8 @@ fn decide(service: &Service, selector: Option<(&str, &str)>, pod: &Pod) -> Decis
         PodPhase::Succeeded => Decision::Exclude("pod phase is Succeeded".to_string()),
         PodPhase::Failed => Decision::Exclude("pod phase is Failed".to_string()),
         PodPhase::Pending | PodPhase::Running | PodPhase::Unknown => {
-            let serving = pod.ready;
+            let answers = network.is_none_or(|c| c.status != ConditionStatus::False);
+            let serving = pod.ready && answers;
             Decision::Include(Conditions {
                 ready: service.publish_not_ready_addresses || (serving && !pod.terminating),
                 serving,
@@ -137,6 +154,7 @@ mod tests {
                 pod("b", &[("app", "db")]),
                 deleting,
             ],
+            &[],
             "",
         )
         .unwrap();
@@ -165,9 +183,31 @@ mod tests {
         let mut done = pod("a", &[]);
         done.phase = PodPhase::Succeeded;
         assert!(matches!(
-            &evaluate(&service(&[]), &[done], "").unwrap()[0],
+            &evaluate(&service(&[]), &[done], &[], "").unwrap()[0],
             Decision::Exclude(_)
         ));
+    }
+
+    #[test]
+    fn a_pod_that_does_not_answer_on_the_network_is_not_serving() {
+        let condition = |status| PodCondition {
+            type_: "network-ready.isim.dev/default.macvlan".into(),
+            status,
+            reason: String::new(),
+            message: String::new(),
+        };
+        let pods = [pod("down", &[]), pod("up", &[]), pod("unprobed", &[])];
+        let network = [
+            Some(condition(ConditionStatus::False)),
+            Some(condition(ConditionStatus::True)),
+            None,
+        ];
+        let decisions = evaluate(&service(&[]), &pods, &network, "").unwrap();
+        let serving: Vec<bool> = decisions
+            .iter()
+            .map(|d| matches!(d, Decision::Include(c) if c.serving && c.ready))
+            .collect();
+        assert_eq!(serving, [false, true, true]);
     }
 
     #[test]
