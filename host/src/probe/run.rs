@@ -314,7 +314,7 @@ async fn probe(shared: Arc<Shared>, key: TargetKey, target: Target) {
                 shared.metrics.wrote(network, "error");
                 tracing::warn!(pod = %format!("{namespace}/{name}"), network, condition = %condition_type, error = %e,
                     "cannot write the pod's network readiness; retrying at the next probe");
-                tracker = Tracker::new(before);
+                tracker.unwrite(before);
             }
         }
     }

@@ -47,6 +47,12 @@ impl Tracker {
         None
     }
 
+    /// The flip to `status` could not be written: go back to `previous`, keeping the counts,
+    /// so that the next attempt with the same result flips (and writes) again.
+    pub fn unwrite(&mut self, previous: Option<bool>) {
+        self.status = previous;
+    }
+
     /// Failures in a row so far (for the message of a flip to False).
     pub fn failures(&self) -> u32 {
         self.failures
@@ -90,6 +96,18 @@ mod tests {
         assert_eq!(t.record(true, &spec), None);
         assert_eq!(t.record(true, &spec), Some(true));
         assert_eq!(t.status(), Some(true));
+    }
+
+    #[test]
+    fn a_flip_that_could_not_be_written_is_retried_at_the_next_attempt() {
+        let spec = spec(1, 3);
+        let mut t = Tracker::new(Some(true));
+        for _ in 0..2 {
+            assert_eq!(t.record(false, &spec), None);
+        }
+        assert_eq!(t.record(false, &spec), Some(false));
+        t.unwrite(Some(true));
+        assert_eq!(t.record(false, &spec), Some(false), "at once, not 3 more");
     }
 
     #[test]
