@@ -238,24 +238,24 @@ fn describe(check: &Resolved) -> String {
 
 /// Probes one pod on one network every period, writing its condition when it flips.
 async fn probe(shared: Arc<Shared>, key: TargetKey, target: Target) {
-    let spec = target.spec();
+    let timing = target.timing;
     let (namespace, name, network) = &key;
     let condition_type = network_ready::condition_type(network);
     let mut tracker = Tracker::new(target.known);
     // Spread the probers' first attempts over one period.
     let mut hasher = DefaultHasher::new();
     key.hash(&mut hasher);
-    let period_ms = u64::try_from(spec.period.as_millis())
+    let period_ms = u64::try_from(timing.period.as_millis())
         .unwrap_or(u64::MAX)
         .max(1);
     tokio::time::sleep(Duration::from_millis(hasher.finish() % period_ms)).await;
-    let mut interval = tokio::time::interval(spec.period);
+    let mut interval = tokio::time::interval(timing.period);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let checks: Vec<String> = target.checks.iter().map(describe).collect();
     loop {
         interval.tick().await;
         let started = Instant::now();
-        let failure = check::probe(&target.addresses, &target.checks, spec.timeout).await;
+        let failure = check::probe(&target.addresses, &target.checks, timing.timeout).await;
         shared
             .metrics
             .probed(network, failure.is_none(), started.elapsed());
@@ -263,7 +263,7 @@ async fn probe(shared: Arc<Shared>, key: TargetKey, target: Target) {
             tracing::debug!(pod = %format!("{namespace}/{name}"), network, %failure, "probe failed");
         }
         let before = tracker.status();
-        let Some(status) = tracker.record(failure.is_none(), &spec) else {
+        let Some(status) = tracker.record(failure.is_none(), &timing) else {
             continue;
         };
         let addresses: Vec<String> = target.addresses.iter().map(ToString::to_string).collect();
@@ -274,7 +274,7 @@ async fn probe(shared: Arc<Shared>, key: TargetKey, target: Target) {
                     "{} answered ({}), probed every {}s",
                     addresses.join(", "),
                     checks.join(", "),
-                    spec.period.as_secs()
+                    timing.period.as_secs()
                 ),
             ),
             Some(failure) => (
@@ -282,7 +282,7 @@ async fn probe(shared: Arc<Shared>, key: TargetKey, target: Target) {
                 format!(
                     "{failure} ({} failures in a row, probed every {}s)",
                     tracker.failures(),
-                    spec.period.as_secs()
+                    timing.period.as_secs()
                 ),
             ),
         };

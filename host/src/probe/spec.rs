@@ -65,9 +65,10 @@ pub enum Port {
 }
 
 /// What one attempt checks on each address.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub enum Check {
     /// A TCP connect to each of the Service's target ports.
+    #[default]
     ServicePorts,
     /// A TCP connect to this port.
     Tcp(Port),
@@ -80,26 +81,31 @@ pub enum Check {
     },
 }
 
-/// A probe: what to check, and when a pod counts as answering.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ProbeSpec {
-    pub check: Check,
+/// When a probe runs and when a pod counts as answering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Timing {
     pub period: Duration,
     pub timeout: Duration,
     pub success_threshold: u32,
     pub failure_threshold: u32,
 }
 
-impl Default for ProbeSpec {
+impl Default for Timing {
     fn default() -> Self {
-        ProbeSpec {
-            check: Check::ServicePorts,
+        Timing {
             period: Duration::from_secs(u64::from(PERIOD.default)),
             timeout: Duration::from_secs(u64::from(TIMEOUT.default)),
             success_threshold: SUCCESS.default,
             failure_threshold: FAILURE.default,
         }
     }
+}
+
+/// A probe: what to check, and its timing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct ProbeSpec {
+    pub check: Check,
+    pub timing: Timing,
 }
 
 /// The annotation as written: kubelet's field names.
@@ -235,10 +241,12 @@ pub fn parse(annotation: Option<&str>) -> (ProbeSpec, Vec<String>) {
     }
     let spec = ProbeSpec {
         check: check.unwrap_or(Check::ServicePorts),
-        period: Duration::from_secs(u64::from(period)),
-        timeout: Duration::from_secs(u64::from(timeout)),
-        success_threshold,
-        failure_threshold,
+        timing: Timing {
+            period: Duration::from_secs(u64::from(period)),
+            timeout: Duration::from_secs(u64::from(timeout)),
+            success_threshold,
+            failure_threshold,
+        },
     };
     (spec, problems)
 }
@@ -265,12 +273,13 @@ mod tests {
         let (spec, problems) = parse(None);
         assert!(problems.is_empty());
         assert_eq!(spec.check, Check::ServicePorts);
-        assert_eq!(spec.period, Duration::from_secs(2));
-        assert_eq!(spec.timeout, Duration::from_secs(1));
-        assert_eq!((spec.success_threshold, spec.failure_threshold), (1, 3));
+        let t = spec.timing;
+        assert_eq!(t.period, Duration::from_secs(2));
+        assert_eq!(t.timeout, Duration::from_secs(1));
+        assert_eq!((t.success_threshold, t.failure_threshold), (1, 3));
         // With the defaults, a dead link fails 3 probes 2 s apart, each given at most 1 s:
         // out of the slices within 10 s of going dead.
-        let window = spec.period * spec.failure_threshold + spec.timeout;
+        let window = t.period * t.failure_threshold + t.timeout;
         assert!(window <= Duration::from_secs(8), "{window:?}");
     }
 
@@ -289,9 +298,10 @@ mod tests {
                 status: Some(204)
             }
         );
-        assert_eq!(spec.period, Duration::from_secs(5));
-        assert_eq!(spec.timeout, Duration::from_secs(2));
-        assert_eq!((spec.success_threshold, spec.failure_threshold), (2, 4));
+        let t = spec.timing;
+        assert_eq!(t.period, Duration::from_secs(5));
+        assert_eq!(t.timeout, Duration::from_secs(2));
+        assert_eq!((t.success_threshold, t.failure_threshold), (2, 4));
         let (spec, problems) = parse(Some(r#"{"tcpSocket": {"port": 9090}}"#));
         assert!(problems.is_empty());
         assert_eq!(spec.check, Check::Tcp(Port::Number(9090)));
@@ -300,7 +310,7 @@ mod tests {
         let (spec, problems) = parse(Some(r#"{"failureThreshold": 5}"#));
         assert!(problems.is_empty());
         assert_eq!(
-            (spec.check, spec.failure_threshold),
+            (spec.check, spec.timing.failure_threshold),
             (Check::ServicePorts, 5)
         );
     }

@@ -17,13 +17,12 @@ use std::{
     collections::{BTreeMap, HashMap},
     net::IpAddr,
     sync::Arc,
-    time::Duration,
 };
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 
-use super::spec::{self, Check, Port, ProbeSpec};
+use super::spec::{self, Check, Port, Timing};
 use crate::{
     index::PodRecord,
     input::{network_ready::Status, target::ServiceTarget},
@@ -51,10 +50,7 @@ pub struct Target {
     /// The addresses the controller publishes (every one is probed).
     pub addresses: Vec<IpAddr>,
     pub checks: Vec<Resolved>,
-    pub period: Duration,
-    pub timeout: Duration,
-    pub success_threshold: u32,
-    pub failure_threshold: u32,
+    pub timing: Timing,
     /// The network readiness condition the pod carries now, if any.
     pub known: Option<bool>,
     /// The Services it is probed for, `namespace/name`.
@@ -62,22 +58,12 @@ pub struct Target {
 }
 
 impl Target {
-    pub fn spec(&self) -> ProbeSpec {
-        ProbeSpec {
-            check: Check::ServicePorts,
-            period: self.period,
-            timeout: self.timeout,
-            success_threshold: self.success_threshold,
-            failure_threshold: self.failure_threshold,
-        }
-    }
-
     /// Whether `other` probes the same things the same way (the known status aside).
     pub fn same_probe(&self, other: &Target) -> bool {
         self.uid == other.uid
             && self.addresses == other.addresses
             && self.checks == other.checks
-            && self.spec() == other.spec()
+            && self.timing == other.timing
     }
 }
 
@@ -166,10 +152,7 @@ pub fn targets<'a>(
                 uid: pod.uid.clone(),
                 addresses: Vec::new(),
                 checks: Vec::new(),
-                period: spec.period,
-                timeout: spec.timeout,
-                success_threshold: spec.success_threshold,
-                failure_threshold: spec.failure_threshold,
+                timing: spec.timing,
                 known: pod
                     .network_readiness(&service.network)
                     .and_then(|c| match c.status {
@@ -254,6 +237,7 @@ mod tests {
     use crate::index::Keys;
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
+    use std::time::Duration;
 
     fn service(name: &str, network: &str, probe: Option<&str>) -> ServiceTarget {
         ServiceTarget {
@@ -357,7 +341,7 @@ mod tests {
         assert_eq!(a.checks, [Resolved::Tcp(8080), Resolved::Tcp(9000)]);
         assert_eq!(a.known, Some(true));
         assert_eq!(a.services, ["team-a/web"]);
-        assert_eq!(a.period, Duration::from_secs(2));
+        assert_eq!(a.timing.period, Duration::from_secs(2));
     }
 
     #[test]
@@ -396,7 +380,7 @@ mod tests {
                 }
             ]
         );
-        assert_eq!(a.period, Duration::from_secs(5), "api sorts first");
+        assert_eq!(a.timing.period, Duration::from_secs(5), "api sorts first");
         assert_eq!(a.services, ["team-a/api", "team-a/web"]);
         assert_eq!(a.known, None);
     }

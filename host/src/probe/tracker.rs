@@ -1,7 +1,7 @@
 //! Thresholds as kubelet applies them: a pod's readiness on a network flips only after
 //! `failureThreshold` failures (or `successThreshold` answers) in a row. Pure.
 
-use super::spec::ProbeSpec;
+use super::spec::Timing;
 
 /// One pod's readiness on one network, as the prober believes it.
 #[derive(Debug, Clone, Default)]
@@ -28,18 +28,18 @@ impl Tracker {
     }
 
     /// Counts one attempt; the new status when it changes (the condition to write).
-    pub fn record(&mut self, answered: bool, spec: &ProbeSpec) -> Option<bool> {
+    pub fn record(&mut self, answered: bool, timing: &Timing) -> Option<bool> {
         if answered {
             self.successes = self.successes.saturating_add(1);
             self.failures = 0;
-            if self.status != Some(true) && self.successes >= spec.success_threshold {
+            if self.status != Some(true) && self.successes >= timing.success_threshold {
                 self.status = Some(true);
                 return self.status;
             }
         } else {
             self.failures = self.failures.saturating_add(1);
             self.successes = 0;
-            if self.status != Some(false) && self.failures >= spec.failure_threshold {
+            if self.status != Some(false) && self.failures >= timing.failure_threshold {
                 self.status = Some(false);
                 return self.status;
             }
@@ -63,11 +63,11 @@ impl Tracker {
 mod tests {
     use super::*;
 
-    fn spec(success: u32, failure: u32) -> ProbeSpec {
-        ProbeSpec {
+    fn spec(success: u32, failure: u32) -> Timing {
+        Timing {
             success_threshold: success,
             failure_threshold: failure,
-            ..ProbeSpec::default()
+            ..Timing::default()
         }
     }
 

@@ -298,11 +298,12 @@ async fn plan_and_write(
     let included = verdicts.included();
     let desired = plan::desired(&target, &included);
     let missing = ctx.network_missing(&target.network);
+    let probe = report::probe_problems(&target);
     report::problems(
         ctx,
         service,
         &key,
-        (&target, missing.as_ref()),
+        (&target, missing.as_ref(), &probe),
         observation,
         &desired,
     )
@@ -311,10 +312,7 @@ async fn plan_and_write(
         (Reason::NetworkNotFound, missing.is_some()),
         (Reason::DuplicateAddress, !desired.conflicts.is_empty()),
         (Reason::EndpointLeftOut, !desired.dropped.is_empty()),
-        (
-            Reason::InvalidProbe,
-            !report::probe_problems(&target).is_empty(),
-        ),
+        (Reason::InvalidProbe, !probe.is_empty()),
     ] {
         if present {
             found.insert(Problem::new(reason));

@@ -52,7 +52,7 @@ pub async fn problems(
     ctx: &Context,
     service: &Service,
     key: &ObjectRef<Service>,
-    (target, missing): (&ServiceTarget, Option<&Missing>),
+    (target, missing, probe): (&ServiceTarget, Option<&Missing>, &[String]),
     observation: &Observation,
     desired: &Desired,
 ) {
@@ -77,11 +77,9 @@ pub async fn problems(
             network: m.network.clone(),
             closest: m.closest.clone(),
         }))
-        .chain(
-            Some(probe_problems(target))
-                .filter(|p| !p.is_empty())
-                .map(|problems| Problem::InvalidProbe { problems }),
-        );
+        .chain((!probe.is_empty()).then(|| Problem::InvalidProbe {
+            problems: probe.to_vec(),
+        }));
     let new = ctx.book.lock().state(key).report(problems);
     let network = target.network.as_str();
     for problem in new {
