@@ -49,27 +49,14 @@ pub async fn run(
         (services.clone(), service_writer, slice_writer),
     );
     let caches_ready = signal_when_synced(&shared, services.clone(), slices.clone(), ready);
-    let ctx = Arc::new(Context {
-        events: reconcile::Events::new(client.clone(), reporter),
-        client,
-        pods: shared.pods.clone(),
-        zones: shared.zones.clone(),
-        slices,
-        slice_names: shared.slice_names.clone(),
-        definitions: shared.definitions.clone(),
-        candidates: Arc::default(),
-        plugins: plugins.plugins,
-        settings,
-        metrics,
-        book: shared.book.clone(),
-        recovery: shared.recovery.clone(),
-        caches_ready,
-    });
+    let api = reconcile::Api::new(client, reporter);
+    let stores = (slices, plugins.plugins.clone());
+    let ctx = Arc::new(Context::new(api, shared, stores, settings, caches_ready));
 
     // A reconcile mostly waits for its slice write; the plugin calls and planning run on the
     // blocking pool. Five at once, as upstream's EndpointSlice controller, keeps two cores
     // busy at a cold start of 10 000 Services where two at once left them half idle.
-    let concurrency = ctx.settings.concurrent_syncs;
+    let concurrency = ctx.settings().concurrent_syncs;
     Controller::for_stream(service_stream, services)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         // No watch error reaches the trigger stream (see `watch`); bounded all the same.
@@ -152,7 +139,7 @@ fn watches(
             .recovery
             .clone()
             .run(client.clone(), move || book.lock().failing())
-            .inspect(move |service| everything.lock().replan(service))
+            .inspect(move |service| everything.lock().input_changed(service.clone()))
     };
     let triggers = futures::stream::select_all([
         slice_triggers.boxed(),

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use kube::runtime::watcher;
 
 /// A Service's network that names no NetworkAttachmentDefinition.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Missing {
     pub network: String,
     /// An existing one a few edits away.

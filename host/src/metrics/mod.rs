@@ -19,17 +19,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::error::Category;
-
-/// One plugin call: which plugin, how it ended (`ok`, `rejected` or the failure's cause), how
-/// long it took, and how many pods it asked about.
-#[derive(Debug, Clone)]
-pub struct PluginCall {
-    pub plugin: String,
-    pub outcome: &'static str,
-    pub elapsed: Duration,
-    pub pods: usize,
-}
+use crate::{error::Category, reconcile::policy::PluginCall};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
@@ -227,7 +217,7 @@ impl Metrics {
     /// The calls one decision made: their durations and the pods they asked about.
     pub fn plugin_calls(&self, calls: &[PluginCall]) {
         for call in calls {
-            self.plugin_called(&call.plugin, call.outcome, call.elapsed);
+            self.plugin_called(&call.plugin, call.outcome.as_str(), call.elapsed);
             self.plugin_evaluated(&call.plugin, call.pods);
         }
     }

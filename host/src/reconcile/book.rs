@@ -1,33 +1,42 @@
 //! The per-Service bookkeeping, in one place under one lock: why the next reconcile runs
 //! ([`Scopes`]), what the slice cache should show after this controller's writes
-//! ([`Expectations`]), failures, refusals and reported problems ([`ServiceState`]), and the
-//! policy's last decision per pod ([`Remembered`]).
+//! ([`Expectations`]), failures, refusals and reported findings ([`ServiceState`]), the
+//! policy's last decisions ([`Remembered`]) and the pod screen's answers ([`Answer`]).
 //!
-//! A reconcile calls [`Book::begin`] and [`Book::finish`]; a Service deleted or no longer
-//! managed is [`Book::forget`]-ten, so nothing of it stays behind.
+//! Its API is named after what happens: the watches tell it that a pod, a slice or anything
+//! else changed; a reconcile [`Book::begin`]s, records what it wrote, and remembers what it
+//! decided; a Service deleted or no longer managed is [`Book::forget`]-ten, so nothing of it
+//! stays behind.
 
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
-use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
-use kube::runtime::reflector::ObjectRef;
+use k8s_openapi::{
+    api::{core::v1::Service, discovery::v1::EndpointSlice},
+    jiff::Timestamp,
+};
+use kube::{ResourceExt, runtime::reflector::ObjectRef};
 
 use super::{
-    decide::Remembered,
+    decide::{Answer, Remembered},
     expectations::Expectations,
+    findings::Finding,
     scope::{Scopes, Taken},
-    state::{ServiceState, Services},
+    slices::Changes,
+    state::Services,
 };
+use crate::apply::validate::{self, Violation};
 
 /// Every Service's bookkeeping.
 #[derive(Debug, Default)]
 pub struct Book {
-    pub scopes: Scopes,
-    pub expectations: Expectations,
+    scopes: Scopes,
+    expectations: Expectations,
     states: Services,
     remembered: HashMap<ObjectRef<Service>, Remembered>,
+    answered: HashMap<ObjectRef<Service>, Vec<Answer>>,
 }
 
 /// What a reconcile starts from.
@@ -36,8 +45,86 @@ pub struct Begun {
     pub taken: Taken,
     /// The policy's decisions of the Service's last reconcile, if any.
     pub remembered: Option<Remembered>,
+    /// The pod screen's answers since.
+    pub answered: Vec<Answer>,
 }
 
+/// What a reconcile wrote.
+#[derive(Debug, Default)]
+pub struct Wrote<'a> {
+    /// Slices applied, with the generation the API server gave them.
+    pub applied: &'a [(String, Option<i64>)],
+    pub deleted: &'a [String],
+    /// Some writes were not made: their slices changed since they were planned.
+    pub outdated: bool,
+}
+
+fn namespace(service: &ObjectRef<Service>) -> &str {
+    service.namespace.as_deref().unwrap_or_default()
+}
+
+/// What the watches tell.
+impl Book {
+    /// A pod of the Service's namespace, on its network, changed at `at`.
+    pub fn pod_changed(&mut self, service: ObjectRef<Service>, pod: &str, at: Timestamp) {
+        self.scopes.pod_changed(service, pod, at);
+    }
+
+    /// The pod screen found that a change of `pod` moves the Service: with the policy's
+    /// answer when it gave one, for the reconcile to reuse.
+    pub fn screened(
+        &mut self,
+        service: ObjectRef<Service>,
+        pod: &str,
+        at: Timestamp,
+        answer: Option<Answer>,
+    ) {
+        if let Some(answer) = answer {
+            let answers = self.answered.entry(service.clone()).or_default();
+            answers.retain(|a| a.pod.name != answer.pod.name);
+            answers.push(answer);
+        }
+        self.scopes.pod_changed(service, pod, at);
+    }
+
+    /// Something other than its pods changed for the Service (itself, a node, its network,
+    /// its plugin, a failure to recover from): its next reconcile plans everything.
+    pub fn input_changed(&mut self, service: ObjectRef<Service>) {
+        self.scopes.everything_changed(service);
+    }
+
+    /// A watch event of one of the Service's slices (`listed`: from a relist): whether the
+    /// Service must reconcile. The echo of this controller's own write adds nothing to check,
+    /// and only wakes a reconcile that waits for it; anything else (a hand edit, a deletion
+    /// by someone else) makes the Service place its decisions again.
+    pub fn slice_event(
+        &mut self,
+        service: ObjectRef<Service>,
+        slice: &EndpointSlice,
+        deleted: bool,
+        listed: bool,
+    ) -> bool {
+        let own = !listed
+            && self
+                .expectations
+                .met(namespace(&service), &service.name, slice, deleted);
+        if own {
+            return self.scopes.is_pending(&service);
+        }
+        self.scopes.slices_changed(service);
+        true
+    }
+
+    /// Whether a change of `pod` reconciles the Service at once rather than being screened:
+    /// the Service includes the pod, or remembers no decisions to screen against.
+    pub fn reconciles_at_once(&self, service: &ObjectRef<Service>, pod: &str) -> bool {
+        self.remembered
+            .get(service)
+            .is_none_or(|r| r.included.contains_key(pod))
+    }
+}
+
+/// What a reconcile does.
 impl Book {
     /// Starts a reconcile of `service` whose slices in the cache are `existing`. `None` when
     /// the cache is behind this controller's own writes: their watch events are on their way
@@ -47,34 +134,127 @@ impl Book {
         service: &ObjectRef<Service>,
         existing: &[Arc<EndpointSlice>],
     ) -> Option<Begun> {
-        let namespace = service.namespace.as_deref().unwrap_or_default();
         if self
             .expectations
-            .cache_is_stale(namespace, &service.name, existing)
+            .cache_is_stale(namespace(service), &service.name, existing)
         {
+            self.scopes.wait_for_cache(service.clone());
             return None;
         }
         Some(Begun {
             taken: self.scopes.take(service),
             remembered: self.remembered.remove(service),
+            answered: self.answered.remove(service).unwrap_or_default(),
         })
     }
 
-    /// Ends a reconcile that decided: keeps its decisions for the next one.
+    /// Keeps a reconcile's decisions for the next one.
     pub fn remember(&mut self, service: &ObjectRef<Service>, remembered: Remembered) {
         self.remembered.insert(service.clone(), remembered);
     }
 
-    /// The Service's last decisions, if it remembers them.
-    pub fn remembered(&self, service: &ObjectRef<Service>) -> Option<&Remembered> {
-        self.remembered.get(service)
+    /// Drops from `changes` the slices that must not be sent: exactly what the API refused
+    /// before, or what this controller's own check of the API's rules refuses (returned, by
+    /// name, with the rules they break). Slices to delete need no refusal remembered.
+    pub fn hold_back(
+        &mut self,
+        service: &ObjectRef<Service>,
+        changes: &mut Changes,
+    ) -> Vec<(String, Vec<Violation>)> {
+        let state = self.states.get(service);
+        let mut refused_now = Vec::new();
+        changes.apply.retain(|slice| {
+            if state.was_refused(slice) {
+                tracing::debug!(slice = %slice.name_any(), "not sent again: the API refused this content before");
+                return false;
+            }
+            let violations = validate::slice(slice);
+            if violations.is_empty() {
+                return true;
+            }
+            state.refused(slice);
+            refused_now.push((slice.name_any(), violations));
+            false
+        });
+        for seen in &changes.delete {
+            state.accepted(&seen.name);
+        }
+        refused_now
     }
 
-    /// Whether the Service's last decisions included `pod`.
-    pub fn included(&self, service: &ObjectRef<Service>, pod: &str) -> bool {
-        self.remembered
-            .get(service)
-            .is_some_and(|r| r.included.contains_key(pod))
+    /// The writes a reconcile made over `existing`: what the cache should show next.
+    pub fn wrote(
+        &mut self,
+        service: &ObjectRef<Service>,
+        existing: &[Arc<EndpointSlice>],
+        wrote: &Wrote<'_>,
+    ) {
+        let (namespace, name) = (namespace(service), service.name.as_str());
+        let seen = |slice: &str| existing.iter().find(|s| s.name_any() == slice);
+        for (slice, generation) in wrote.applied {
+            let created = seen(slice).is_none();
+            self.expectations
+                .applied(namespace, name, slice, *generation, created);
+        }
+        for slice in wrote.deleted {
+            let uid = seen(slice).and_then(|s| s.uid());
+            self.expectations.deleted(namespace, name, slice, uid);
+        }
+        let state = self.states.get(service);
+        for (slice, _) in wrote.applied {
+            state.accepted(slice);
+        }
+        if wrote.outdated {
+            self.replan(service);
+        }
+    }
+
+    /// The API server refused `slice` as sent: it is not sent again while it is the same.
+    pub fn refused(&mut self, service: &ObjectRef<Service>, slice: &EndpointSlice) {
+        self.states.get(service).refused(slice);
+    }
+
+    /// The findings of this reconcile: returns those not reported before.
+    pub fn report(
+        &mut self,
+        service: &ObjectRef<Service>,
+        findings: impl IntoIterator<Item = Finding>,
+    ) -> Vec<Finding> {
+        self.states.get(service).report(findings)
+    }
+
+    /// A reconcile planned: whether pods wait for their nodes (then it runs again soon), and
+    /// whether its slices may differ from the plan (a write held back).
+    pub fn planned(&mut self, service: &ObjectRef<Service>, node_retry: bool, held_back: bool) {
+        self.states.get(service).node_retry = node_retry;
+        if held_back {
+            self.replan(service);
+        }
+    }
+
+    /// Whether the Service's last plan had pods waiting for their nodes.
+    pub fn node_retry(&self, service: &ObjectRef<Service>) -> bool {
+        self.states.peek(service).is_some_and(|s| s.node_retry)
+    }
+
+    /// A reconcile failed with `error`: its next one plans everything. True when the failure
+    /// is new (to be reported).
+    pub fn failed(&mut self, service: &ObjectRef<Service>, error: String) -> bool {
+        self.replan(service);
+        self.states.get(service).failed(error)
+    }
+
+    /// A reconcile succeeded: the failure it recovered from, if any.
+    pub fn succeeded(&mut self, service: &ObjectRef<Service>) -> Option<String> {
+        self.states.succeeded(service)
+    }
+
+    /// The Service's failures in a row (at least 1 after a failure), and whether the last
+    /// repeated the one before.
+    pub fn failures(&self, service: &ObjectRef<Service>) -> (u32, bool) {
+        self.states
+            .peek(service)
+            .map_or((1, false), |s| (s.failures, s.is_repeat()))
     }
 
     /// The Service's slices may differ from its last plan (a write failed or was held back):
@@ -83,19 +263,18 @@ impl Book {
         self.scopes.everything_changed(service.clone());
     }
 
-    pub fn state(&mut self, service: &ObjectRef<Service>) -> &mut ServiceState {
-        self.states.get(service)
+    /// Forgets everything about a Service that is gone or no longer managed.
+    pub fn forget(&mut self, service: &ObjectRef<Service>) {
+        self.states.forget(service);
+        self.scopes.forget(service);
+        self.remembered.remove(service);
+        self.answered.remove(service);
+        self.expectations.forget(namespace(service), &service.name);
     }
+}
 
-    pub fn peek(&self, service: &ObjectRef<Service>) -> Option<&ServiceState> {
-        self.states.peek(service)
-    }
-
-    /// A reconcile succeeded: the failure it recovered from, if any.
-    pub fn succeeded(&mut self, service: &ObjectRef<Service>) -> Option<String> {
-        self.states.succeeded(service)
-    }
-
+/// What the recovery and the Service watch ask.
+impl Book {
     /// Services whose last reconcile failed.
     pub fn failing(&self) -> Vec<ObjectRef<Service>> {
         self.states.failing()
@@ -108,17 +287,6 @@ impl Book {
         known.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         known.dedup();
         known
-    }
-
-    /// Forgets everything about a Service that is gone or no longer managed.
-    pub fn forget(&mut self, service: &ObjectRef<Service>) {
-        self.states.forget(service);
-        self.scopes.forget(service);
-        self.remembered.remove(service);
-        self.expectations.forget(
-            service.namespace.as_deref().unwrap_or_default(),
-            &service.name,
-        );
     }
 }
 
@@ -137,23 +305,34 @@ impl SharedBook {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::scope::Scope;
+    use crate::reconcile::{decide::PolicyId, scope::Scope};
 
     fn svc(name: &str) -> ObjectRef<Service> {
         ObjectRef::new(name).within("ns")
     }
 
+    fn slice(generation: i64) -> EndpointSlice {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-ipv4-0", "generation": generation, "uid": "u"},
+            "addressType": "IPv4"}))
+        .unwrap()
+    }
+
+    fn wrote_web_ipv4_0(book: &mut Book) {
+        let applied = [("web-ipv4-0".to_owned(), Some(2))];
+        let wrote = Wrote {
+            applied: &applied,
+            ..Wrote::default()
+        };
+        book.wrote(&svc("web"), &[Arc::new(slice(1))], &wrote);
+    }
+
     #[test]
     fn a_stale_cache_leaves_the_pending_changes_for_later() {
         let mut book = Book::default();
-        book.expectations
-            .applied("ns", "web", "web-ipv4-0", Some(2), false);
-        book.scopes.everything_changed(svc("web"));
-        let stored: Arc<EndpointSlice> = Arc::new(
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "web-ipv4-0", "generation": 1}, "addressType": "IPv4"}))
-            .unwrap(),
-        );
+        wrote_web_ipv4_0(&mut book);
+        book.input_changed(svc("web"));
+        let stored = Arc::new(slice(1));
         assert!(
             book.begin(&svc("web"), std::slice::from_ref(&stored))
                 .is_none()
@@ -165,10 +344,58 @@ mod tests {
     }
 
     #[test]
+    fn the_echo_of_an_own_write_reconciles_only_a_service_that_waits_for_it() {
+        let mut book = Book::default();
+        wrote_web_ipv4_0(&mut book);
+        assert!(
+            !book.slice_event(svc("web"), &slice(2), false, false),
+            "nothing waits: the echo costs no reconcile"
+        );
+        assert!(
+            book.begin(&svc("web"), &[Arc::new(slice(2))]).is_some(),
+            "the echo met the expectation"
+        );
+
+        wrote_web_ipv4_0(&mut book);
+        assert!(book.begin(&svc("web"), &[Arc::new(slice(1))]).is_none());
+        assert!(
+            book.slice_event(svc("web"), &slice(2), false, false),
+            "a reconcile waits for this echo"
+        );
+        assert!(
+            book.slice_event(svc("web"), &slice(3), false, false),
+            "someone else's write"
+        );
+        assert!(
+            book.slice_event(svc("web"), &slice(2), false, true),
+            "a relist shows it: no one can tell whose it is"
+        );
+    }
+
+    #[test]
+    fn a_screened_answer_goes_to_the_next_reconcile_only() {
+        let mut book = Book::default();
+        let pod = crate::reconcile::observe::tests::pod("a", "ns", None, None);
+        let answer = Answer {
+            pod,
+            by: PolicyId {
+                name: "default".into(),
+                hash: "h".into(),
+                config: 0,
+            },
+            decision: crate::reconcile::plan::Decision::Exclude(String::new()),
+        };
+        book.screened(svc("web"), "a", Timestamp::UNIX_EPOCH, Some(answer));
+        let begun = book.begin(&svc("web"), &[]).unwrap();
+        assert_eq!(begun.answered.len(), 1);
+        assert_eq!(begun.taken.scope, Scope::Pods(["a".to_owned()].into()));
+        assert!(book.begin(&svc("web"), &[]).unwrap().answered.is_empty());
+    }
+
+    #[test]
     fn a_forgotten_service_leaves_nothing_behind() {
         let mut book = Book::default();
-        book.state(&svc("web")).failed("x".into());
-        book.scopes.everything_changed(svc("web"));
+        book.failed(&svc("web"), "x".into());
         book.remember(&svc("web"), Remembered::default());
         book.expectations
             .deleted("ns", "web", "web-ipv4-0", Some("u".into()));

@@ -1,32 +1,36 @@
-//! What a reconcile reads and writes through.
+//! What a reconcile reads and writes through: the watches' state, read as one [`Snapshot`]
+//! per reconcile, and the API (the one writer, Events).
 
-use crate::reason::Reason;
 use std::{
     collections::BTreeSet,
-    sync::{Arc, RwLock, RwLockReadGuard},
+    sync::{Arc, MutexGuard},
 };
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{
     Client,
-    runtime::reflector::{ObjectRef, Store},
+    runtime::{
+        events::Reporter,
+        reflector::{ObjectRef, Store},
+    },
 };
 
 use super::{
-    book::SharedBook,
+    book::{Begun, Book},
     candidates::CandidateCache,
-    decide::ObserveAll,
     events::Events,
     observe::{self, Observation},
+    scope::Scope,
     slices,
+    step::{Candidates, Snapshot},
 };
 use crate::{
     error::Error,
-    index::{Missing, NetworkDefinitions, NodeZones, PodIndex, SliceNames},
     input::target::ServiceTarget,
     metrics::Metrics,
-    plugin::SharedPlugins,
-    watch::recovery::Recovery,
+    plugin::{Plugins, SharedPlugins},
+    reason::Reason,
+    watch::{Shared, read},
 };
 
 /// The name this controller reports Events under.
@@ -41,32 +45,78 @@ pub struct Settings {
     pub concurrent_syncs: u16,
 }
 
-/// Everything a reconcile reads or writes through.
-pub struct Context {
+/// The API a reconcile writes to: slices (through [`crate::apply`]) and Events.
+pub struct Api {
     pub client: Client,
     pub events: Events,
-    pub pods: Arc<RwLock<PodIndex>>,
-    pub zones: Arc<RwLock<NodeZones>>,
-    pub slices: Store<EndpointSlice>,
-    pub slice_names: Arc<RwLock<SliceNames>>,
-    /// The NetworkAttachmentDefinitions that exist.
-    pub definitions: Arc<RwLock<NetworkDefinitions>>,
-    /// Each network's candidates, shared by its Services.
-    pub candidates: Arc<CandidateCache>,
-    pub plugins: Arc<SharedPlugins>,
-    pub settings: Settings,
-    pub metrics: Arc<Metrics>,
-    pub book: SharedBook,
-    pub recovery: Arc<Recovery>,
-    pub caches_ready: tokio::sync::watch::Receiver<bool>,
 }
 
-fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    lock.read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+impl Api {
+    pub fn new(client: Client, reporter: Reporter) -> Self {
+        Api {
+            events: Events::new(client.clone(), reporter),
+            client,
+        }
+    }
+}
+
+/// Everything a reconcile reads or writes through.
+pub struct Context {
+    /// The watches' state: the indexes, the bookkeeping, the recovery, the metrics.
+    shared: Shared,
+    slices: Store<EndpointSlice>,
+    /// Each network's candidates, shared by its Services.
+    candidates: Arc<CandidateCache>,
+    plugins: Arc<SharedPlugins>,
+    api: Api,
+    settings: Settings,
+    caches_ready: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Context {
+    pub fn new(
+        api: Api,
+        shared: Shared,
+        (slices, plugins): (Store<EndpointSlice>, Arc<SharedPlugins>),
+        settings: Settings,
+        caches_ready: tokio::sync::watch::Receiver<bool>,
+    ) -> Self {
+        Context {
+            shared,
+            slices,
+            candidates: Arc::default(),
+            plugins,
+            api,
+            settings,
+            caches_ready,
+        }
+    }
+
+    pub fn book(&self) -> MutexGuard<'_, Book> {
+        self.shared.book.lock()
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.api.client
+    }
+
+    pub fn plugins(&self) -> Arc<Plugins> {
+        self.plugins.snapshot()
+    }
+
+    /// The API server looks unreachable: the recovery probes it.
+    pub fn unreachable(&self) {
+        self.shared.recovery.unreachable();
+    }
+
     /// Waits until every cache has its initial list.
     ///
     /// Only one task awaits the stores themselves: `Store::wait_until_ready` keeps the waker
@@ -84,40 +134,110 @@ impl Context {
     /// This controller's slices of the Service, from the cache.
     pub fn slices_of(&self, service: &ObjectRef<Service>) -> Vec<Arc<EndpointSlice>> {
         let namespace = service.namespace.as_deref().unwrap_or_default();
-        read(&self.slice_names)
+        read(&self.shared.slice_names)
             .of(namespace, &service.name)
             .filter_map(|name| self.slices.get(&ObjectRef::new(name).within(namespace)))
             .filter(|s| slices::is_managed_slice_of(s, &service.name))
             .collect()
     }
 
-    /// Whether `network` is known to name no NetworkAttachmentDefinition.
-    pub fn network_missing(&self, network: &str) -> Option<Missing> {
-        read(&self.definitions).missing(network)
-    }
-
-    /// What observes the Service's candidates later, on any thread.
-    pub fn observer(&self, target: &Arc<ServiceTarget>) -> ObserveAll {
-        let (pods, zones) = (self.pods.clone(), self.zones.clone());
-        let (cache, target) = (self.candidates.clone(), target.clone());
-        Box::new(move || cache.observe(&read(&pods), &read(&zones), &target))
+    /// What the reconcile of `target` reads, once: the changed pods among its candidates now,
+    /// the network's candidates when the step asks for them.
+    pub fn snapshot(
+        &self,
+        target: Arc<ServiceTarget>,
+        existing: Vec<Arc<EndpointSlice>>,
+        begun: Begun,
+    ) -> Snapshot {
+        let changed = match &begun.taken.scope {
+            Scope::Pods(changed) => self.observe_pods(&target, changed),
+            Scope::Full => Observation::default(),
+        };
+        let (pods, zones) = (self.shared.pods.clone(), self.shared.zones.clone());
+        let (cache, of) = (self.candidates.clone(), target.clone());
+        Snapshot {
+            missing: read(&self.shared.definitions).missing(&target.network),
+            target,
+            existing,
+            taken: begun.taken,
+            remembered: begun.remembered,
+            answered: begun.answered,
+            changed,
+            candidates: Candidates::lazy(move || cache.observe(&read(&pods), &read(&zones), &of)),
+        }
     }
 
     /// The named pods among the Service's candidates (a pod-scoped reconcile's).
-    pub fn observe_pods(&self, target: &ServiceTarget, names: &BTreeSet<String>) -> Observation {
+    fn observe_pods(&self, target: &ServiceTarget, names: &BTreeSet<String>) -> Observation {
         let names = names.iter().map(String::as_str);
-        observe::named(&read(&self.pods), &read(&self.zones), target, names)
+        observe::named(
+            &read(&self.shared.pods),
+            &read(&self.shared.zones),
+            target,
+            names,
+        )
     }
 
-    /// Forgets a Service that is gone or no longer managed: its bookkeeping, its figures and its problems.
+    /// Forgets a Service that is gone or no longer managed: its bookkeeping, its figures and
+    /// its problems.
     pub fn forget(&self, service: &ObjectRef<Service>) {
-        self.book.lock().forget(service);
-        let namespace = service.namespace.as_deref().unwrap_or_default();
-        self.metrics.forget_service(namespace, &service.name);
+        self.shared.forget(service);
     }
 
     /// Publishes a Warning Event on the Service; a failure to publish is logged, not fatal.
     pub async fn warn(&self, service: &Service, reason: Reason, action: &str, note: String) {
-        self.events.warn(service, reason, action, note).await;
+        self.api.events.warn(service, reason, action, note).await;
+    }
+}
+
+#[cfg(test)]
+impl Context {
+    /// A context over empty caches, writing to `client`; the slice store's writer and the
+    /// sender of the caches' readiness (true) come with it.
+    pub fn for_tests(
+        client: Client,
+        plugins: Plugins,
+        zones: crate::index::NodeZones,
+    ) -> (
+        Self,
+        kube::runtime::reflector::store::Writer<EndpointSlice>,
+        tokio::sync::watch::Sender<bool>,
+    ) {
+        let (slices, writer) = kube::runtime::reflector::store::<EndpointSlice>();
+        let (ready, caches_ready) = tokio::sync::watch::channel(true);
+        let shared = Shared::new(Arc::default());
+        *crate::watch::write(&shared.pods) = crate::index::PodIndex::new(plugins.keys());
+        *crate::watch::write(&shared.zones) = zones;
+        let settings = Settings {
+            max_endpoints_per_slice: 100,
+            namespace: None,
+            concurrent_syncs: 1,
+        };
+        let plugins = Arc::new(SharedPlugins::new(plugins));
+        let ctx = Context::new(
+            Api::new(client, test_reporter()),
+            shared,
+            (slices, plugins),
+            settings,
+            caches_ready,
+        );
+        (ctx, writer, ready)
+    }
+
+    pub fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// Writes to `client` from now on.
+    pub fn set_client(&mut self, client: Client) {
+        self.api = Api::new(client, test_reporter());
+    }
+}
+
+#[cfg(test)]
+fn test_reporter() -> Reporter {
+    Reporter {
+        controller: "test".into(),
+        instance: None,
     }
 }

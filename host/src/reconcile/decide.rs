@@ -1,35 +1,25 @@
-//! Asking the Service's policy about its candidates: which plugin, which pods, and what its
-//! failure policy does when the plugin is missing or fails.
+//! Asking a Service's [`Policy`] about its candidates: which pods, and what to remember.
 //!
-//! `decide` returns a value; the caller publishes Events and metrics from it, once per
-//! reconcile. It calls the plugin synchronously (the caller picks the thread).
+//! Pure over a policy: the Wasm plugins are one ([`super::policy::PluginPolicy`]), a table of
+//! answers in the tests is another.
 //!
 //! Only the pods that need it are asked about, and only the candidates needed are observed.
-//! After a change of some pods, the plugin is asked about those pods first. When none of them
-//! is published or becomes included, nothing moves: the Service's other candidates are never
-//! even looked at. Otherwise a plugin that declares its decisions per-pod (each depends on the
-//! Service, that pod and the configuration alone) keeps its other pods' last decisions; a
-//! plugin whose decisions depend on the whole set is asked about every candidate.
+//! After a change of some pods, the policy is asked about those pods first (an answer the pod
+//! screen already got for the same pod record is reused). When none of them is published or
+//! becomes included, nothing moves: the Service's other candidates are never even looked at.
+//! Otherwise a policy that decides per pod (each decision depends on the Service, that pod and
+//! the configuration alone) keeps its other pods' last decisions; a policy whose decisions
+//! depend on the whole set is asked about every candidate.
 
-use std::{
-    collections::HashMap,
-    hash::{DefaultHasher, Hash, Hasher},
-    sync::Arc,
-    time::Instant,
-};
+use std::{collections::HashMap, sync::Arc};
 
 use super::{
-    candidates::{Observed, Views},
+    candidates::Observed,
     observe::{Candidate, Observation},
     plan::{Conditions, Decision},
     scope::Scope,
 };
-use crate::{
-    error::Error,
-    input::target::ServiceTarget,
-    metrics::PluginCall,
-    plugin::{self, Configured, FailurePolicy, POLICY_ANNOTATION, Plugins},
-};
+use crate::{error::Error, index::PodRecord, input::target::ServiceTarget};
 
 /// Which plugin, with which configuration, made a set of decisions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,15 +29,43 @@ pub struct PolicyId {
     pub config: u64,
 }
 
-impl PolicyId {
-    fn of(name: &str, configured: &Configured) -> Self {
-        let mut hasher = DefaultHasher::new();
-        configured.config.hash(&mut hasher);
-        PolicyId {
-            name: name.to_owned(),
-            hash: configured.hash.clone(),
-            config: hasher.finish(),
+/// Who decides a Service's pods.
+pub trait Policy {
+    /// Who decides now; an error when no one can (the Service's plugin is not loaded and its
+    /// failure policy keeps the slices).
+    fn id(&self) -> Result<PolicyId, Error>;
+    /// Whether each decision depends on the Service, that pod and the configuration alone.
+    fn per_pod(&self) -> bool;
+    /// One decision per pod, in order.
+    fn decide(&mut self, target: &ServiceTarget, pods: Pods<'_>) -> Result<Vec<Decision>, Error>;
+}
+
+/// The pods a call asks about: some of the candidates, or all of them (whose views the
+/// Services of the network share).
+#[derive(Clone, Copy)]
+pub enum Pods<'a> {
+    Some(&'a [&'a Candidate]),
+    All(&'a Observed),
+}
+
+impl<'a> Pods<'a> {
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn len(self) -> usize {
+        match self {
+            Pods::Some(pods) => pods.len(),
+            Pods::All(observed) => observed.candidates.len(),
         }
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = &'a Candidate> {
+        let (some, all) = match self {
+            Pods::Some(pods) => (Some(pods.iter().copied()), None),
+            Pods::All(observed) => (None, Some(observed.candidates.iter())),
+        };
+        some.into_iter().flatten().chain(all.into_iter().flatten())
     }
 }
 
@@ -60,13 +78,19 @@ pub struct Remembered {
     pub included: HashMap<String, Conditions>,
 }
 
-impl Remembered {
-    /// Whose decisions these are, without them: for asking about a pod that is not included.
-    pub fn without_pods(&self) -> Remembered {
-        Remembered {
-            by: self.by.clone(),
-            included: HashMap::new(),
-        }
+/// The policy's answer about one pod record, given before the reconcile (by the pod screen):
+/// the reconcile reuses it while the record and the policy are the same.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub pod: Arc<PodRecord>,
+    pub by: PolicyId,
+    pub decision: Decision,
+}
+
+impl Answer {
+    /// This answer, if it is about `candidate`'s very record and from `policy`.
+    fn for_candidate(&self, candidate: &Candidate, policy: &PolicyId) -> Option<&Decision> {
+        (Arc::ptr_eq(&self.pod, &candidate.pod) && self.by == *policy).then_some(&self.decision)
     }
 }
 
@@ -89,122 +113,56 @@ impl Verdicts {
     }
 }
 
-/// What the policy decided, and what the caller reports.
-#[derive(Debug)]
+/// What [`decide`] reads besides the policy.
+pub struct Question<'a> {
+    pub target: &'a ServiceTarget,
+    pub scope: &'a Scope,
+    pub remembered: Option<Remembered>,
+    /// For a pod-scoped reconcile: the changed pods among the candidates, and those to report
+    /// on (skipped, addresses left out).
+    pub changed: &'a Observation,
+    /// Answers about changed pods given before the reconcile.
+    pub answered: &'a [Answer],
+    /// One of the changed pods is published now.
+    pub touches_published: bool,
+}
+
+/// What the policy decided.
+#[derive(Debug, Default)]
 pub struct Decided {
     /// The Service's candidates and their verdicts; `None` when the changed pods move no
-    /// endpoint, so there is nothing to plan; an error when the Service's plugin gave no
-    /// answer and its failure policy keeps the slices.
-    pub outcome: Result<Option<Verdicts>, Error>,
-    /// The Service's plugin failed or is missing, and the built-in one decided instead: why.
-    pub fell_back: Option<String>,
-    /// The latest version of the Service's plugin failed to load: why, and what serves.
-    pub load_warning: Option<String>,
-    pub calls: Vec<PluginCall>,
+    /// endpoint, so there is nothing to plan.
+    pub verdicts: Option<Verdicts>,
     /// To keep for the next reconcile.
     pub remembered: Option<Remembered>,
 }
 
-impl Decided {
-    /// Pods the plugin was asked about.
-    pub fn evaluated(&self) -> usize {
-        self.calls.iter().map(|c| c.pods).sum()
-    }
-}
-
-/// Observes every candidate of the Service, when `decide` needs them.
-pub type ObserveAll = Box<dyn FnOnce() -> Arc<Observed> + Send>;
-
-/// What `decide` needs, owned, so that it can run on any thread.
-pub struct Inputs {
-    pub plugins: Arc<Plugins>,
-    pub target: Arc<ServiceTarget>,
-    pub scope: Scope,
-    pub remembered: Option<Remembered>,
-    /// For a pod-scoped reconcile: the changed pods among the candidates, and those to report
-    /// on (skipped, addresses left out).
-    pub changed: Observation,
-    /// One of the changed pods is published now.
-    pub touches_published: bool,
-    pub observe_all: ObserveAll,
-}
-
-/// The plugin a Service uses, or the built-in one under the `fallback` failure policy.
-struct Chosen {
-    configured: Configured,
-    id: PolicyId,
-    policy: FailurePolicy,
-}
-
-/// Decides the Service's pods. Whatever the outcome, the returned value says what to report.
-pub fn decide(inputs: Inputs) -> Decided {
-    let plugins = inputs.plugins.clone();
-    let annotation = inputs.target.annotations.get(POLICY_ANNOTATION);
-    let name = plugins.name_for(annotation.map(String::as_str)).to_owned();
-    let mut decided = Decided {
-        outcome: Ok(None),
-        fell_back: None,
-        load_warning: plugins.failure(&name).map(|failure| {
-            let serving = if plugins.get(&name).is_ok() {
-                "the previous version keeps serving"
-            } else {
-                "no version of it is loaded"
-            };
-            format!("{failure}; {serving}")
-        }),
-        calls: Vec::new(),
-        remembered: None,
-    };
-    let policy = plugins.failure_policy(&name);
-    let chosen = match plugins.get(&name) {
-        Ok(configured) => Chosen {
-            id: PolicyId::of(&name, configured),
-            configured: configured.clone(),
-            policy,
-        },
-        Err(unknown) if policy == FailurePolicy::Fallback => {
-            decided.fell_back = Some(unknown.to_string());
-            fallback(&plugins)
-        }
-        Err(unknown) => {
-            decided.outcome = Err(unknown.into());
-            return decided;
-        }
-    };
-    let target = inputs.target.clone();
-    let mut ask = Asker {
-        plugins: &plugins,
-        target: &target,
-        chosen,
-        decided: &mut decided,
-    };
-    let outcome = decide_with(&mut ask, inputs);
-    decided.outcome = outcome;
-    decided
-}
-
-fn decide_with(ask: &mut Asker<'_>, inputs: Inputs) -> Result<Option<Verdicts>, Error> {
-    let Inputs {
+/// Decides the Service's pods; `candidates` observes all of them, called only when needed.
+pub fn decide(
+    policy: &mut dyn Policy,
+    question: Question<'_>,
+    candidates: impl FnOnce() -> Arc<Observed>,
+) -> Result<Decided, Error> {
+    let id = policy.id()?;
+    let Question {
+        target,
         scope,
         remembered,
         changed,
+        answered,
         touches_published,
-        observe_all,
-        ..
-    } = inputs;
+    } = question;
     let unusual = !changed.skipped.is_empty() || !changed.ignored_ips.is_empty();
-    let per_pod_memory = |ask: &Asker<'_>, r: &Remembered| {
-        ask.chosen.configured.plugin.per_pod() && r.by.as_ref() == Some(&ask.chosen.id)
-    };
-    let usable = remembered.as_ref().is_some_and(|r| per_pod_memory(ask, r));
-    // A whole-set plugin asked about changed pods that move an endpoint anyway would only be
+    let per_pod = policy.per_pod();
+    let memory = remembered.filter(|r| per_pod && r.by.as_ref() == Some(&id));
+    // A whole-set policy asked about changed pods that move an endpoint anyway would only be
     // asked again about every candidate.
-    if matches!(scope, Scope::Pods(_)) && (usable || !(touches_published || unusual)) {
+    if matches!(scope, Scope::Pods(_)) && (memory.is_some() || !(touches_published || unusual)) {
         let only: Vec<&Candidate> = changed.candidates.iter().collect();
-        let answers = ask.evaluate(Pods::Some(&only))?;
-        let included = answers.iter().any(|d| matches!(d, Decision::Include(_)));
-        let memory = remembered.filter(|r| per_pod_memory(ask, r));
-        let moves = included || touches_published || unusual;
+        let answers = ask_some(policy, target, &only, answered, &id)?;
+        let moves = touches_published
+            || unusual
+            || answers.iter().any(|d| matches!(d, Decision::Include(_)));
         match memory {
             Some(mut memory) => {
                 for (candidate, decision) in only.iter().zip(answers) {
@@ -215,24 +173,19 @@ fn decide_with(ask: &mut Asker<'_>, inputs: Inputs) -> Result<Option<Verdicts>, 
                         Decision::Exclude(_) => memory.included.remove(candidate.name()),
                     };
                 }
-                if !moves {
-                    ask.decided.remembered = Some(memory);
-                    return Ok(None);
-                }
-                let observation = observe_all();
-                let verdicts = from_memory(observation, &mut memory);
-                ask.decided.remembered = Some(memory);
-                return Ok(Some(verdicts));
+                let verdicts = moves.then(|| from_memory(candidates(), &mut memory));
+                return Ok(Decided {
+                    verdicts,
+                    remembered: Some(memory),
+                });
             }
-            None if !moves => {
-                ask.decided.remembered = remembered_of(ask, &changed.candidates, None);
-                return Ok(None);
-            }
+            // A whole-set policy keeps no memory of a partial answer.
+            None if !moves => return Ok(Decided::default()),
             None => {}
         }
     }
-    let observation = observe_all();
-    let decisions = ask.evaluate(Pods::All(&observation))?;
+    let observation = candidates();
+    let decisions = policy.decide(target, Pods::All(&observation))?;
     let mut verdicts = Verdicts::default();
     for (index, decision) in decisions.into_iter().enumerate() {
         match decision {
@@ -241,26 +194,55 @@ fn decide_with(ask: &mut Asker<'_>, inputs: Inputs) -> Result<Option<Verdicts>, 
         }
     }
     verdicts.observation = observation;
-    ask.decided.remembered = remembered_of(ask, &verdicts.observation.candidates, Some(&verdicts));
-    Ok(Some(verdicts))
+    let remembered = Remembered {
+        // After a fallback, the built-in plugin's decisions.
+        by: Some(policy.id()?),
+        included: verdicts
+            .included()
+            .iter()
+            .map(|(c, conditions)| (c.name().to_owned(), *conditions))
+            .collect(),
+    };
+    Ok(Decided {
+        verdicts: Some(verdicts),
+        remembered: Some(remembered),
+    })
 }
 
-/// The memory a reconcile leaves: what it decided in full, or nothing (a whole-set plugin
-/// that was asked about changed pods only).
-fn remembered_of(
-    ask: &Asker<'_>,
-    candidates: &[Candidate],
-    verdicts: Option<&Verdicts>,
-) -> Option<Remembered> {
-    let verdicts = verdicts?;
-    Some(Remembered {
-        by: Some(ask.chosen.id.clone()),
-        included: verdicts
-            .included
+/// The decisions about `only`: the answers given before for the same records, the policy's
+/// for the others (in one call).
+fn ask_some(
+    policy: &mut dyn Policy,
+    target: &ServiceTarget,
+    only: &[&Candidate],
+    answered: &[Answer],
+    id: &PolicyId,
+) -> Result<Vec<Decision>, Error> {
+    let known = |c: &Candidate| {
+        answered
             .iter()
-            .map(|(i, c)| (candidates[*i].name().to_owned(), *c))
-            .collect(),
-    })
+            .find_map(|a| a.for_candidate(c, id))
+            .cloned()
+    };
+    let unknown: Vec<&Candidate> = only
+        .iter()
+        .copied()
+        .filter(|c| known(c).is_none())
+        .collect();
+    let mut asked = if unknown.is_empty() {
+        Vec::new()
+    } else {
+        policy.decide(target, Pods::Some(&unknown))?
+    }
+    .into_iter();
+    Ok(only
+        .iter()
+        .map(|c| {
+            known(c)
+                .or_else(|| asked.next())
+                .unwrap_or_else(|| Decision::Exclude(String::new()))
+        })
+        .collect())
 }
 
 /// The verdicts of every candidate from the per-pod memory; pods that are no longer
@@ -282,88 +264,32 @@ fn from_memory(observation: Arc<Observed>, memory: &mut Remembered) -> Verdicts 
     }
 }
 
-fn fallback(plugins: &Plugins) -> Chosen {
-    let configured = plugins.fallback().clone();
-    Chosen {
-        id: PolicyId::of(plugin::BUILT_IN, &configured),
-        configured,
-        policy: FailurePolicy::Keep,
-    }
+/// What the pod screen concludes of a change of one pod that the Service does not include.
+#[derive(Debug)]
+pub enum Screened {
+    /// The pod stays out: nothing moves.
+    Still,
+    /// The Service must reconcile; with the policy's answer when it gave one.
+    Moves(Option<Answer>),
 }
 
-/// Calls the chosen plugin, switching to the built-in one once when the chosen one fails
-/// under the `fallback` failure policy.
-struct Asker<'a> {
-    plugins: &'a Plugins,
-    target: &'a ServiceTarget,
-    chosen: Chosen,
-    decided: &'a mut Decided,
-}
-
-/// The pods a call asks about: some of the candidates, or all of them (whose views the
-/// Services of the network share).
-#[derive(Clone, Copy)]
-enum Pods<'a> {
-    Some(&'a [&'a Candidate]),
-    All(&'a Observed),
-}
-
-impl Pods<'_> {
-    fn is_empty(self) -> bool {
-        self.len() == 0
+/// Whether a change of `candidate`, which the Service does not include now, moves one of its
+/// endpoints: it does when the policy includes the pod now, or cannot answer (the reconcile
+/// then reports why).
+pub fn screen(policy: &mut dyn Policy, target: &ServiceTarget, candidate: &Candidate) -> Screened {
+    if policy.id().is_err() {
+        return Screened::Moves(None);
     }
-
-    fn len(self) -> usize {
-        match self {
-            Pods::Some(pods) => pods.len(),
-            Pods::All(observed) => observed.candidates.len(),
-        }
-    }
-}
-
-impl Asker<'_> {
-    fn evaluate(&mut self, pods: Pods<'_>) -> Result<Vec<Decision>, Error> {
-        match self.call(pods) {
-            Err(e @ (Error::PluginCall(_) | Error::PluginRejected(_)))
-                if self.chosen.policy == FailurePolicy::Fallback =>
-            {
-                self.decided.fell_back = Some(e.to_string());
-                self.chosen = fallback(self.plugins);
-                self.call(pods)
-            }
-            result => result,
-        }
-    }
-
-    fn call(&mut self, pods: Pods<'_>) -> Result<Vec<Decision>, Error> {
-        if pods.is_empty() {
-            return Ok(Vec::new());
-        }
-        let configured = &self.chosen.configured;
-        let plugin = &configured.plugin;
-        let service = plugin::service_view(self.target);
-        let network = &self.target.network;
-        let views = match pods {
-            Pods::Some(some) => Arc::new(Views::of(some.iter().copied(), configured, network)),
-            Pods::All(observed) => observed.views(configured, network),
-        };
-        let started = Instant::now();
-        let result = plugin.evaluate(
-            &service,
-            &views.pods,
-            views.conditions.clone(),
-            &self.chosen.configured.config,
-        );
-        self.decided.calls.push(PluginCall {
-            plugin: plugin.name().to_owned(),
-            outcome: match &result {
-                Ok(Ok(_)) => "ok",
-                Ok(Err(_)) => "rejected",
-                Err(e) => e.cause(),
-            },
-            elapsed: started.elapsed(),
-            pods: pods.len(),
-        });
-        Ok(result??)
+    match policy.decide(target, Pods::Some(&[candidate])) {
+        Ok(decisions) => match decisions.into_iter().next() {
+            Some(Decision::Exclude(_)) => Screened::Still,
+            Some(decision) => Screened::Moves(policy.id().ok().map(|by| Answer {
+                pod: candidate.pod.clone(),
+                by,
+                decision,
+            })),
+            None => Screened::Moves(None),
+        },
+        Err(_) => Screened::Moves(None),
     }
 }

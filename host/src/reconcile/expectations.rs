@@ -141,6 +141,28 @@ impl Expectations {
         })
     }
 
+    /// Like [`Self::is_own_write`], and a write the cache now shows is no longer expected.
+    pub fn met(
+        &mut self,
+        namespace: &str,
+        service: &str,
+        slice: &EndpointSlice,
+        deleted: bool,
+    ) -> bool {
+        if !self.is_own_write(namespace, service, slice, deleted) {
+            return false;
+        }
+        let key = (namespace.to_owned(), service.to_owned());
+        if let Some(list) = self.services.get_mut(&key) {
+            let name = slice.name_any();
+            list.retain(|(n, _)| *n != name);
+            if list.is_empty() {
+                self.services.remove(&key);
+            }
+        }
+        true
+    }
+
     /// Forgets a Service (deleted or no longer managed).
     pub fn forget(&mut self, namespace: &str, service: &str) {
         self.services

@@ -1,32 +1,35 @@
-//! The reconcile of one Service: observe → decide → plan → place → write.
+//! The reconcile of one Service: a snapshot, a pure step, and its effects.
 //!
-//! [`observe`] reads the Service's candidates from the pod index, [`decide`] asks its plugin
-//! about the pods that need it, [`plan`] turns the decisions into endpoints, [`slices`] places
-//! them among the existing slices, and [`crate::apply`] writes the difference. The
-//! bookkeeping between reconciles is [`book`]'s. Nothing else writes.
+//! [`Context::snapshot`] reads what the Service needs once; [`step::step`] (pure) asks the
+//! Service's [`decide::Policy`] about the pods that need it ([`decide`]), turns the decisions
+//! into endpoints ([`plan`]) and places them among the existing slices ([`slices`]); the
+//! effects ([`report`], [`write`]) tell the operator, write through [`crate::apply`] (the only
+//! writer) and keep the bookkeeping ([`book`]).
 
 pub mod book;
 pub mod candidates;
 pub mod decide;
 pub mod expectations;
+pub mod findings;
 pub mod observe;
 pub mod plan;
+pub mod policy;
 pub mod scope;
 pub mod slices;
 pub mod state;
+pub mod step;
 
 mod context;
 mod events;
 mod report;
 mod write;
 
-pub use context::{CONTROLLER_NAME, Context, Settings};
+pub use context::{Api, CONTROLLER_NAME, Context, Settings};
 pub use events::Events;
 
 #[cfg(test)]
 mod tests;
 
-use crate::reason::Reason;
 use std::{
     collections::BTreeSet,
     sync::Arc,
@@ -35,23 +38,23 @@ use std::{
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{
-    Resource, ResourceExt,
+    ResourceExt,
     runtime::{controller::Action, reflector::ObjectRef},
 };
 
 use crate::{
     error::{Error, retry_delay},
-    input::target::{self, Target},
+    input::target::NETWORK_ANNOTATION,
     metrics::{
         services::{Problem, Update},
         sync::Figures,
         watch::unix_now,
     },
     plugin::POLICY_ANNOTATION,
+    reason::Reason,
 };
-use decide::{Decided, Inputs};
-use observe::Observation;
-use scope::Scope;
+use policy::{PluginPolicy, Record};
+use step::{Plan, Release, Snapshot, Step};
 
 /// How often a Service is reconciled even when nothing seems to change.
 const RESYNC: Duration = Duration::from_secs(600);
@@ -61,70 +64,30 @@ const STALE_RETRY: Duration = Duration::from_millis(500);
 /// How soon a Service with pods on unknown nodes is tried again.
 const NODE_RETRY: Duration = Duration::from_secs(10);
 
-/// Reconciles one Service: its slices become what the plan says, or stay as they are when the
-/// plan cannot be made.
-#[tracing::instrument(skip_all, fields(service = %service.name_any(), namespace = service.namespace().unwrap_or_default()))]
-pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.wait_ready().await?;
-    let key = ObjectRef::from_obj(&*service);
-    let started = Instant::now();
-    let result = reconcile_service(&service, &ctx).await;
-    let namespace = key.namespace.as_deref().unwrap_or_default();
-    match &result {
-        Ok((_, sync, update)) => {
-            if let Some(error) = ctx.book.lock().succeeded(&key) {
-                tracing::info!(after = %error, "reconcile succeeded again");
-            }
-            ctx.metrics.reconciled("ok", started.elapsed());
-            ctx.metrics.sync.synced(sync.as_str());
-            if let Some(update) = update {
-                ctx.metrics
-                    .services
-                    .problems(namespace, &key.name, update.clone());
-            }
-        }
-        Err(e) => {
-            ctx.metrics.services.problems(
-                namespace,
-                &key.name,
-                Update::Failed(failure(&ctx, &service, e)),
-            );
-            let new = {
-                let mut book = ctx.book.lock();
-                book.replan(&key);
-                book.state(&key).failed(e.to_string())
-            };
-            if e.is_transient() && e.looks_unreachable() {
-                ctx.recovery.unreachable();
-            }
-            ctx.metrics.reconciled(e.metric_label(), started.elapsed());
-            ctx.metrics.sync.synced("error");
-            if new && e.is_plugin_failure() {
-                let note = format!("{e}; the EndpointSlices stay as last applied");
-                ctx.warn(&service, e.event_reason(), "Evaluate", note).await;
-            }
-        }
-    }
-    result.map(|(action, _, _)| action)
+/// How a reconcile that did not fail ended: what next, how (for the `syncs` metric), and what
+/// it found out about the Service's problems (`None`: nothing, it did not look).
+struct Done {
+    next: Action,
+    sync: Sync,
+    update: Option<Update>,
 }
 
-/// The problem a failed reconcile leaves the Service with: its Event reason, and for a plugin
-/// failure the Service's plugin.
-fn failure(ctx: &Context, service: &Service, error: &Error) -> Problem {
-    if error.is_plugin_failure() {
-        Problem::of_plugin(
-            error.event_reason(),
-            &plugin_of(&ctx.plugins.snapshot(), service),
-        )
-    } else {
-        Problem::new(error.event_reason())
+impl Done {
+    fn evaluated(next: Duration, problems: BTreeSet<Problem>) -> Self {
+        Done {
+            next: Action::requeue(next),
+            sync: Sync::Success,
+            update: Some(Update::Evaluated(problems)),
+        }
     }
-}
 
-/// The name of the plugin the Service uses.
-fn plugin_of(plugins: &crate::plugin::Plugins, service: &Service) -> String {
-    let annotation = service.annotations().get(POLICY_ANNOTATION);
-    plugins.name_for(annotation.map(String::as_str)).to_owned()
+    fn released(update: Update) -> Self {
+        Done {
+            next: Action::await_change(),
+            sync: Sync::Success,
+            update: Some(update),
+        }
+    }
 }
 
 /// How a reconcile that did not fail ended, for the `syncs` metric.
@@ -143,15 +106,66 @@ impl Sync {
     }
 }
 
+/// Reconciles one Service: its slices become what the plan says, or stay as they are when the
+/// plan cannot be made.
+#[tracing::instrument(skip_all, fields(service = %service.name_any(), namespace = service.namespace().unwrap_or_default()))]
+pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.wait_ready().await?;
+    let key = ObjectRef::from_obj(&*service);
+    let started = Instant::now();
+    let result = reconcile_service(&service, &ctx).await;
+    let namespace = key.namespace.as_deref().unwrap_or_default();
+    match &result {
+        Ok(done) => {
+            if let Some(error) = ctx.book().succeeded(&key) {
+                tracing::info!(after = %error, "reconcile succeeded again");
+            }
+            ctx.metrics().reconciled("ok", started.elapsed());
+            ctx.metrics().sync.synced(done.sync.as_str());
+            if let Some(update) = &done.update {
+                let services = &ctx.metrics().services;
+                services.problems(namespace, &key.name, update.clone());
+            }
+        }
+        Err(e) => {
+            let failure = Update::Failed(failure(&ctx, &service, e));
+            ctx.metrics()
+                .services
+                .problems(namespace, &key.name, failure);
+            let new = ctx.book().failed(&key, e.to_string());
+            if e.is_transient() && e.looks_unreachable() {
+                ctx.unreachable();
+            }
+            ctx.metrics()
+                .reconciled(e.metric_label(), started.elapsed());
+            ctx.metrics().sync.synced("error");
+            if new && e.is_plugin_failure() {
+                let note = format!("{e}; the EndpointSlices stay as last applied");
+                ctx.warn(&service, e.event_reason(), "Evaluate", note).await;
+            }
+        }
+    }
+    result.map(|done| done.next)
+}
+
+/// The problem a failed reconcile leaves the Service with: its Event reason, and for a plugin
+/// failure the Service's plugin.
+fn failure(ctx: &Context, service: &Service, error: &Error) -> Problem {
+    if error.is_plugin_failure() {
+        let annotation = service.annotations().get(POLICY_ANNOTATION);
+        let plugins = ctx.plugins();
+        let plugin = plugins.name_for(annotation.map(String::as_str));
+        Problem::of_plugin(error.event_reason(), plugin)
+    } else {
+        Problem::new(error.event_reason())
+    }
+}
+
 /// Backs off per Service: one failing Service never delays the others. A failure is logged at
 /// warn when it is new for the Service, at debug while it repeats.
 pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> Action {
     let key = ObjectRef::from_obj(&*service);
-    let (failures, repeated) = ctx
-        .book
-        .lock()
-        .peek(&key)
-        .map_or((1, false), |s| (s.failures, s.is_repeat()));
+    let (failures, repeated) = ctx.book().failures(&key);
     let delay = retry_delay(error, failures);
     let (name, namespace) = (service.name_any(), service.namespace().unwrap_or_default());
     if repeated {
@@ -169,193 +183,162 @@ pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> 
     Action::requeue(delay)
 }
 
-/// A reconcile that did not fail: what to do next, how it ended, and what it found out about
-/// the Service's problems (`None`: nothing, it did not look).
-async fn reconcile_service(
-    service: &Service,
-    ctx: &Context,
-) -> Result<(Action, Sync, Option<Update>), Error> {
+/// Snapshot, step, effects.
+async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Done, Error> {
     let key = ObjectRef::from_obj(service);
     let existing = ctx.slices_of(&key);
-    let Some(begun) = ctx.book.lock().begin(&key, &existing) else {
+    let Some(begun) = ctx.book().begin(&key, &existing) else {
         // The watch events of the last writes are on their way and will trigger a reconcile.
         tracing::debug!("cache behind this controller's own writes; waiting for it");
-        return Ok((Action::requeue(STALE_RETRY), Sync::Stale, None));
+        let next = Action::requeue(STALE_RETRY);
+        return Ok(Done {
+            next,
+            sync: Sync::Stale,
+            update: None,
+        });
     };
     // The cache is current with this controller's writes: what it shows is published.
     let published = existing
         .iter()
         .map(|s| s.endpoints.as_ref().map_or(0, Vec::len))
         .sum();
-    ctx.metrics.services.published(
-        key.namespace.as_deref().unwrap_or_default(),
-        &key.name,
-        Some(count(published)),
-    );
-    plan_and_write(service, ctx, &key, &existing, begun)
-        .await
-        .map(|(action, update)| (action, Sync::Success, Some(update)))
+    let namespace = key.namespace.as_deref().unwrap_or_default();
+    let services = &ctx.metrics().services;
+    services.published(namespace, &key.name, Some(count(published)));
+    let target = match step::admit(service) {
+        Ok(target) => target,
+        Err(release) => return released(ctx, service, &key, &existing, release).await,
+    };
+    let policy = PluginPolicy::new(ctx.plugins(), &target);
+    let snapshot = ctx.snapshot(target, existing.clone(), begun);
+    let max = ctx.settings().max_endpoints_per_slice;
+    let (step, record) = run_step(snapshot, policy, max).await?;
+    let problems = report::policy(ctx, service, &record).await;
+    match step? {
+        Step::Unchanged { remembered } => {
+            tracing::debug!(pods = record.evaluated(), "nothing to plan");
+            if let Some(remembered) = remembered {
+                ctx.book().remember(&key, remembered);
+            }
+            let next = Action::requeue(next_resync(ctx, &key));
+            Ok(Done {
+                next,
+                sync: Sync::Success,
+                update: Some(Update::Succeeded),
+            })
+        }
+        Step::Kept(plan) => {
+            tracing::debug!(
+                "no NetworkAttachmentDefinition for the network and no endpoint on it; slices kept"
+            );
+            let problems = told(ctx, service, &key, plan, problems).await.1;
+            Ok(Done::evaluated(next_resync(ctx, &key), problems))
+        }
+        Step::Write(plan) => placed(ctx, service, &key, &existing, plan, problems).await,
+    }
 }
 
-async fn plan_and_write(
-    service: &Service,
+/// The Service is not this controller's to keep: its slices go (the garbage collector's job
+/// when it is being deleted) and so does everything known of it.
+async fn released(
     ctx: &Context,
+    service: &Service,
     key: &ObjectRef<Service>,
     existing: &[Arc<EndpointSlice>],
-    begun: book::Begun,
-) -> Result<(Action, Update), Error> {
-    let key = key.clone();
-    let target = match target::classify(service) {
-        Target::Managed(target) => target,
-        Target::Unmanaged => {
-            write::remove_all(ctx, service, &key, existing, "the Service is not annotated").await?;
-            ctx.forget(&key);
-            return Ok((Action::await_change(), Update::Forget));
+    release: Release,
+) -> Result<Done, Error> {
+    let update = match release {
+        Release::Unmanaged => {
+            write::remove_all(ctx, service, key, existing, "the Service is not annotated").await?;
+            Update::Forget
         }
-        Target::Invalid(problems) => {
+        Release::Invalid(problems) => {
             let note = format!(
-                "{} (annotation {}): {}",
+                "{} (annotation {NETWORK_ANNOTATION}): {}",
                 key.name,
-                target::NETWORK_ANNOTATION,
                 problems.join("; ")
             );
             tracing::warn!(problems = ?problems, "Service cannot be served; its EndpointSlices are removed");
             ctx.warn(service, Reason::InvalidService, "Validate", note)
                 .await;
-            write::remove_all(ctx, service, &key, existing, "the Service is invalid").await?;
-            ctx.forget(&key);
-            let invalid = BTreeSet::from([Problem::new(Reason::InvalidService)]);
-            return Ok((Action::await_change(), Update::Evaluated(invalid)));
+            write::remove_all(ctx, service, key, existing, "the Service is invalid").await?;
+            Update::Evaluated(BTreeSet::from([Problem::new(Reason::InvalidService)]))
         }
+        Release::Deleting => Update::Forget,
     };
-    if service.meta().deletion_timestamp.is_some() {
-        // The garbage collector removes the slices through their owner reference.
-        ctx.forget(&key);
-        return Ok((Action::await_change(), Update::Forget));
-    }
-    if !begun.taken.slices_changed
-        && matches!(&begun.taken.scope, Scope::Pods(changed) if changed.is_empty())
-    {
-        tracing::debug!("only this controller's own writes changed; nothing to plan");
-        if let Some(remembered) = begun.remembered {
-            ctx.book.lock().remember(&key, remembered);
-        }
-        return Ok((Action::requeue(next_resync(ctx, &key)), Update::Succeeded));
-    }
+    ctx.forget(key);
+    Ok(Done::released(update))
+}
 
-    let changed = match &begun.taken.scope {
-        Scope::Pods(changed) => ctx.observe_pods(&target, changed),
-        Scope::Full => Observation::default(),
-    };
-    // Slices changed by someone else must be placed again even when no pod moves.
-    let touches_published = begun.taken.slices_changed
-        || match &begun.taken.scope {
-            Scope::Pods(changed) => publishes_any(existing, changed),
-            Scope::Full => false,
-        };
-    let plugins = ctx.plugins.snapshot();
-    let plugin = plugin_of(&plugins, service);
-    let inputs = Inputs {
-        plugins,
-        target: target.clone(),
-        scope: begun.taken.scope,
-        remembered: begun.remembered,
-        changed,
-        touches_published,
-        observe_all: ctx.observer(&target),
-    };
-    let mut decided = run_decide(inputs).await?;
-    report::decided(ctx, service, &decided).await;
-    let mut found = BTreeSet::new();
-    if decided.load_warning.is_some() {
-        found.insert(Problem::of_plugin(Reason::PluginLoadFailed, &plugin));
+/// Keeps a plan's decisions and tells its findings; the plan, and the Service's problems now.
+async fn told(
+    ctx: &Context,
+    service: &Service,
+    key: &ObjectRef<Service>,
+    mut plan: Box<Plan>,
+    mut problems: BTreeSet<Problem>,
+) -> (Box<Plan>, BTreeSet<Problem>) {
+    if let Some(remembered) = plan.remembered.take() {
+        ctx.book().remember(key, remembered);
     }
-    if decided.fell_back.is_some() {
-        found.insert(Problem::of_plugin(Reason::PluginFallback, &plugin));
-    }
-    if let Some(remembered) = decided.remembered.take() {
-        ctx.book.lock().remember(&key, remembered);
-    }
-    let evaluated = decided.evaluated();
-    let Some(verdicts) = decided.outcome? else {
-        tracing::debug!(
-            pods = evaluated,
-            "changed pods move no endpoint; nothing to plan"
-        );
-        return Ok((Action::requeue(next_resync(ctx, &key)), Update::Succeeded));
-    };
-    let observation = &verdicts.observation;
+    let observation = &plan.verdicts.observation;
     tracing::debug!(
         candidates = observation.candidates.len(),
         skipped = observation.skipped.len(),
-        evaluated,
         "decided"
     );
-    for (index, reason) in &verdicts.excluded {
+    for (index, reason) in &plan.verdicts.excluded {
         let pod = observation.candidates[*index].name();
         tracing::debug!(%pod, reason, "excluded by the policy");
     }
-    let included = verdicts.included();
-    let desired = plan::desired(&target, &included);
-    let missing = ctx.network_missing(&target.network);
-    let probe = report::probe_problems(&target);
-    report::problems(
-        ctx,
-        service,
-        &key,
-        (&target, missing.as_ref(), &probe),
-        observation,
-        &desired,
-    )
-    .await;
-    for (reason, present) in [
-        (Reason::NetworkNotFound, missing.is_some()),
-        (Reason::DuplicateAddress, !desired.conflicts.is_empty()),
-        (Reason::EndpointLeftOut, !desired.dropped.is_empty()),
-        (Reason::InvalidProbe, !probe.is_empty()),
-    ] {
-        if present {
-            found.insert(Problem::new(reason));
-        }
-    }
-    if missing.is_some() && desired.endpoint_count() == 0 && !existing.is_empty() {
-        // A misspelt network: better the slices of the network it had than none.
-        tracing::debug!(
-            "no NetworkAttachmentDefinition for the network and no endpoint on it; slices kept"
-        );
-        return Ok((
-            Action::requeue(next_resync(ctx, &key)),
-            Update::Evaluated(found),
-        ));
-    }
-    let max = ctx.settings.max_endpoints_per_slice;
-    let changed_at = begun.taken.changed_at;
-    let mut changes = slices::place(&target, &desired, existing, max, changed_at);
-    ctx.metrics.sync.planned(changes.added, changes.removed);
+    problems.extend(plan.problems.iter().map(|r| Problem::new(*r)));
+    let findings = std::mem::take(&mut plan.findings);
+    report::findings(ctx, service, key, &plan.target, findings).await;
+    (plan, problems)
+}
+
+/// Writes a plan's changes (those the API would accept) and notes what happened.
+async fn placed(
+    ctx: &Context,
+    service: &Service,
+    key: &ObjectRef<Service>,
+    existing: &[Arc<EndpointSlice>],
+    plan: Box<Plan>,
+    problems: BTreeSet<Problem>,
+) -> Result<Done, Error> {
+    let (plan, mut problems) = told(ctx, service, key, plan, problems).await;
+    let Plan {
+        desired,
+        mut changes,
+        node_retry,
+        changed_at,
+        target,
+        ..
+    } = *plan;
+    let max = ctx.settings().max_endpoints_per_slice;
+    ctx.metrics().sync.planned(changes.added, changes.removed);
     let figures = Figures {
         endpoints: count(desired.endpoint_count()),
         desired_slices: count(desired.ideal_slices(max)),
         slices: count(changes.unchanged + changes.apply.len()),
     };
-    let mut held_back = write::hold_back(ctx, service, &key, &mut changes).await;
+    let mut held_back = write::hold_back(ctx, service, key, &mut changes).await;
     let mut outdated = false;
     if changes.is_empty() {
         tracing::debug!(
-            endpoints = included.len(),
+            endpoints = desired.endpoint_count(),
             slices = changes.unchanged,
             held_back,
             "up to date"
         );
     } else {
-        let written = write::write(ctx, service, &key, changes, existing).await?;
+        let written = write::write(ctx, service, key, changes, existing).await?;
         if let Some(at) = changed_at.filter(|_| written.applied.len() + written.deleted.len() > 0) {
-            ctx.metrics
+            ctx.metrics()
                 .flipped(at.as_millisecond() as f64 / 1000.0, unix_now());
         }
         tracing::info!(
-            endpoints = included.len(),
-            excluded = observation.candidates.len() - included.len(),
-            skipped = observation.skipped.len(),
+            endpoints = desired.endpoint_count(),
             applied = written.applied.len(),
             deleted = written.deleted.len(),
             refused = written.refused,
@@ -364,24 +347,21 @@ async fn plan_and_write(
         held_back += written.refused;
         outdated = written.outdated > 0;
     }
-    ctx.metrics
+    ctx.metrics()
         .sync
         .service(&target.namespace, &target.name, Some(figures));
-    let retry = observation.needs_retry();
-    let mut book = ctx.book.lock();
-    book.state(&key).node_retry = retry;
+    ctx.book().planned(key, node_retry, held_back > 0);
     if held_back > 0 {
-        book.replan(&key);
-        found.insert(Problem::new(Reason::EndpointSliceRefused));
+        problems.insert(Problem::new(Reason::EndpointSliceRefused));
     }
-    let next = Action::requeue(if outdated {
+    let next = if outdated {
         STALE_RETRY
-    } else if retry {
+    } else if node_retry {
         NODE_RETRY
     } else {
         RESYNC
-    });
-    Ok((next, Update::Evaluated(found)))
+    };
+    Ok(Done::evaluated(next, problems))
 }
 
 fn count(n: usize) -> i64 {
@@ -389,22 +369,24 @@ fn count(n: usize) -> i64 {
 }
 
 fn next_resync(ctx: &Context, key: &ObjectRef<Service>) -> Duration {
-    let node_retry = ctx.book.lock().state(key).node_retry;
-    if node_retry { NODE_RETRY } else { RESYNC }
+    if ctx.book().node_retry(key) {
+        NODE_RETRY
+    } else {
+        RESYNC
+    }
 }
 
-/// Whether the slices publish any of the `pods`.
-fn publishes_any(existing: &[Arc<EndpointSlice>], pods: &BTreeSet<String>) -> bool {
-    existing
-        .iter()
-        .flat_map(|s| s.endpoints.iter().flatten())
-        .filter_map(|e| e.target_ref.as_ref()?.name.as_deref())
-        .any(|pod| pods.contains(pod))
-}
-
-/// Runs [`decide::decide`] on a blocking thread: a plugin call may run up to its deadline,
-/// and the WASI streams a guest writes to block on the async runtime, which they may not do
-/// from one of its own threads.
-async fn run_decide(inputs: Inputs) -> Result<Decided, Error> {
-    Ok(tokio::task::spawn_blocking(move || decide::decide(inputs)).await?)
+/// Runs [`step::step`] on a blocking thread: a plugin call may run up to its deadline, and the
+/// WASI streams a guest writes to block on the async runtime, which they may not do from one
+/// of its own threads.
+async fn run_step(
+    snapshot: Snapshot,
+    mut policy: PluginPolicy,
+    max_endpoints: usize,
+) -> Result<(Result<Step, Error>, Record), Error> {
+    Ok(tokio::task::spawn_blocking(move || {
+        let step = step::step(snapshot, &mut policy, max_endpoints);
+        (step, policy.into_record())
+    })
+    .await?)
 }

@@ -5,90 +5,61 @@ use crate::reason::Reason;
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::ObjectRef;
 
-use super::{Context, decide::Decided, observe::Observation, plan::Desired, state::Problem};
+use std::collections::BTreeSet;
+
+use super::{Context, findings::Finding, policy::Record};
 use crate::{
-    index::Missing,
     input::target::{NETWORK_ANNOTATION, ServiceTarget},
-    probe::spec as probe_spec,
+    metrics::services::Problem,
 };
 
-/// What is wrong with the Service's `isim.dev/probe` annotation (nothing without it).
-pub fn probe_problems(target: &ServiceTarget) -> Vec<String> {
-    probe_spec::parse(
-        target
-            .annotations
-            .get(probe_spec::ANNOTATION)
-            .map(String::as_str),
-    )
-    .1
-}
-
-/// Publishes what `decide` found: a load failure of the Service's plugin, a fallback to the
-/// built-in plugin, and the calls made (metrics).
-pub async fn decided(ctx: &Context, service: &Service, decided: &Decided) {
-    ctx.metrics.plugin_calls(&decided.calls);
-    if let Some(warning) = &decided.load_warning {
+/// Publishes what happened while the policy decided: the calls made (metrics), a load
+/// failure of the Service's plugin, a fallback to the built-in plugin. Returns the Service
+/// problems they are.
+pub async fn policy(ctx: &Context, service: &Service, record: &Record) -> BTreeSet<Problem> {
+    ctx.metrics().plugin_calls(&record.calls);
+    let mut problems = BTreeSet::new();
+    if let Some(warning) = &record.load_warning {
+        problems.insert(Problem::of_plugin(Reason::PluginLoadFailed, &record.plugin));
         ctx.warn(service, Reason::PluginLoadFailed, "Load", warning.clone())
             .await;
     }
-    if let Some(reason) = &decided.fell_back {
-        let plugin = decided
+    if let Some(reason) = &record.fell_back {
+        problems.insert(Problem::of_plugin(Reason::PluginFallback, &record.plugin));
+        let plugin = record
             .calls
             .first()
             .map_or(crate::plugin::BUILT_IN, |c| c.plugin.as_str());
-        ctx.metrics.plugin_fell_back(plugin);
+        ctx.metrics().plugin_fell_back(plugin);
         let note = format!(
             "{reason}; decided by the built-in default plugin instead (failure policy: fallback)"
         );
         ctx.warn(service, Reason::PluginFallback, "Evaluate", note)
             .await;
     }
+    problems
 }
 
-/// Tells the operator about the Service's input problems, each once while it lasts: a log
-/// line naming the pod, the address or field and the rule; a Warning Event for an address
-/// two pods claim, and for a network that names no NetworkAttachmentDefinition.
-pub async fn problems(
+/// Tells the operator about the Service's findings, each once while it lasts: a log line
+/// naming the pod, the address or field and the rule; a Warning Event for an address two pods
+/// claim, for a network that names no NetworkAttachmentDefinition and for a bad probe
+/// annotation.
+pub async fn findings(
     ctx: &Context,
     service: &Service,
     key: &ObjectRef<Service>,
-    (target, missing, probe): (&ServiceTarget, Option<&Missing>, &[String]),
-    observation: &Observation,
-    desired: &Desired,
+    target: &ServiceTarget,
+    findings: Vec<Finding>,
 ) {
-    let problems = observation
-        .skipped
-        .iter()
-        .map(|s| Problem::PodSkipped {
-            pod: s.pod.clone(),
-            reason: s.reason.to_string(),
-        })
-        .chain(observation.ignored_ips.iter().flat_map(|ignored| {
-            ignored.unusable.iter().map(|u| Problem::AddressLeftOut {
-                pod: ignored.pod.clone(),
-                address: u.value.clone(),
-                rule: u.rule(),
-                why: u.to_string(),
-            })
-        }))
-        .chain(desired.conflicts.iter().cloned().map(Problem::from))
-        .chain(desired.dropped.iter().cloned().map(Problem::from))
-        .chain(missing.map(|m| Problem::NetworkNotFound {
-            network: m.network.clone(),
-            closest: m.closest.clone(),
-        }))
-        .chain((!probe.is_empty()).then(|| Problem::InvalidProbe {
-            problems: probe.to_vec(),
-        }));
-    let new = ctx.book.lock().state(key).report(problems);
+    let new = ctx.book().report(key, findings);
     let network = target.network.as_str();
     for problem in new {
         match problem {
-            Problem::PodSkipped { pod, reason } => tracing::warn!(
+            Finding::PodSkipped { pod, reason } => tracing::warn!(
                 %pod, network, %reason,
                 "pod left out; the Service's other endpoints stay published"
             ),
-            Problem::AddressLeftOut {
+            Finding::AddressLeftOut {
                 pod,
                 address,
                 rule,
@@ -97,7 +68,7 @@ pub async fn problems(
                 %pod, network, %address, rule, %why,
                 "address left out; the pod's other addresses are published"
             ),
-            Problem::EndpointLeftOut {
+            Finding::EndpointLeftOut {
                 pod,
                 address,
                 violations,
@@ -105,7 +76,7 @@ pub async fn problems(
                 %pod, %address, %violations,
                 "endpoint left out: the EndpointSlice API would refuse it (a bug: please report it)"
             ),
-            Problem::DuplicateAddress(conflict) => {
+            Finding::DuplicateAddress(conflict) => {
                 tracing::warn!(
                     address = %conflict.address, kept = %conflict.kept, left_out = %conflict.left_out,
                     network, "two pods list the same address; only the older one publishes it"
@@ -118,8 +89,7 @@ pub async fn problems(
                 ctx.warn(service, Reason::DuplicateAddress, "Plan", note)
                     .await;
             }
-            Problem::NetworkNotFound { network, closest } => {
-                let missing = Missing { network, closest };
+            Finding::NetworkNotFound(missing) => {
                 tracing::warn!(%missing, "the Service's network does not exist; its EndpointSlices are kept");
                 let fix = match &missing.closest {
                     Some(closest) => format!(
@@ -136,7 +106,7 @@ pub async fn problems(
                 ctx.warn(service, Reason::NetworkNotFound, "Validate", note)
                     .await;
             }
-            Problem::InvalidProbe { problems } => {
+            Finding::InvalidProbe { problems } => {
                 tracing::warn!(problems = ?problems, "the Service's probe annotation has bad values; the network prober uses the default probe");
                 let note = format!(
                     "{}: {}; the network prober uses the default probe (a TCP connect to each \

@@ -81,12 +81,18 @@ impl Scopes {
         }
     }
 
-    /// The Service's slices changed by this controller's own write: no new input, so the
-    /// reconcile it causes has nothing to check unless something else is pending.
-    pub fn own_write(&mut self, service: ObjectRef<Service>) {
+    /// Whether a reconcile of the Service has something to take.
+    pub fn is_pending(&self, service: &ObjectRef<Service>) -> bool {
+        self.pending.contains_key(service)
+    }
+
+    /// A reconcile found the cache behind this controller's writes and took nothing: the
+    /// watch event that brings the cache up to date triggers it again. Nothing pending (a
+    /// timer, a retry) becomes a full plan, as the reconcile would have made.
+    pub fn wait_for_cache(&mut self, service: ObjectRef<Service>) {
         self.pending
             .entry(service)
-            .or_insert_with(|| Pending::new(Scope::Pods(BTreeSet::new()), None));
+            .or_insert_with(|| Pending::new(Scope::Full, None));
     }
 
     /// The Service's slices changed, not by this controller's last write.
@@ -189,19 +195,20 @@ mod tests {
     }
 
     #[test]
-    fn an_own_write_adds_nothing_to_check() {
+    fn a_reconcile_waiting_for_the_cache_keeps_what_is_pending_or_plans_in_full() {
         let mut scopes = Scopes::default();
-        scopes.own_write(svc("web"));
-        assert_eq!(scopes.take(&svc("web")).scope, Scope::Pods(BTreeSet::new()));
+        assert!(!scopes.is_pending(&svc("web")));
+        scopes.wait_for_cache(svc("web"));
+        assert!(scopes.is_pending(&svc("web")));
+        let taken = scopes.take(&svc("web"));
+        assert_eq!(taken.scope, Scope::Full);
+        assert_eq!(taken.changed_at, None, "no input changed");
         scopes.pod_changed(svc("web"), "a", at(0));
-        scopes.own_write(svc("web"));
+        scopes.wait_for_cache(svc("web"));
         assert_eq!(
             scopes.take(&svc("web")).scope,
             Scope::Pods(BTreeSet::from(["a".to_owned()]))
         );
-        scopes.everything_changed(svc("web"));
-        scopes.own_write(svc("web"));
-        assert_eq!(scopes.take(&svc("web")).scope, Scope::Full);
     }
 
     #[test]
@@ -213,7 +220,6 @@ mod tests {
         assert!(taken.slices_changed && taken.changed_at.is_some());
         scopes.pod_changed(svc("web"), "a", at(0));
         scopes.slices_changed(svc("web"));
-        scopes.own_write(svc("web"));
         let taken = scopes.take(&svc("web"));
         assert_eq!(taken.scope, Scope::Pods(BTreeSet::from(["a".to_owned()])));
         assert!(taken.slices_changed);
@@ -228,8 +234,6 @@ mod tests {
         scopes.pod_changed(svc("web"), "c", at(9));
         assert_eq!(scopes.take(&svc("web")).changed_at, Some(at(3)));
         assert_eq!(scopes.take(&svc("web")).changed_at, None, "a timer");
-        scopes.own_write(svc("web"));
-        assert_eq!(scopes.take(&svc("web")).changed_at, None);
         scopes.everything_changed(svc("web"));
         let taken = scopes.take(&svc("web"));
         assert_eq!(taken.scope, Scope::Full, "not only pods");

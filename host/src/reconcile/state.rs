@@ -13,61 +13,7 @@ use std::{
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{ResourceExt, runtime::reflector::ObjectRef};
 
-use super::{
-    plan::{Conflict, Dropped},
-    slices::TRIGGER_TIME_ANNOTATION,
-};
-
-/// Something wrong with a Service's input, reported (logged, and for duplicates an Event)
-/// once when it appears, not on every reconcile while it lasts.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Problem {
-    /// The pod is attached to the network but cannot be used.
-    PodSkipped { pod: String, reason: String },
-    /// One address of a usable pod is left out.
-    AddressLeftOut {
-        pod: String,
-        address: String,
-        rule: &'static str,
-        why: String,
-    },
-    /// Two pods list one address.
-    DuplicateAddress(Conflict),
-    /// An endpoint the API would refuse (a field other than its address).
-    EndpointLeftOut {
-        pod: String,
-        address: String,
-        violations: String,
-    },
-    /// The Service's network names no NetworkAttachmentDefinition.
-    NetworkNotFound {
-        network: String,
-        closest: Option<String>,
-    },
-    /// The Service's probe annotation has bad values (each named).
-    InvalidProbe { problems: Vec<String> },
-}
-
-impl From<Conflict> for Problem {
-    fn from(c: Conflict) -> Self {
-        Problem::DuplicateAddress(c)
-    }
-}
-
-impl From<Dropped> for Problem {
-    fn from(d: Dropped) -> Self {
-        Problem::EndpointLeftOut {
-            pod: d.pod,
-            address: d.address.to_string(),
-            violations: d
-                .violations
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; "),
-        }
-    }
-}
+use super::{findings::Finding, slices::TRIGGER_TIME_ANNOTATION};
 
 /// One Service's memory.
 #[derive(Debug, Default)]
@@ -82,7 +28,7 @@ pub struct ServiceState {
     pub node_retry: bool,
     /// Slices the API refused, by name: a fingerprint of the refused content.
     refused: HashMap<String, u64>,
-    reported: BTreeSet<Problem>,
+    reported: BTreeSet<Finding>,
 }
 
 impl ServiceState {
@@ -109,8 +55,8 @@ impl ServiceState {
 
     /// The problems of this reconcile; returns those not reported before. Problems that went
     /// away are forgotten, so a problem that comes back is reported again.
-    pub fn report(&mut self, problems: impl IntoIterator<Item = Problem>) -> Vec<Problem> {
-        let now: BTreeSet<Problem> = problems.into_iter().collect();
+    pub fn report(&mut self, findings: impl IntoIterator<Item = Finding>) -> Vec<Finding> {
+        let now: BTreeSet<Finding> = findings.into_iter().collect();
         let new = now.difference(&self.reported).cloned().collect();
         self.reported = now;
         new
@@ -201,8 +147,8 @@ impl Services {
 mod tests {
     use super::*;
 
-    fn skipped(pod: &str, reason: &str) -> Problem {
-        Problem::PodSkipped {
+    fn skipped(pod: &str, reason: &str) -> Finding {
+        Finding::PodSkipped {
             pod: pod.into(),
             reason: reason.into(),
         }

@@ -5,7 +5,7 @@
 
 use std::{
     collections::BTreeMap,
-    sync::{Arc, OnceLock, RwLock},
+    sync::{Arc, OnceLock},
     time::Duration,
 };
 
@@ -19,22 +19,20 @@ use kube::{
     client::Body,
     runtime::{
         controller::Action,
-        events::Reporter,
-        reflector::{self, ObjectRef, store::Writer},
+        reflector::{ObjectRef, store::Writer},
         watcher::Event,
     },
 };
 use serde_json::{Value, json};
 use tower_test::mock::Handle;
 
-use super::{Context, Events, NODE_RETRY, RESYNC, STALE_RETRY, Settings, reconcile, scope::Scope};
+use super::{Context, NODE_RETRY, RESYNC, STALE_RETRY, book::Wrote, reconcile, scope::Scope};
 use crate::{
     error::Error,
-    index::{NodeZones, PodIndex},
+    index::NodeZones,
     metrics::Metrics,
-    plugin::{FailurePolicy, Limits, Plugins, Runtime, SharedPlugins, prepare},
-    reconcile::book::SharedBook,
-    watch::recovery::Recovery,
+    plugin::{FailurePolicy, Limits, Plugins, Runtime, prepare},
+    watch::write,
 };
 
 const MISBEHAVING: &[u8] = include_bytes!(env!("NSC_TEST_MISBEHAVING_WASM"));
@@ -137,40 +135,13 @@ struct Harness {
 impl Harness {
     fn new(plugins: Plugins) -> Self {
         let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let client = Client::new(service, "default");
-        let (slices, writer) = reflector::store::<EndpointSlice>();
-        let (ready, caches_ready) = tokio::sync::watch::channel(true);
         let mut zones = NodeZones::default();
         zones.on_event(&Event::Apply(node("n1", "zone-a")));
-        let ctx = Context {
-            events: Events::new(
-                client.clone(),
-                Reporter {
-                    controller: "test".into(),
-                    instance: None,
-                },
-            ),
-            client,
-            pods: Arc::new(RwLock::new(PodIndex::new(plugins.keys()))),
-            zones: Arc::new(RwLock::new(zones)),
-            slices,
-            slice_names: Arc::default(),
-            definitions: Arc::default(),
-            candidates: Arc::default(),
-            plugins: Arc::new(SharedPlugins::new(plugins)),
-            settings: Settings {
-                max_endpoints_per_slice: 100,
-                namespace: None,
-                concurrent_syncs: 1,
-            },
-            metrics: Arc::default(),
-            book: SharedBook::default(),
-            recovery: Arc::new(Recovery::default()),
-            caches_ready,
-        };
+        let (ctx, slices, ready) =
+            Context::for_tests(Client::new(service, "default"), plugins, zones);
         Harness {
             ctx: Arc::new(ctx),
-            slices: writer,
+            slices,
             handle: Some(handle),
             _ready: ready,
         }
@@ -205,14 +176,14 @@ impl Harness {
                 .unwrap(),
             );
         }
-        let change = self.ctx.pods.write().unwrap().on_event(&Event::Apply(pod));
+        let change = write(&self.ctx.shared().pods).on_event(&Event::Apply(pod));
         if let Some((pod, at)) = change.pod {
-            self.ctx.book.lock().scopes.pod_changed(key(), &pod, at);
+            self.ctx.book().pod_changed(key(), &pod, at);
         }
     }
 
     fn everything_changed(&self) {
-        self.ctx.book.lock().scopes.everything_changed(key());
+        self.ctx.book().input_changed(key());
     }
 
     /// The slices as the watch would show them after `sent` applies.
@@ -230,7 +201,22 @@ impl Harness {
     fn store_slice(&mut self, slice: EndpointSlice) {
         let event = Event::Apply(slice);
         self.slices.apply_watcher_event(&event);
-        self.ctx.slice_names.write().unwrap().on_event(&event);
+        write(&self.ctx.shared().slice_names).on_event(&event);
+    }
+
+    /// The watch events of `sent` as the slice watch handles them: whether any of them asks
+    /// for a reconcile.
+    fn echo(&mut self, sent: &[Value]) -> bool {
+        let mut reconciles = false;
+        for body in sent {
+            let mut slice: EndpointSlice = serde_json::from_value(body.clone()).unwrap();
+            slice.metadata.generation = Some(1);
+            slice.metadata.uid = Some(format!("uid-{}", slice.name_any()));
+            slice.metadata.resource_version = Some("1".into());
+            self.store_slice(slice.clone());
+            reconciles |= self.ctx.book().slice_event(key(), &slice, false, false);
+        }
+        reconciles
     }
 
     /// Runs one reconcile of `service` against the expected `calls`.
@@ -246,31 +232,23 @@ impl Harness {
         let verifier = tokio::spawn(verify(service_handle, calls));
         let result = reconcile(Arc::new(service.clone()), ctx).await;
         let ctx = Arc::get_mut(&mut self.ctx).expect("the reconcile holds no context");
-        let client = Client::new(service_mock, "default");
-        ctx.events = Events::new(
-            client.clone(),
-            Reporter {
-                controller: "test".into(),
-                instance: None,
-            },
-        );
-        ctx.client = client;
+        ctx.set_client(Client::new(service_mock, "default"));
         self.handle = Some(handle);
         let sent = verifier.await.unwrap();
         (result, sent)
     }
 
     fn metric(&self, name: &str) -> u64 {
-        metric(&self.ctx.metrics, name)
+        metric(self.ctx.metrics(), name)
     }
 
     fn metric_once(&self, name: &str) -> Option<u64> {
-        metric_once(&self.ctx.metrics, name)
+        metric_once(self.ctx.metrics(), name)
     }
 
     /// The Service's problem series: `reason` or `reason/plugin`.
     fn problems(&self) -> Vec<String> {
-        let text = self.ctx.metrics.encode();
+        let text = self.ctx.metrics().encode();
         text.lines()
             .filter_map(|l| l.strip_prefix("nad_service_controller_service_problem{"))
             .map(|l| {
@@ -402,7 +380,7 @@ async fn an_unannotated_service_has_its_slices_removed() {
         )
         .await;
     assert_eq!(result.unwrap(), Action::await_change());
-    assert!(h.ctx.book.lock().known(|_| true).is_empty(), "forgotten");
+    assert!(h.ctx.book().known(|_| true).is_empty(), "forgotten");
 }
 
 #[tokio::test]
@@ -453,11 +431,13 @@ async fn a_deleting_service_is_left_to_the_garbage_collector() {
 async fn a_cache_behind_this_controllers_writes_is_waited_for() {
     let mut h = Harness::new(built_in());
     h.store_slice(a_slice("web-ipv4-0"));
-    h.ctx
-        .book
-        .lock()
-        .expectations
-        .applied("ns", "web", "web-ipv4-0", Some(2), false);
+    let applied = [("web-ipv4-0".to_owned(), Some(2))];
+    let wrote = Wrote {
+        applied: &applied,
+        ..Wrote::default()
+    };
+    let existing = h.ctx.slices_of(&key());
+    h.ctx.book().wrote(&key(), &existing, &wrote);
     h.pod("web-a", "web", true, "n1");
     let (result, _) = h.reconcile(&headless(json!({})), vec![]).await;
     assert_eq!(result.unwrap(), Action::requeue(STALE_RETRY));
@@ -466,7 +446,7 @@ async fn a_cache_behind_this_controllers_writes_is_waited_for() {
         1
     );
     assert_eq!(
-        h.ctx.book.lock().scopes.take(&key()).scope,
+        h.ctx.book().begin(&key(), &[]).unwrap().taken.scope,
         Scope::Pods(["web-a".to_owned()].into()),
         "the pod change stays pending for the reconcile that sees the cache current"
     );
@@ -496,11 +476,11 @@ async fn a_pod_change_asks_about_that_pod_alone_and_writes_one_slice() {
     );
     assert_eq!(h.metric(&format!("{flip}_count")), 1);
     assert!(h.problems().is_empty());
-    h.stored(&sent);
-    // The watch event of that write: nothing to check, and the decisions are kept.
-    h.ctx.book.lock().scopes.own_write(key());
-    let (result, _) = h.reconcile(&web, vec![]).await;
-    assert_eq!(result.unwrap(), Action::requeue(RESYNC));
+    // The watch event of that write costs no reconcile; the decisions are kept.
+    assert!(
+        !h.echo(&sent),
+        "the echo of its own write reconciles nothing"
+    );
 
     h.pod("web-b", "web", false, "n1");
     let (result, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
@@ -749,8 +729,8 @@ async fn a_slice_edited_by_hand_is_restored_without_asking_the_plugin() {
     let mut edited: EndpointSlice = serde_json::from_value(sent[0].clone()).unwrap();
     edited.endpoints.as_mut().unwrap().truncate(1);
     edited.metadata.generation = Some(2);
-    h.store_slice(edited);
-    h.ctx.book.lock().scopes.slices_changed(key());
+    h.store_slice(edited.clone());
+    assert!(h.ctx.book().slice_event(key(), &edited, false, false));
     let (result, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
     result.unwrap();
     assert_eq!(
@@ -798,7 +778,7 @@ async fn a_missing_network_is_warned_about_once_and_the_slices_are_kept() {
     let mut h = Harness::new(built_in());
     h.store_slice(a_slice("web-ipv4-0"));
     {
-        let mut definitions = h.ctx.definitions.write().unwrap();
+        let mut definitions = write(&h.ctx.shared().definitions);
         definitions.on_event::<Pod>(&Event::Init);
         for name in ["macvlan", "sriov"] {
             let nad: Pod =
@@ -831,11 +811,7 @@ async fn a_missing_network_is_warned_about_once_and_the_slices_are_kept() {
         serde_json::from_value(json!({"metadata": {"name": "macvlann", "namespace": "ns"}}))
             .unwrap();
     assert_eq!(
-        h.ctx
-            .definitions
-            .write()
-            .unwrap()
-            .on_event(&Event::Apply(created)),
+        write(&h.ctx.shared().definitions).on_event(&Event::Apply(created)),
         ["ns/macvlann"]
     );
     h.everything_changed();

@@ -9,10 +9,11 @@ use kube::{ResourceExt, runtime::reflector::ObjectRef};
 
 use super::{
     Context,
+    book::Wrote,
     slices::{Changes, Seen},
 };
 use crate::{
-    apply::{self, validate},
+    apply,
     error::{Error, describe},
     metrics::sync::Changed,
 };
@@ -27,29 +28,9 @@ pub async fn hold_back(
     changes: &mut Changes,
 ) -> usize {
     let before = changes.apply.len();
-    let mut refused_now = Vec::new();
-    {
-        let mut book = ctx.book.lock();
-        let state = book.state(key);
-        changes.apply.retain(|slice| {
-            if state.was_refused(slice) {
-                tracing::debug!(slice = %slice.name_any(), "not sent again: the API refused this content before");
-                return false;
-            }
-            let violations = validate::slice(slice);
-            if violations.is_empty() {
-                return true;
-            }
-            state.refused(slice);
-            refused_now.push((slice.name_any(), violations));
-            false
-        });
-        for seen in &changes.delete {
-            state.accepted(&seen.name);
-        }
-    }
+    let refused_now = ctx.book().hold_back(key, changes);
     for (slice, violations) in refused_now {
-        ctx.metrics.slice_refused("precheck");
+        ctx.metrics().slice_refused("precheck");
         let text = violations
             .iter()
             .map(ToString::to_string)
@@ -89,43 +70,28 @@ pub async fn write(
     existing: &[Arc<EndpointSlice>],
 ) -> Result<Written, Error> {
     let namespace = key.namespace.as_deref().unwrap_or_default();
-    let name = key.name.as_str();
-    let written = apply::write(&ctx.client, namespace, changes).await;
-    ctx.metrics
+    let written = apply::write(ctx.client(), namespace, changes).await;
+    ctx.metrics()
         .slices_written(written.applied.len(), written.deleted.len());
     let created = written
         .applied
         .iter()
         .filter(|(name, _)| !existing.iter().any(|s| s.name_any() == *name))
         .count();
-    ctx.metrics.sync.changed(Changed {
+    ctx.metrics().sync.changed(Changed {
         created,
         updated: written.applied.len() - created,
         deleted: written.deleted.len(),
     });
-    {
-        let mut book = ctx.book.lock();
-        let expectations = &mut book.expectations;
-        for (slice, generation) in &written.applied {
-            let created = !existing.iter().any(|s| s.name_any() == *slice);
-            expectations.applied(namespace, name, slice, *generation, created);
-        }
-        for slice in &written.deleted {
-            let uid = existing
-                .iter()
-                .find(|s| s.name_any() == *slice)
-                .and_then(|s| s.uid());
-            expectations.deleted(namespace, name, slice, uid);
-        }
-        let state = book.state(key);
-        for (slice, _) in &written.applied {
-            state.accepted(slice);
-        }
-    }
     if !written.outdated.is_empty() {
         tracing::debug!(slices = ?written.outdated, "EndpointSlices changed since they were planned; planning again from the change");
-        ctx.book.lock().replan(key);
     }
+    let wrote = Wrote {
+        applied: &written.applied,
+        deleted: &written.deleted,
+        outdated: !written.outdated.is_empty(),
+    };
+    ctx.book().wrote(key, existing, &wrote);
     let mut refused = 0;
     let mut first_error = None;
     for failed in written.failed {
@@ -188,8 +154,8 @@ async fn report_refusal(
     source: &kube::Error,
     existing: &[Arc<EndpointSlice>],
 ) {
-    ctx.metrics.slice_refused("api");
-    ctx.book.lock().state(key).refused(sent);
+    ctx.metrics().slice_refused("api");
+    ctx.book().refused(key, sent);
     let stored = existing.iter().find(|s| s.name_any() == sent.name_any());
     let pods = apply::refused_pods(source, sent, stored.map(|s| &**s));
     tracing::error!(

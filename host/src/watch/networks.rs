@@ -40,7 +40,7 @@ pub fn watch(client: Client, shared: Shared) -> impl Stream<Item = ObjectRef<Ser
                         tracing::info!(networks = ?changed, services = services.len(), "NetworkAttachmentDefinitions changed; reconciling the Services on them");
                         let mut book = shared.book.lock();
                         for service in &services {
-                            book.scopes.everything_changed(service.clone());
+                            book.input_changed(service.clone());
                         }
                     }
                     future::ready(Some(stream::iter(services)))

@@ -35,7 +35,7 @@ pub fn watch(api: Api<Node>, shared: Shared) -> impl Stream<Item = ObjectRef<Ser
                 let services = read(&shared.networks).on(&networks);
                 let mut book = shared.book.lock();
                 for service in &services {
-                    book.scopes.everything_changed(service.clone());
+                    book.input_changed(service.clone());
                 }
                 services
             };

@@ -145,7 +145,7 @@ impl Publisher {
         {
             let mut book = self.book.lock();
             for r in &refs {
-                book.scopes.everything_changed(r.clone());
+                book.input_changed(r.clone());
             }
         }
         refs.into_iter().all(|r| self.tx.unbounded_send(r).is_ok())

@@ -17,10 +17,7 @@ use kube::{
 use tokio::sync::{mpsc, watch};
 
 use super::{Shared, backoff, read, receiver_stream, screen::Screen, write};
-use crate::{
-    index::{Keys, NetworkKey, PodChange},
-    reconcile::book::Book,
-};
+use crate::index::{Keys, NetworkKey, PodChange};
 use k8s_openapi::jiff::Timestamp;
 
 /// Pages of the initial list when the API server cannot stream it: each page is whole pods
@@ -186,18 +183,7 @@ fn screen_job(shared: &Shared, screen: &Screen, job: &Job) -> Vec<ObjectRef<Serv
         .into_iter()
         .filter(|service| !job.sent.contains(service))
         .collect();
-    let moved = screen.screen(shared, &job.pod, candidates);
-    let mut book = shared.book.lock();
-    for service in &moved {
-        book.scopes.pod_changed(service.clone(), &job.pod, job.at);
-    }
-    moved
-}
-
-/// A Service that includes the pod, or remembers no decisions, reconciles at once on a change
-/// of the pod; the others are screened first.
-fn reconciles_at_once(book: &Book, service: &ObjectRef<Service>, pod: &str) -> bool {
-    book.included(service, pod) || book.remembered(service).is_none()
+    screen.screen(shared, &job.pod, job.at, candidates)
 }
 
 /// The Services a pod change concerns: those to reconcile now, with the change noted in their
@@ -216,17 +202,17 @@ fn route(shared: &Shared, change: &PodChange) -> (Vec<ObjectRef<Service>>, Optio
     let mut book = shared.book.lock();
     let Some((pod, at)) = &change.pod else {
         for service in &services {
-            book.scopes.everything_changed(service.clone());
+            book.input_changed(service.clone());
         }
         return (services, None);
     };
     let total = services.len();
     let now: Vec<_> = services
         .into_iter()
-        .filter(|service| reconciles_at_once(&book, service, pod))
+        .filter(|service| book.reconciles_at_once(service, pod))
         .collect();
     for service in &now {
-        book.scopes.pod_changed(service.clone(), pod, *at);
+        book.pod_changed(service.clone(), pod, *at);
     }
     let job = (now.len() < total).then(|| Job {
         namespace: change.networks[0].0.clone(),

@@ -44,7 +44,7 @@ pub fn watch(
                 .collect();
             let mut book = shared.book.lock();
             for service in &changed {
-                book.scopes.everything_changed(ObjectRef::from_obj(service));
+                book.input_changed(ObjectRef::from_obj(service));
             }
             future::ready(Some(stream::iter(changed.into_iter().map(Ok))))
         })

@@ -43,32 +43,22 @@ pub fn watch(
         .flatten()
 }
 
-/// The Services a slice event concerns (its owners), noting whether the event is only the echo
-/// of this controller's own write.
+/// The Services a slice event concerns (its owners) that must reconcile: not for the echo of
+/// this controller's own write, unless a reconcile waits for it.
 fn owners(book: &SharedBook, event: &watcher::Event<EndpointSlice>) -> Vec<ObjectRef<Service>> {
     let (slice, deleted) = match event {
         watcher::Event::Apply(slice) | watcher::Event::InitApply(slice) => (slice, false),
         watcher::Event::Delete(slice) => (slice, true),
         watcher::Event::Init | watcher::Event::InitDone => return Vec::new(),
     };
+    let listed = matches!(event, watcher::Event::InitApply(_));
     let namespace = slice.namespace().unwrap_or_default();
     let mut book = book.lock();
     slice
         .owner_references()
         .iter()
         .filter(|o| o.kind == "Service")
-        .map(|owner| {
-            let own = !matches!(event, watcher::Event::InitApply(_))
-                && book
-                    .expectations
-                    .is_own_write(&namespace, &owner.name, slice, deleted);
-            let service = ObjectRef::new(&owner.name).within(&namespace);
-            if own {
-                book.scopes.own_write(service.clone());
-            } else {
-                book.scopes.slices_changed(service.clone());
-            }
-            service
-        })
+        .map(|owner| ObjectRef::new(&owner.name).within(&namespace))
+        .filter(|service| book.slice_event(service.clone(), slice, deleted, listed))
         .collect()
 }

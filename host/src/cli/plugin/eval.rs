@@ -17,14 +17,14 @@ use crate::{
         network_status::{self, StatusError},
         target::ServiceTarget,
     },
-    plugin::{self, Plugins, wit},
+    plugin::{self, wit},
     reconcile::{
-        candidates::Observed,
-        decide::{self, Inputs},
+        decide::Verdicts,
         observe::{self, Observation, SkipReason},
-        plan::{self, Conditions},
-        scope::Scope,
-        slices,
+        plan::{Conditions, Desired},
+        policy::PluginPolicy,
+        scope::{Scope, Taken},
+        step::{self, Candidates, Snapshot, Step},
     },
 };
 
@@ -172,7 +172,7 @@ impl Evaluation {
     }
 }
 
-/// Runs the controller's own observation, `decide`, plan and placement on `case`.
+/// Runs the controller's own observation and [`step`] (decide, plan, placement) on `case`.
 pub fn evaluate(loaded: &Loaded, case: &Case, max_endpoints: usize) -> anyhow::Result<Evaluation> {
     let target = &case.target;
     let zone = |name: &str| match &case.zones {
@@ -183,12 +183,7 @@ pub fn evaluate(loaded: &Loaded, case: &Case, max_endpoints: usize) -> anyhow::R
         None => Some(None),
     };
     let observation = observe::candidates(target, &case.pods, zone);
-    let mut notes = Vec::new();
-    for ignored in &observation.ignored_ips {
-        for unusable in &ignored.unusable {
-            notes.push(format!("pod {}: address left out: {unusable}", ignored.pod));
-        }
-    }
+    let mut notes = address_notes(&observation);
     let skipped_for_node: BTreeMap<&str, String> = observation
         .skipped
         .iter()
@@ -207,24 +202,57 @@ pub fn evaluate(loaded: &Loaded, case: &Case, max_endpoints: usize) -> anyhow::R
         candidates: observation.candidates,
         ..Observation::default()
     };
-    let decided = decide::decide(Inputs {
-        // The plugin given decides, whatever plugin the Service names.
-        plugins: Arc::new(Plugins::only(
-            plugin_selected(target).unwrap_or(&loaded.name),
-            loaded.configured.clone(),
-        )),
-        target: target.clone(),
-        scope: Scope::Full,
-        remembered: None,
-        changed: Observation::default(),
-        touches_published: false,
-        observe_all: Box::new(move || Observed::new(observed)),
-    });
-    let calls = decided.calls.iter().map(|c| (c.pods, c.elapsed)).collect();
-    let verdicts = match decided.outcome {
-        Ok(verdicts) => verdicts.unwrap_or_default(),
+    // The plugin given decides, whatever plugin the Service names.
+    let name = plugin_selected(target).unwrap_or(&loaded.name);
+    let mut policy = PluginPolicy::only(name, loaded.configured.clone());
+    let plan = match step::step(full(target, observed), &mut policy, max_endpoints) {
+        Ok(Step::Write(plan) | Step::Kept(plan)) => plan,
+        Ok(Step::Unchanged { .. }) => bail!("a full plan of {} planned nothing", target.name),
         Err(e) => bail!("{e}"),
     };
+    let calls = policy
+        .record()
+        .calls
+        .iter()
+        .map(|c| (c.pods, c.elapsed))
+        .collect();
+    let rows = rows(case, &plan.verdicts, &skipped_for_node);
+    notes.extend(plan_notes(&plan.desired));
+    Ok(Evaluation {
+        target: target.clone(),
+        rows,
+        candidates,
+        service_view: plugin::service_view(target),
+        pod_views,
+        undeclared,
+        slices: plan.changes.apply,
+        notes,
+        warnings: warnings(loaded, target),
+        calls,
+    })
+}
+
+/// A full reconcile's snapshot of `target` over no slices, with `observed` as its candidates.
+fn full(target: &Arc<ServiceTarget>, observed: Observation) -> Snapshot {
+    Snapshot {
+        target: target.clone(),
+        existing: Vec::new(),
+        taken: Taken {
+            scope: Scope::Full,
+            slices_changed: false,
+            changed_at: None,
+        },
+        remembered: None,
+        answered: Vec::new(),
+        changed: Observation::default(),
+        candidates: Candidates::of(observed),
+        missing: None,
+    }
+}
+
+/// Each pod of the file, in order, and what became of it.
+fn rows(case: &Case, verdicts: &Verdicts, skipped_for_node: &BTreeMap<&str, String>) -> Vec<Row> {
+    let target = &case.target;
     let mut decisions: BTreeMap<&str, Verdict> = BTreeMap::new();
     for (index, conditions) in &verdicts.included {
         let pod = verdicts.observation.candidates[*index].name();
@@ -234,15 +262,14 @@ pub fn evaluate(loaded: &Loaded, case: &Case, max_endpoints: usize) -> anyhow::R
         let pod = verdicts.observation.candidates[*index].name();
         decisions.insert(pod, Verdict::Exclude(reason.clone()));
     }
-    let rows = case
-        .pods
+    case.pods
         .iter()
         .map(|pod| {
             let decided = (pod.namespace == target.namespace)
                 .then(|| decisions.get(pod.name.as_str()).cloned())
                 .flatten();
             let verdict = decided.unwrap_or_else(|| {
-                let (why, reason) = not_candidate(pod, target, &skipped_for_node);
+                let (why, reason) = not_candidate(pod, target, skipped_for_node);
                 Verdict::Skipped(why, reason)
             });
             Row {
@@ -251,24 +278,46 @@ pub fn evaluate(loaded: &Loaded, case: &Case, max_endpoints: usize) -> anyhow::R
                 verdict,
             }
         })
-        .collect();
-    let desired = plan::desired(target, &verdicts.included());
-    for conflict in &desired.conflicts {
-        notes.push(format!(
+        .collect()
+}
+
+/// The addresses of usable pods that are left out.
+fn address_notes(observation: &Observation) -> Vec<String> {
+    observation
+        .ignored_ips
+        .iter()
+        .flat_map(|ignored| {
+            let pod = &ignored.pod;
+            ignored
+                .unusable
+                .iter()
+                .map(move |unusable| format!("pod {pod}: address left out: {unusable}"))
+        })
+        .collect()
+}
+
+/// What the plan left out: addresses two pods list, endpoints the API would refuse.
+fn plan_notes(desired: &Desired) -> Vec<String> {
+    let conflicts = desired.conflicts.iter().map(|conflict| {
+        format!(
             "address {} is listed by pods {} and {}: only {} (the older) publishes it",
             conflict.address, conflict.kept, conflict.left_out, conflict.kept
-        ));
-    }
-    for dropped in &desired.dropped {
+        )
+    });
+    let dropped = desired.dropped.iter().map(|dropped| {
         let violations: Vec<String> = dropped.violations.iter().map(ToString::to_string).collect();
-        notes.push(format!(
+        format!(
             "pod {}: endpoint {} left out: {}",
             dropped.pod,
             dropped.address,
             violations.join("; ")
-        ));
-    }
-    let slices = slices::place(target, &desired, &[], max_endpoints, None).apply;
+        )
+    });
+    conflicts.chain(dropped).collect()
+}
+
+/// The loaded plugin's warnings, and one when the Service selects another plugin.
+fn warnings(loaded: &Loaded, target: &ServiceTarget) -> Vec<String> {
     let mut warnings = loaded.warnings.clone();
     if let Some(selected) = plugin_selected(target).filter(|s| *s != loaded.name) {
         warnings.push(format!(
@@ -280,18 +329,7 @@ pub fn evaluate(loaded: &Loaded, case: &Case, max_endpoints: usize) -> anyhow::R
             loaded.name
         ));
     }
-    Ok(Evaluation {
-        target: target.clone(),
-        rows,
-        candidates,
-        service_view: plugin::service_view(target),
-        pod_views,
-        undeclared,
-        slices,
-        notes,
-        warnings,
-        calls,
-    })
+    warnings
 }
 
 /// The plugin the Service's annotation names, if any.

@@ -1,0 +1,232 @@
+//! The Wasm plugins as a [`Policy`]: the plugin a Service names, its failure policy (the
+//! built-in plugin decides instead under `fallback`), and a record of what happened for the
+//! caller to publish (the calls, a fallback, a load failure).
+
+use std::{
+    hash::{DefaultHasher, Hash, Hasher},
+    sync::Arc,
+    time::Instant,
+};
+
+use super::{
+    candidates::Views,
+    decide::{Pods, Policy, PolicyId},
+    plan::Decision,
+};
+use crate::{
+    error::Error,
+    input::target::ServiceTarget,
+    plugin::{self, Configured, FailurePolicy, POLICY_ANNOTATION, Plugins, UnknownPlugin},
+};
+
+/// One plugin call: which plugin, how it ended, how long it took, and how many pods it asked
+/// about.
+#[derive(Debug, Clone)]
+pub struct PluginCall {
+    pub plugin: String,
+    pub outcome: CallOutcome,
+    pub elapsed: std::time::Duration,
+    pub pods: usize,
+}
+
+/// How a plugin call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOutcome {
+    Ok,
+    /// The plugin refused to decide (its own `err`).
+    Rejected,
+    /// The call failed; the cause, as [`plugin::CallError::cause`] names it.
+    Failed(&'static str),
+}
+
+impl CallOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallOutcome::Ok => "ok",
+            CallOutcome::Rejected => "rejected",
+            CallOutcome::Failed(cause) => cause,
+        }
+    }
+}
+
+/// What happened while the policy decided, for the caller to publish.
+#[derive(Debug, Default)]
+pub struct Record {
+    /// The plugin the Service names.
+    pub plugin: String,
+    pub calls: Vec<PluginCall>,
+    /// The Service's plugin failed or is missing, and the built-in one decided instead: why.
+    pub fell_back: Option<String>,
+    /// The latest version of the Service's plugin failed to load: why, and what serves.
+    pub load_warning: Option<String>,
+}
+
+impl Record {
+    /// Pods the plugins were asked about.
+    pub fn evaluated(&self) -> usize {
+        self.calls.iter().map(|c| c.pods).sum()
+    }
+}
+
+/// The plugin a Service uses, or the built-in one under the `fallback` failure policy.
+struct Chosen {
+    configured: Configured,
+    id: PolicyId,
+    policy: FailurePolicy,
+}
+
+/// The Service's plugin, asked through the Wasm runtime.
+pub struct PluginPolicy {
+    plugins: Arc<Plugins>,
+    /// `Err`: the Service's plugin is not loaded, and its failure policy keeps the slices.
+    chosen: Result<Chosen, UnknownPlugin>,
+    record: Record,
+}
+
+impl PluginPolicy {
+    /// The policy of `target`: the plugin its annotation names (or the default one).
+    pub fn new(plugins: Arc<Plugins>, target: &ServiceTarget) -> Self {
+        let annotation = target.annotations.get(POLICY_ANNOTATION);
+        let name = plugins.name_for(annotation.map(String::as_str)).to_owned();
+        let load_warning = plugins.failure(&name).map(|failure| {
+            let serving = if plugins.get(&name).is_ok() {
+                "the previous version keeps serving"
+            } else {
+                "no version of it is loaded"
+            };
+            format!("{failure}; {serving}")
+        });
+        let mut fell_back = None;
+        let policy = plugins.failure_policy(&name);
+        let chosen = match plugins.get(&name) {
+            Ok(configured) => Ok(Chosen {
+                id: id_of(&name, configured),
+                configured: configured.clone(),
+                policy,
+            }),
+            Err(unknown) if policy == FailurePolicy::Fallback => {
+                fell_back = Some(unknown.to_string());
+                Ok(fallback(&plugins))
+            }
+            Err(unknown) => Err(unknown),
+        };
+        PluginPolicy {
+            plugins,
+            chosen,
+            record: Record {
+                plugin: name,
+                calls: Vec::new(),
+                fell_back,
+                load_warning,
+            },
+        }
+    }
+
+    /// Only `configured` decides, named `name`, whatever the Service names (`plugin eval`).
+    pub fn only(name: &str, configured: Configured) -> Self {
+        PluginPolicy {
+            plugins: Arc::new(Plugins::only(name, configured.clone())),
+            chosen: Ok(Chosen {
+                id: id_of(name, &configured),
+                configured,
+                policy: FailurePolicy::Keep,
+            }),
+            record: Record {
+                plugin: name.to_owned(),
+                ..Record::default()
+            },
+        }
+    }
+
+    pub fn record(&self) -> &Record {
+        &self.record
+    }
+
+    pub fn into_record(self) -> Record {
+        self.record
+    }
+
+    fn call(&mut self, target: &ServiceTarget, pods: Pods<'_>) -> Result<Vec<Decision>, Error> {
+        let chosen = self.chosen.as_ref().map_err(|e| Error::from(e.clone()))?;
+        if pods.is_empty() {
+            return Ok(Vec::new());
+        }
+        let configured = &chosen.configured;
+        let plugin = &configured.plugin;
+        let network = &target.network;
+        let views = match pods {
+            Pods::Some(some) => Arc::new(Views::of(some.iter().copied(), configured, network)),
+            Pods::All(observed) => observed.views(configured, network),
+        };
+        let started = Instant::now();
+        let result = plugin.evaluate(
+            &plugin::service_view(target),
+            &views.pods,
+            views.conditions.clone(),
+            &configured.config,
+        );
+        self.record.calls.push(PluginCall {
+            plugin: plugin.name().to_owned(),
+            outcome: match &result {
+                Ok(Ok(_)) => CallOutcome::Ok,
+                Ok(Err(_)) => CallOutcome::Rejected,
+                Err(e) => CallOutcome::Failed(e.cause()),
+            },
+            elapsed: started.elapsed(),
+            pods: pods.len(),
+        });
+        Ok(result??)
+    }
+}
+
+impl Policy for PluginPolicy {
+    fn id(&self) -> Result<PolicyId, Error> {
+        match &self.chosen {
+            Ok(chosen) => Ok(chosen.id.clone()),
+            Err(unknown) => Err(unknown.clone().into()),
+        }
+    }
+
+    fn per_pod(&self) -> bool {
+        self.chosen
+            .as_ref()
+            .is_ok_and(|c| c.configured.plugin.per_pod())
+    }
+
+    /// Calls the chosen plugin, switching to the built-in one once when the chosen one fails
+    /// under the `fallback` failure policy.
+    fn decide(&mut self, target: &ServiceTarget, pods: Pods<'_>) -> Result<Vec<Decision>, Error> {
+        match self.call(target, pods) {
+            Err(e @ (Error::PluginCall(_) | Error::PluginRejected(_)))
+                if self
+                    .chosen
+                    .as_ref()
+                    .is_ok_and(|c| c.policy == FailurePolicy::Fallback) =>
+            {
+                self.record.fell_back = Some(e.to_string());
+                self.chosen = Ok(fallback(&self.plugins));
+                self.call(target, pods)
+            }
+            result => result,
+        }
+    }
+}
+
+fn id_of(name: &str, configured: &Configured) -> PolicyId {
+    let mut hasher = DefaultHasher::new();
+    configured.config.hash(&mut hasher);
+    PolicyId {
+        name: name.to_owned(),
+        hash: configured.hash.clone(),
+        config: hasher.finish(),
+    }
+}
+
+fn fallback(plugins: &Plugins) -> Chosen {
+    let configured = plugins.fallback().clone();
+    Chosen {
+        id: id_of(plugin::BUILT_IN, &configured),
+        configured,
+        policy: FailurePolicy::Keep,
+    }
+}
