@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Container as ContainerSpec, Namespace, Node, Pod, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -39,6 +39,12 @@ use crate::scheduling;
 use crate::serviceaccount;
 use crate::status::{self, ContainerState, Run};
 use node_sim::SIMULATED_NAMESPACE_LABEL;
+
+/// What a pod's worker hears of the pod: its latest version, `None` once it is gone.
+type Updates = watch::Receiver<Option<Arc<Pod>>>;
+
+/// How long a container that exited waits before it is started again.
+const RESTART_DELAY: Duration = Duration::from_secs(1);
 
 pub struct Kubelet {
     client: Client,
@@ -244,15 +250,10 @@ impl Kubelet {
     }
 
     /// One pod's life on its node.
-    async fn work(
-        self: &Arc<Self>,
-        mut updates: watch::Receiver<Option<Arc<Pod>>>,
-        nodes: &Store<Node>,
-    ) {
-        let Some(pod) = updates.borrow().clone() else {
+    async fn work(self: &Arc<Self>, mut updates: Updates, nodes: &Store<Node>) {
+        let Some(pod) = latest(&updates) else {
             return;
         };
-        let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
         let Some(node) = pod
             .spec
             .as_ref()
@@ -262,94 +263,95 @@ impl Kubelet {
         else {
             return;
         };
-        let wanted = |p: &Option<Arc<Pod>>| {
-            p.as_ref()
-                .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
-        };
-        let finished = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_some_and(|p| p == "Succeeded" || p == "Failed");
         // Kubelet's admission: a pod bound (or created bound) to a node its node selector or
         // affinity does not allow is rejected, and stays Failed until deleted.
         let labels = nodes
             .get(&ObjectRef::new(&node.name))
             .map_or_else(|| nodes::labels(&node), |n| n.labels().clone());
-        if pod.metadata.deletion_timestamp.is_none()
-            && !finished
-            && !scheduling::fits(&pod, &node.name, &labels)
-        {
-            self.reject(&pod, "NodeAffinity", scheduling::NODE_AFFINITY_FAILED)
-                .await;
-            while wanted(&updates.borrow()) {
-                if updates.changed().await.is_err() {
-                    break;
-                }
+        match plan(&pod, scheduling::fits(&pod, &node.name, &labels)) {
+            Plan::Reject => {
+                self.reject(&pod, "NodeAffinity", scheduling::NODE_AFFINITY_FAILED)
+                    .await;
+                wait_until_unwanted(&mut updates).await;
             }
-        } else if pod.metadata.deletion_timestamp.is_none() && !finished {
-            let mut attempt = 0_u32;
-            loop {
-                match self.start(&pod, &node).await {
-                    Ok(mut running) => {
-                        let note = format!(
-                            "Started the containers in network namespace {} (IPs {:?}) after CNI ADD through Multus",
-                            running.sandbox.netns, running.ips
-                        );
-                        self.event(&pod, EventType::Normal, "Started", "Start", note)
-                            .await;
-                        self.supervise(&mut running, &mut updates).await;
-                        let note = format!("Stopping the containers of {name}");
-                        self.event(&pod, EventType::Normal, "Killing", "Stop", note)
-                            .await;
-                        self.stop(running).await;
-                        break;
+            Plan::Run => self.run_pod(&pod, &node, &mut updates).await,
+            Plan::LetGo => {}
+        }
+        // Gone or terminating: let it go, as kubelet does once its containers stopped.
+        if let Some(pod) = latest(&updates) {
+            self.remove(&pod).await;
+        }
+    }
+
+    /// Starts the pod, again after a growing pause while that fails, and runs it until it is
+    /// deleted or terminating.
+    async fn run_pod(&self, pod: &Arc<Pod>, node: &NodeLayout, updates: &mut Updates) {
+        let mut attempt = 0_u32;
+        loop {
+            match self.start(pod, node).await {
+                Ok(running) => {
+                    self.run_started(pod, running, updates).await;
+                    return;
+                }
+                Err(e) => {
+                    attempt += 1;
+                    self.start_failed(pod, node, &e).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(retry_pause(attempt)) => {}
+                        changed = updates.changed() => if changed.is_err() { return },
                     }
-                    Err(e) => {
-                        attempt += 1;
-                        tracing::warn!(pod = %name, %namespace, node = %node.name, error = format!("{e:#}"), "could not start the pod; trying again");
-                        let why = format!("{e:#}");
-                        let _ = self
-                            .report_waiting(&pod, &node, "CreatePodSandboxError", &why)
-                            .await;
-                        self.event(
-                            &pod,
-                            EventType::Warning,
-                            "FailedCreatePodSandBox",
-                            "Start",
-                            why,
-                        )
-                        .await;
-                        let pause = Duration::from_secs(u64::from(attempt.min(5)) * 2);
-                        tokio::select! {
-                            () = tokio::time::sleep(pause) => {}
-                            changed = updates.changed() => if changed.is_err() { break },
-                        }
-                        if !wanted(&updates.borrow()) {
-                            break;
-                        }
+                    if !wanted(updates.borrow().as_deref()) {
+                        return;
                     }
                 }
             }
         }
-        // Gone or terminating: let it go, as kubelet does once its containers stopped.
-        let last = updates.borrow().clone();
-        if let Some(pod) = last {
-            let params = DeleteParams {
-                grace_period_seconds: Some(0),
-                preconditions: Some(Preconditions {
-                    uid: pod.uid(),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
-            match api.delete(&name, &params).await {
-                Ok(_) => tracing::info!(pod = %name, %namespace, "pod removed"),
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                Err(e) => {
-                    tracing::warn!(pod = %name, %namespace, error = %e, "could not remove the pod")
-                }
+    }
+
+    /// Follows the started pod until it is deleted, then stops it; an Event at either end.
+    async fn run_started(&self, pod: &Pod, mut running: RunningPod, updates: &mut Updates) {
+        let note = format!(
+            "Started the containers in network namespace {} (IPs {:?}) after CNI ADD through Multus",
+            running.sandbox.netns, running.ips
+        );
+        self.event(pod, EventType::Normal, "Started", "Start", note)
+            .await;
+        self.supervise(&mut running, updates).await;
+        let note = format!("Stopping the containers of {}", pod.name_any());
+        self.event(pod, EventType::Normal, "Killing", "Stop", note)
+            .await;
+        self.stop(running).await;
+    }
+
+    /// Tells that the pod could not be started: a log line, the pod Pending with each
+    /// container waiting (`CreatePodSandboxError`), and a Warning Event.
+    async fn start_failed(&self, pod: &Pod, node: &NodeLayout, error: &anyhow::Error) {
+        let why = format!("{error:#}");
+        tracing::warn!(pod = %pod.name_any(), namespace = %pod.namespace().unwrap_or_default(), node = %node.name,
+            error = why.as_str(), "could not start the pod; trying again");
+        let _ = self
+            .report_waiting(pod, node, "CreatePodSandboxError", &why)
+            .await;
+        self.event(
+            pod,
+            EventType::Warning,
+            "FailedCreatePodSandBox",
+            "Start",
+            why,
+        )
+        .await;
+    }
+
+    /// Deletes `pod` (its containers stopped) at once; that it is already gone, or another pod
+    /// by now, is no failure.
+    async fn remove(&self, pod: &Pod) {
+        let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        match api.delete(&name, &removal(pod)).await {
+            Ok(_) => tracing::info!(pod = %name, %namespace, "pod removed"),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => {
+                tracing::warn!(pod = %name, %namespace, error = %e, "could not remove the pod")
             }
         }
     }
@@ -370,24 +372,14 @@ impl Kubelet {
             node: node.clone(),
             dir,
             service_account: None,
-            hostname: pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.hostname.clone())
-                .unwrap_or_else(|| name.clone()),
+            hostname: hostname(pod),
             ips: Vec::new(),
             started_at: k8s_openapi::jiff::Timestamp::now().to_string(),
             containers: Vec::new(),
             exits: mpsc::unbounded_channel(),
             probes: tokio::task::JoinSet::new(),
             cni_added: false,
-            grace: Duration::from_secs(
-                pod.spec
-                    .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds)
-                    .and_then(|s| u64::try_from(s).ok())
-                    .unwrap_or(30),
-            ),
+            grace: grace_period(pod),
         };
         if let Err(e) = self.set_up(pod, &mut running).await {
             self.stop(running).await;
@@ -411,74 +403,59 @@ impl Kubelet {
             ));
         }
         netns::create(&sandbox.netns).await?;
-        if let Some(server) = self.layout.dns_server() {
-            let etc = PathBuf::from("/etc/netns").join(&sandbox.netns);
-            tokio::fs::create_dir_all(&etc).await?;
-            crate::record::note("file", &etc.display().to_string());
-            tokio::fs::write(
-                etc.join("resolv.conf"),
-                resolv_conf(server, &sandbox.namespace),
-            )
-            .await?;
-        }
+        self.write_resolv_conf(&sandbox).await?;
         running.cni_added = true;
         running.ips = cni::add(&self.parts, &running.node.name, &sandbox).await?;
         tracing::info!(pod = %sandbox.name, namespace = %sandbox.namespace, node = %running.node.name,
             ips = ?running.ips, elapsed_ms = started.elapsed().as_millis(), "sandbox ready (CNI ADD through Multus)");
 
-        tokio::fs::create_dir_all(running.dir.join("usr/share/nginx/html")).await?;
-        tokio::fs::write(
-            running.dir.join("usr/share/nginx/html/index.html"),
-            format!("<h1>{}/{}</h1>\n", sandbox.namespace, sandbox.name),
-        )
-        .await?;
+        write_index_page(&running.dir, &sandbox).await?;
         let services = self.service_variables().await?;
-        for (index, container) in pod
-            .spec
-            .iter()
-            .flat_map(|s| s.containers.iter())
-            .enumerate()
-        {
-            let mut state = ContainerState {
-                name: container.name.clone(),
-                image: container.image.clone().unwrap_or_default(),
-                ready: false,
-                restart_count: 0,
-                state: Run::Waiting {
-                    reason: "ContainerCreating".into(),
-                    message: String::new(),
-                },
-            };
-            let (argv, env, readiness) = match self.prepare(pod, container, running, &services) {
-                Ok(Prepared {
-                    argv,
-                    env,
-                    readiness,
-                }) => (Some(argv), env, readiness),
-                Err((reason, message)) => {
-                    let note = format!("container {}: {message}", container.name);
-                    self.event(pod, EventType::Warning, reason, "Start", note)
-                        .await;
-                    state.state = Run::Waiting {
-                        reason: reason.into(),
-                        message,
-                    };
-                    (None, Vec::new(), None)
-                }
-            };
-            running.containers.push(Container {
-                state,
-                argv,
-                env,
-                readiness,
-                pid: None,
-                tally: Tally::default(),
-            });
-            if running.containers[index].argv.is_some() {
-                self.launch(running, index)?;
-            }
+        for container in pod.spec.iter().flat_map(|s| s.containers.iter()) {
+            self.add_container(pod, container, running, &services)
+                .await?;
         }
         self.report(pod, running).await
+    }
+
+    /// Writes the pod's `resolv.conf` into `/etc/netns/<its namespace>/` (which its processes
+    /// see as `/etc`), when the cluster has a DNS server.
+    async fn write_resolv_conf(&self, sandbox: &Sandbox) -> anyhow::Result<()> {
+        let Some(server) = self.layout.dns_server() else {
+            return Ok(());
+        };
+        let etc = PathBuf::from("/etc/netns").join(&sandbox.netns);
+        tokio::fs::create_dir_all(&etc).await?;
+        crate::record::note("file", &etc.display().to_string());
+        tokio::fs::write(
+            etc.join("resolv.conf"),
+            resolv_conf(server, &sandbox.namespace),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Adds `container` to the running pod and starts it; one that cannot be prepared waits
+    /// for kubelet's reason, told in a Warning Event.
+    async fn add_container(
+        &self,
+        pod: &Pod,
+        container: &ContainerSpec,
+        running: &mut RunningPod,
+        services: &[(String, String)],
+    ) -> anyhow::Result<()> {
+        let prepared = self.prepare(pod, container, running, services);
+        if let Err((reason, message)) = &prepared {
+            let note = format!("container {}: {message}", container.name);
+            self.event(pod, EventType::Warning, reason, "Start", note)
+                .await;
+        }
+        let index = running.containers.len();
+        running.containers.push(new_container(container, prepared));
+        if running.containers[index].argv.is_some() {
+            self.launch(running, index)?;
+        }
+        Ok(())
     }
 
     /// What kubelet derives for `container` before it runs it: its environment, its program
@@ -487,7 +464,7 @@ impl Kubelet {
     fn prepare(
         &self,
         pod: &Pod,
-        container: &k8s_openapi::api::core::v1::Container,
+        container: &ContainerSpec,
         running: &RunningPod,
         services: &[(String, String)],
     ) -> Result<Prepared, (&'static str, String)> {
@@ -526,16 +503,7 @@ impl Kubelet {
     fn launch(&self, running: &mut RunningPod, index: usize) -> anyhow::Result<()> {
         let logs = self.parts.logs().join("pods");
         std::fs::create_dir_all(&logs)?;
-        let process = Process {
-            netns: running.sandbox.netns.clone(),
-            agent: self.agent.clone(),
-            service_account: running.service_account.clone(),
-            dir: running.dir.clone(),
-            env: base_env(&running.dir, &running.hostname)
-                .into_iter()
-                .chain(running.containers[index].env.iter().cloned())
-                .collect(),
-        };
+        let process = self.process_for(running, index);
         let container = &mut running.containers[index];
         let Some(argv) = container.argv.clone() else {
             return Ok(());
@@ -543,11 +511,8 @@ impl Kubelet {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(logs.join(format!(
-                "{}_{}_{}.log",
-                running.sandbox.namespace, running.sandbox.name, container.state.name
-            )))?;
-        let mut child = process
+            .open(logs.join(log_name(&running.sandbox, &container.state.name)))?;
+        let child = process
             .command(&argv)
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone()?)
@@ -562,83 +527,73 @@ impl Kubelet {
                 )
             })?;
         container.pid = child.id();
-        container.state.state = Run::Running {
-            started_at: k8s_openapi::jiff::Timestamp::now().to_string(),
-        };
-        container.state.ready = container.readiness.is_none();
-        container.tally = Tally::default();
-        let exits = running.exits.0.clone();
-        let restarts = container.state.restart_count;
-        running.probes.spawn(async move {
-            let status = child.wait().await;
-            let _ = exits.send(Exit::Container {
-                index,
-                restarts,
-                status: status.ok(),
-            });
-        });
-        if let Some(readiness) = container.readiness.clone() {
-            let (probes, ip, node) = (
-                running.exits.0.clone(),
-                running.ips.first().copied(),
-                self.nodes.get(&running.node.name).cloned(),
-            );
-            running.probes.spawn(async move {
-                tokio::time::sleep(readiness.initial_delay).await;
-                loop {
-                    let ok = match (&readiness.check, ip, &node) {
-                        (Check::Http { port, path }, Some(ip), Some(node)) => {
-                            let (port, path, timeout) = (*port, path.clone(), readiness.timeout);
-                            node.run(probe::http(ip, port, path, timeout))
-                                .await
-                                .unwrap_or(false)
-                        }
-                        (Check::Tcp { port }, Some(ip), Some(node)) => node
-                            .run(probe::tcp(ip, *port, readiness.timeout))
-                            .await
-                            .unwrap_or(false),
-                        (Check::Exec { command }, _, _) => {
-                            exec_probe(&process, command, readiness.timeout).await
-                        }
-                        _ => false,
-                    };
-                    if probes
-                        .send(Exit::Probe {
-                            index,
-                            restarts,
-                            ok,
-                        })
-                        .is_err()
-                    {
-                        return;
-                    }
-                    tokio::time::sleep(readiness.period).await;
-                }
-            });
+        mark_running(container, k8s_openapi::jiff::Timestamp::now().to_string());
+        let (restarts, readiness) = (container.state.restart_count, container.readiness.clone());
+        running.watch_exit(index, restarts, child);
+        if let Some(readiness) = readiness {
+            self.probe_readiness(running, index, restarts, readiness, process);
         }
         Ok(())
+    }
+
+    /// How container `index`'s process (and its exec probe) starts: the base environment, then
+    /// the container's own.
+    fn process_for(&self, running: &RunningPod, index: usize) -> Process {
+        Process {
+            netns: running.sandbox.netns.clone(),
+            agent: self.agent.clone(),
+            service_account: running.service_account.clone(),
+            dir: running.dir.clone(),
+            env: base_env(&running.dir, &running.hostname)
+                .into_iter()
+                .chain(running.containers[index].env.iter().cloned())
+                .collect(),
+        }
+    }
+
+    /// Probes container `index` (its run `restarts`) after the initial delay and then every
+    /// period, sending each result to the worker until the worker stops listening.
+    fn probe_readiness(
+        &self,
+        running: &mut RunningPod,
+        index: usize,
+        restarts: u32,
+        readiness: Readiness,
+        process: Process,
+    ) {
+        let (probes, ip, node) = (
+            running.exits.0.clone(),
+            running.ips.first().copied(),
+            self.nodes.get(&running.node.name).cloned(),
+        );
+        running.probes.spawn(async move {
+            tokio::time::sleep(readiness.initial_delay).await;
+            loop {
+                let ok = probe_once(&readiness, ip, node.as_ref(), &process).await;
+                if probes
+                    .send(Exit::Probe {
+                        index,
+                        restarts,
+                        ok,
+                    })
+                    .is_err()
+                {
+                    return;
+                }
+                tokio::time::sleep(readiness.period).await;
+            }
+        });
     }
 
     /// Follows the pod until it is deleted: probe results, container exits (restarted after
     /// a second, as `restartPolicy: Always` would), status reports, and the pod's own changes
     /// (another writer turning a readiness gate's condition: Ready is written again at once).
-    async fn supervise(
-        &self,
-        running: &mut RunningPod,
-        updates: &mut watch::Receiver<Option<Arc<Pod>>>,
-    ) {
+    async fn supervise(&self, running: &mut RunningPod, updates: &mut Updates) {
         loop {
             let event = tokio::select! {
                 changed = updates.changed() => {
-                    let pod = updates.borrow().clone();
-                    let Some(pod) = pod.filter(|p| p.metadata.deletion_timestamp.is_none()) else {
+                    if changed.is_err() || !self.follow(running, updates).await {
                         return;
-                    };
-                    if changed.is_err() {
-                        return;
-                    }
-                    if status::outdated(&pod, &status::conditions(&pod, true, &running.states())) {
-                        let _ = self.report(&pod, running).await;
                     }
                     continue;
                 }
@@ -650,66 +605,82 @@ impl Kubelet {
                     index,
                     restarts,
                     ok,
-                } => {
-                    let container = &mut running.containers[index];
-                    if container.state.restart_count != restarts {
-                        false
-                    } else if let Some(readiness) = &container.readiness {
-                        let changed = container.tally.record(ok, readiness);
-                        container.state.ready = container.tally.ready;
-                        if changed {
-                            tracing::info!(pod = %running.sandbox.name, namespace = %running.sandbox.namespace,
-                                container = %container.state.name, ready = container.state.ready, "readiness changed");
-                        }
-                        if changed && !container.state.ready {
-                            let note = format!(
-                                "Readiness probe of container {} failed {} times in a row",
-                                container.state.name, readiness.failure_threshold
-                            );
-                            let pod = updates.borrow().clone();
-                            if let Some(pod) = pod {
-                                self.event(&pod, EventType::Warning, "Unhealthy", "Probe", note)
-                                    .await;
-                            }
-                        }
-                        changed
-                    } else {
-                        false
-                    }
-                }
+                } => self.on_probe(running, updates, index, restarts, ok).await,
                 Exit::Container {
                     index,
                     restarts,
                     status,
                 } => {
-                    if running.containers[index].state.restart_count != restarts {
-                        continue;
-                    }
-                    tracing::warn!(pod = %running.sandbox.name, namespace = %running.sandbox.namespace,
-                        container = %running.containers[index].state.name, ?status, "container exited; restarting it");
-                    let note = format!(
-                        "Container {} exited ({}); restarting it",
-                        running.containers[index].state.name,
-                        status.map_or_else(|| "unknown status".to_owned(), |s| s.to_string())
-                    );
-                    let pod = updates.borrow().clone();
-                    if let Some(pod) = pod {
-                        self.event(&pod, EventType::Warning, "BackOff", "Restart", note)
-                            .await;
-                    }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    running.containers[index].state.restart_count += 1;
-                    if let Err(e) = self.launch(running, index) {
-                        tracing::warn!(error = format!("{e:#}"), "restart failed");
-                    }
-                    true
+                    self.on_exit(running, updates, index, restarts, status)
+                        .await
                 }
             };
-            let pod = updates.borrow().clone();
-            if changed && let Some(pod) = pod {
+            if changed && let Some(pod) = latest(updates) {
                 let _ = self.report(&pod, running).await;
             }
         }
+    }
+
+    /// Takes in a change of the pod: false once it is gone or terminating; else its status is
+    /// written again when the change left it outdated (a readiness gate turned).
+    async fn follow(&self, running: &RunningPod, updates: &Updates) -> bool {
+        let Some(pod) = latest(updates).filter(|p| p.metadata.deletion_timestamp.is_none()) else {
+            return false;
+        };
+        if status::outdated(&pod, &status::conditions(&pod, true, &running.states())) {
+            let _ = self.report(&pod, running).await;
+        }
+        true
+    }
+
+    /// Takes in a readiness probe's result; true when the container's readiness changed (a
+    /// Warning Event tells when it became unready).
+    async fn on_probe(
+        &self,
+        running: &mut RunningPod,
+        updates: &Updates,
+        index: usize,
+        restarts: u32,
+        ok: bool,
+    ) -> bool {
+        let container = &mut running.containers[index];
+        if !record_probe(container, restarts, ok) {
+            return false;
+        }
+        tracing::info!(pod = %running.sandbox.name, namespace = %running.sandbox.namespace,
+                container = %container.state.name, ready = container.state.ready, "readiness changed");
+        if let Some(note) = unhealthy_note(container) {
+            self.event_latest(updates, EventType::Warning, "Unhealthy", "Probe", note)
+                .await;
+        }
+        true
+    }
+
+    /// Restarts container `index` after its run `restarts` exited, with a Warning Event; true
+    /// when it did (an earlier run's exit is ignored: that run was already replaced).
+    async fn on_exit(
+        &self,
+        running: &mut RunningPod,
+        updates: &Updates,
+        index: usize,
+        restarts: u32,
+        status: Option<std::process::ExitStatus>,
+    ) -> bool {
+        let Some(delay) = restart_after(&running.containers[index], restarts) else {
+            return false;
+        };
+        let name = &running.containers[index].state.name;
+        tracing::warn!(pod = %running.sandbox.name, namespace = %running.sandbox.namespace,
+            container = %name, ?status, "container exited; restarting it");
+        let note = exit_note(name, status);
+        self.event_latest(updates, EventType::Warning, "BackOff", "Restart", note)
+            .await;
+        tokio::time::sleep(delay).await;
+        running.containers[index].state.restart_count += 1;
+        if let Err(e) = self.launch(running, index) {
+            tracing::warn!(error = format!("{e:#}"), "restart failed");
+        }
+        true
     }
 
     /// Stops the containers (TERM, then KILL after the pod's grace period), runs CNI DEL and
@@ -781,16 +752,7 @@ impl Kubelet {
             .spec
             .iter()
             .flat_map(|s| s.containers.iter())
-            .map(|c| ContainerState {
-                name: c.name.clone(),
-                image: c.image.clone().unwrap_or_default(),
-                ready: false,
-                restart_count: 0,
-                state: Run::Waiting {
-                    reason: reason.to_owned(),
-                    message: message.to_owned(),
-                },
-            })
+            .map(|c| waiting_state(c, reason, message))
             .collect();
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         self.patch_status(
@@ -827,6 +789,20 @@ impl Kubelet {
         }
     }
 
+    /// Publishes an Event about the latest pod seen, if there still is one.
+    async fn event_latest(
+        &self,
+        updates: &Updates,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        if let Some(pod) = latest(updates) {
+            self.event(&pod, type_, reason, action, note).await;
+        }
+    }
+
     /// A strategic merge patch of `pods/status`: conditions merge by type, so other writers'
     /// conditions stay as they are.
     async fn patch_status(&self, pod: &Pod, body: &serde_json::Value) -> anyhow::Result<()> {
@@ -857,6 +833,227 @@ impl Kubelet {
             while tasks.join_next().await.is_some() {}
         })
         .await;
+    }
+}
+
+/// The latest pod the worker has seen (`None` once it is gone).
+fn latest(updates: &Updates) -> Option<Arc<Pod>> {
+    updates.borrow().clone()
+}
+
+/// Whether `pod` is still to run: seen, and not terminating.
+fn wanted(pod: Option<&Pod>) -> bool {
+    pod.is_some_and(|p| p.metadata.deletion_timestamp.is_none())
+}
+
+/// Waits until the pod is gone or terminating (or nobody tells about it any more).
+async fn wait_until_unwanted(updates: &mut Updates) {
+    while wanted(updates.borrow().as_deref()) {
+        if updates.changed().await.is_err() {
+            break;
+        }
+    }
+}
+
+/// What the worker does with a pod on its node.
+#[derive(Debug, PartialEq, Eq)]
+enum Plan {
+    /// Fails it without running it: it does not fit the node.
+    Reject,
+    /// Runs its containers until it is deleted.
+    Run,
+    /// Only lets it go: it is terminating, or finished.
+    LetGo,
+}
+
+/// What to do with `pod` on a node it `fits` or not: a terminating or finished pod is let go,
+/// one that does not fit is rejected, and any other runs.
+fn plan(pod: &Pod, fits: bool) -> Plan {
+    if pod.metadata.deletion_timestamp.is_some() || finished(pod) {
+        Plan::LetGo
+    } else if fits {
+        Plan::Run
+    } else {
+        Plan::Reject
+    }
+}
+
+/// Whether `pod` has finished (phase `Succeeded` or `Failed`): it does not run again.
+fn finished(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Succeeded" || p == "Failed")
+}
+
+/// How long to wait before starting a pod again after its `attempt`th failure: two seconds
+/// more each time, up to ten.
+fn retry_pause(attempt: u32) -> Duration {
+    Duration::from_secs(u64::from(attempt.min(5)) * 2)
+}
+
+/// How a stopped pod is deleted: at once, and only if it is still the same pod (its uid).
+fn removal(pod: &Pod) -> DeleteParams {
+    DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: pod.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    }
+}
+
+/// The pod's `HOSTNAME`: `spec.hostname`, else its name.
+fn hostname(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.hostname.clone())
+        .unwrap_or_else(|| pod.name_any())
+}
+
+/// From TERM to KILL when the pod stops: its `terminationGracePeriodSeconds`, else thirty
+/// seconds.
+fn grace_period(pod: &Pod) -> Duration {
+    Duration::from_secs(
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .and_then(|s| u64::try_from(s).ok())
+            .unwrap_or(30),
+    )
+}
+
+/// Writes the page nginx's image serves into the pod's directory: the pod's name.
+async fn write_index_page(dir: &std::path::Path, sandbox: &Sandbox) -> anyhow::Result<()> {
+    tokio::fs::create_dir_all(dir.join("usr/share/nginx/html")).await?;
+    tokio::fs::write(
+        dir.join("usr/share/nginx/html/index.html"),
+        format!("<h1>{}/{}</h1>\n", sandbox.namespace, sandbox.name),
+    )
+    .await?;
+    Ok(())
+}
+
+/// `container` not running (yet), waiting for `reason`.
+fn waiting_state(container: &ContainerSpec, reason: &str, message: &str) -> ContainerState {
+    ContainerState {
+        name: container.name.clone(),
+        image: container.image.clone().unwrap_or_default(),
+        ready: false,
+        restart_count: 0,
+        state: Run::Waiting {
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+        },
+    }
+}
+
+/// A container as the worker first holds it: being created, with its program, when it could
+/// be `prepared`; else waiting for kubelet's reason, with nothing to run.
+fn new_container(
+    spec: &ContainerSpec,
+    prepared: Result<Prepared, (&'static str, String)>,
+) -> Container {
+    let (state, argv, env, readiness) = match prepared {
+        Ok(Prepared {
+            argv,
+            env,
+            readiness,
+        }) => (
+            waiting_state(spec, "ContainerCreating", ""),
+            Some(argv),
+            env,
+            readiness,
+        ),
+        Err((reason, message)) => (
+            waiting_state(spec, reason, &message),
+            None,
+            Vec::new(),
+            None,
+        ),
+    };
+    Container {
+        state,
+        argv,
+        env,
+        readiness,
+        pid: None,
+        tally: Tally::default(),
+    }
+}
+
+/// The file container `name` of the pod logs to: `<namespace>_<pod>_<container>.log`.
+fn log_name(sandbox: &Sandbox, name: &str) -> String {
+    format!("{}_{}_{name}.log", sandbox.namespace, sandbox.name)
+}
+
+/// Marks `container` running since `started_at`: ready at once without a readiness probe,
+/// else not until its probe says so (counting from nothing again).
+fn mark_running(container: &mut Container, started_at: String) {
+    container.state.state = Run::Running { started_at };
+    container.state.ready = container.readiness.is_none();
+    container.tally = Tally::default();
+}
+
+/// Counts probe result `ok` of run `restarts` towards `container`'s readiness (a result of an
+/// earlier run counts for nothing); true when its readiness changed.
+fn record_probe(container: &mut Container, restarts: u32, ok: bool) -> bool {
+    if container.state.restart_count != restarts {
+        return false;
+    }
+    let Some(readiness) = &container.readiness else {
+        return false;
+    };
+    let changed = container.tally.record(ok, readiness);
+    container.state.ready = container.tally.ready;
+    changed
+}
+
+/// The Event note for `container` whose probe made it unready; `None` while it is ready.
+fn unhealthy_note(container: &Container) -> Option<String> {
+    let readiness = container.readiness.as_ref()?;
+    (!container.state.ready).then(|| {
+        format!(
+            "Readiness probe of container {} failed {} times in a row",
+            container.state.name, readiness.failure_threshold
+        )
+    })
+}
+
+/// How long after its run `restarts` exited `container` starts again: [`RESTART_DELAY`];
+/// `None` for an earlier run's exit (that run was already replaced).
+fn restart_after(container: &Container, restarts: u32) -> Option<Duration> {
+    (container.state.restart_count == restarts).then_some(RESTART_DELAY)
+}
+
+/// The Event note for container `name` that exited with `status`.
+fn exit_note(name: &str, status: Option<std::process::ExitStatus>) -> String {
+    let status = status.map_or_else(|| "unknown status".to_owned(), |s| s.to_string());
+    format!("Container {name} exited ({status}); restarting it")
+}
+
+/// One readiness probe: HTTP and TCP from the node against the pod's IP, exec as in the
+/// container. Without the pod's IP or the node's thread, an HTTP or TCP probe fails.
+async fn probe_once(
+    readiness: &Readiness,
+    ip: Option<IpAddr>,
+    node: Option<&NetnsRuntime>,
+    process: &Process,
+) -> bool {
+    match (&readiness.check, ip, node) {
+        (Check::Http { port, path }, Some(ip), Some(node)) => {
+            let (port, path, timeout) = (*port, path.clone(), readiness.timeout);
+            node.run(probe::http(ip, port, path, timeout))
+                .await
+                .unwrap_or(false)
+        }
+        (Check::Tcp { port }, Some(ip), Some(node)) => node
+            .run(probe::tcp(ip, *port, readiness.timeout))
+            .await
+            .unwrap_or(false),
+        (Check::Exec { command }, _, _) => exec_probe(process, command, readiness.timeout).await,
+        _ => false,
     }
 }
 
@@ -984,5 +1181,229 @@ struct RunningPod {
 impl RunningPod {
     fn states(&self) -> Vec<ContainerState> {
         self.containers.iter().map(|c| c.state.clone()).collect()
+    }
+
+    /// Tells the worker when container `index`'s run `restarts` ends: its `child` exits.
+    fn watch_exit(&mut self, index: usize, restarts: u32, mut child: tokio::process::Child) {
+        let exits = self.exits.0.clone();
+        self.probes.spawn(async move {
+            let status = child.wait().await;
+            let _ = exits.send(Exit::Container {
+                index,
+                restarts,
+                status: status.ok(),
+            });
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt as _;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(value: serde_json::Value) -> Pod {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn web() -> ContainerSpec {
+        serde_json::from_value(json!({"name": "web", "image": "nginx:1.27"})).unwrap()
+    }
+
+    fn readiness(failure_threshold: u32) -> Readiness {
+        Readiness {
+            check: Check::Tcp { port: 80 },
+            initial_delay: Duration::ZERO,
+            period: Duration::from_secs(10),
+            timeout: Duration::from_secs(1),
+            success_threshold: 1,
+            failure_threshold,
+        }
+    }
+
+    /// Container `web`, prepared with `readiness` and started.
+    fn running(readiness: Option<Readiness>) -> Container {
+        let prepared = Prepared {
+            argv: vec!["nginx".into()],
+            env: Vec::new(),
+            readiness,
+        };
+        let mut container = new_container(&web(), Ok(prepared));
+        mark_running(&mut container, "2025-01-01T00:00:00Z".into());
+        container
+    }
+
+    #[test]
+    fn a_pod_runs_on_a_node_it_fits_and_is_rejected_on_one_it_does_not() {
+        let pending = pod(json!({"metadata": {"name": "p"}, "status": {"phase": "Pending"}}));
+        assert_eq!(plan(&pending, true), Plan::Run);
+        assert_eq!(plan(&pending, false), Plan::Reject);
+    }
+
+    #[test]
+    fn a_terminating_or_finished_pod_is_only_let_go() {
+        let terminating = pod(json!({"metadata": {"name": "p",
+            "deletionTimestamp": "2025-01-01T00:00:00Z"}}));
+        assert_eq!(plan(&terminating, true), Plan::LetGo);
+        assert_eq!(plan(&terminating, false), Plan::LetGo);
+        for phase in ["Succeeded", "Failed"] {
+            let done = pod(json!({"metadata": {"name": "p"}, "status": {"phase": phase}}));
+            assert_eq!(plan(&done, false), Plan::LetGo, "{phase}");
+        }
+        let running = pod(json!({"metadata": {"name": "p"}, "status": {"phase": "Running"}}));
+        assert_eq!(plan(&running, true), Plan::Run);
+    }
+
+    #[test]
+    fn a_pod_that_failed_to_start_is_tried_again_two_seconds_later_per_attempt_up_to_ten() {
+        let pauses: Vec<u64> = [1, 2, 3, 5, 6, 40]
+            .map(|attempt| retry_pause(attempt).as_secs())
+            .to_vec();
+        assert_eq!(pauses, [2, 4, 6, 10, 10, 10]);
+    }
+
+    #[test]
+    fn a_stopped_pod_is_deleted_at_once_and_only_if_it_is_still_the_same_pod() {
+        let params = removal(&pod(json!({"metadata": {"name": "p", "uid": "uid-1"}})));
+        assert_eq!(params.grace_period_seconds, Some(0));
+        let preconditions = params.preconditions.unwrap();
+        assert_eq!(preconditions.uid.as_deref(), Some("uid-1"));
+        assert_eq!(preconditions.resource_version, None);
+    }
+
+    #[test]
+    fn the_grace_period_and_hostname_come_from_the_spec_with_kubelets_defaults() {
+        let plain = pod(json!({"metadata": {"name": "web-0"}, "spec": {"containers": []}}));
+        assert_eq!(grace_period(&plain), Duration::from_secs(30));
+        assert_eq!(hostname(&plain), "web-0");
+        let own = pod(
+            json!({"metadata": {"name": "web-0"}, "spec": {"containers": [],
+            "terminationGracePeriodSeconds": 5, "hostname": "front"}}),
+        );
+        assert_eq!(grace_period(&own), Duration::from_secs(5));
+        assert_eq!(hostname(&own), "front");
+        let negative = pod(
+            json!({"metadata": {"name": "web-0"}, "spec": {"containers": [],
+            "terminationGracePeriodSeconds": -1}}),
+        );
+        assert_eq!(grace_period(&negative), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_container_is_created_with_its_program_or_waits_for_why_it_cannot_run() {
+        let prepared = Prepared {
+            argv: vec!["nginx".into(), "-g".into()],
+            env: vec![("A".into(), "1".into())],
+            readiness: Some(readiness(3)),
+        };
+        let creating = new_container(&web(), Ok(prepared));
+        assert_eq!(
+            creating.state,
+            waiting_state(&web(), "ContainerCreating", "")
+        );
+        assert_eq!(creating.state.image, "nginx:1.27");
+        assert_eq!(creating.argv, Some(vec!["nginx".into(), "-g".into()]));
+        assert_eq!(creating.env, [("A".to_owned(), "1".to_owned())]);
+        assert_eq!(creating.readiness, Some(readiness(3)));
+
+        let unknown = new_container(&web(), Err(("ImageNotInTable", "no such image".into())));
+        assert_eq!(
+            unknown.state.state,
+            Run::Waiting {
+                reason: "ImageNotInTable".into(),
+                message: "no such image".into()
+            }
+        );
+        assert!(!unknown.state.ready);
+        assert_eq!((unknown.argv, unknown.readiness), (None, None));
+    }
+
+    #[test]
+    fn a_running_container_is_ready_at_once_only_without_a_readiness_probe() {
+        let plain = running(None);
+        assert!(plain.state.ready);
+        assert_eq!(
+            plain.state.state,
+            Run::Running {
+                started_at: "2025-01-01T00:00:00Z".into()
+            }
+        );
+        let mut probed = running(Some(readiness(3)));
+        assert!(!probed.state.ready);
+        assert!(record_probe(&mut probed, 0, true));
+        assert!(probed.tally.ready);
+        mark_running(&mut probed, "2025-01-01T00:01:00Z".into());
+        assert!(!probed.state.ready, "a restarted container is probed again");
+        assert!(!probed.tally.ready);
+    }
+
+    #[test]
+    fn readiness_turns_at_the_probes_thresholds_and_unreadiness_is_told() {
+        let mut container = running(Some(readiness(2)));
+        assert_eq!(
+            unhealthy_note(&container),
+            Some("Readiness probe of container web failed 2 times in a row".to_owned())
+        );
+        assert!(record_probe(&mut container, 0, true));
+        assert!(container.state.ready);
+        assert_eq!(unhealthy_note(&container), None);
+        assert!(
+            !record_probe(&mut container, 0, false),
+            "one failure is not enough"
+        );
+        assert!(container.state.ready);
+        assert!(record_probe(&mut container, 0, false));
+        assert!(!container.state.ready);
+        assert_eq!(
+            unhealthy_note(&container),
+            Some("Readiness probe of container web failed 2 times in a row".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_container_without_a_readiness_probe_ignores_probe_results_and_is_never_unhealthy() {
+        let mut container = running(None);
+        assert!(!record_probe(&mut container, 0, false));
+        assert!(container.state.ready);
+        assert_eq!(unhealthy_note(&container), None);
+    }
+
+    #[test]
+    fn a_container_that_exits_is_restarted_after_its_backoff() {
+        let container = running(None);
+        assert_eq!(restart_after(&container, 0), Some(Duration::from_secs(1)));
+        assert_eq!(
+            exit_note("web", Some(std::process::ExitStatus::from_raw(1 << 8))),
+            "Container web exited (exit status: 1); restarting it"
+        );
+        assert_eq!(
+            exit_note("web", None),
+            "Container web exited (unknown status); restarting it"
+        );
+    }
+
+    #[test]
+    fn what_an_earlier_run_of_a_container_reports_is_ignored() {
+        let mut container = running(Some(readiness(1)));
+        container.state.restart_count = 2;
+        assert_eq!(restart_after(&container, 1), None);
+        assert!(!record_probe(&mut container, 1, true));
+        assert!(!container.state.ready);
+        assert!(record_probe(&mut container, 2, true));
+        assert!(container.state.ready);
+    }
+
+    #[test]
+    fn each_container_logs_to_a_file_named_after_its_namespace_pod_and_itself() {
+        let sandbox = Sandbox {
+            namespace: "shop".into(),
+            name: "web-0".into(),
+            uid: "uid-1".into(),
+            netns: "pod-uid-1".into(),
+        };
+        assert_eq!(log_name(&sandbox, "nginx"), "shop_web-0_nginx.log");
     }
 }

@@ -89,6 +89,8 @@ impl Controller {
             .replace("{log}", &log.display().to_string());
         let mut argv: Vec<&str> = wrapper.split_whitespace().collect();
         argv.push(binary);
+        // `NSC_BENCH_LOG_FILTER=nad_service_controller=debug` logs each reconcile's path.
+        let filter = std::env::var("NSC_BENCH_LOG_FILTER").unwrap_or_else(|_| "info".into());
         let child = Command::new(argv[0])
             .args(&argv[1..])
             .args([
@@ -97,7 +99,7 @@ impl Controller {
                 &format!("--watch-namespace={ns}"),
                 &format!("--metrics-address={metrics}"),
                 &format!("--health-address={health}"),
-                "--log-filter=info",
+                &format!("--log-filter={filter}"),
             ])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).unwrap())

@@ -6,7 +6,7 @@
 //! planning, so one pod's bad data only drops that pod's endpoint; the slice check is the last
 //! line of defence for what the Service itself contributes (name, labels, ports).
 
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use kube::ResourceExt;
 
 use crate::input::address;
@@ -175,6 +175,24 @@ pub fn endpoint(e: &Endpoint, address_type: &str, field: &str) -> Vec<Violation>
 
 /// Checks a whole slice as the API would on create or update.
 pub fn slice(s: &EndpointSlice) -> Vec<Violation> {
+    let mut out = slice_metadata(s);
+    if !matches!(s.address_type.as_str(), "IPv4" | "IPv6") {
+        out.push(violation(
+            "addressType".into(),
+            &s.address_type,
+            "must be IPv4 or IPv6",
+        ));
+    }
+    out.extend(slice_ports(s.ports.as_deref().unwrap_or_default()));
+    out.extend(slice_endpoints(
+        s.endpoints.as_deref().unwrap_or_default(),
+        &s.address_type,
+    ));
+    out
+}
+
+/// What the API would reject in a slice's name and labels.
+fn slice_metadata(s: &EndpointSlice) -> Vec<Violation> {
     let mut out = Vec::new();
     let name = s.name_any();
     if !is_dns_subdomain(&name) {
@@ -200,14 +218,13 @@ pub fn slice(s: &EndpointSlice) -> Vec<Violation> {
             ));
         }
     }
-    if !matches!(s.address_type.as_str(), "IPv4" | "IPv6") {
-        out.push(violation(
-            "addressType".into(),
-            &s.address_type,
-            "must be IPv4 or IPv6",
-        ));
-    }
-    let ports = s.ports.as_deref().unwrap_or_default();
+    out
+}
+
+/// What the API would reject in a slice's ports: too many, or one with a bad or repeated
+/// name, a bad protocol or a bad `appProtocol`.
+fn slice_ports(ports: &[EndpointPort]) -> Vec<Violation> {
+    let mut out = Vec::new();
     if ports.len() > MAX_PORTS {
         out.push(violation(
             "ports".into(),
@@ -251,7 +268,13 @@ pub fn slice(s: &EndpointSlice) -> Vec<Violation> {
             ));
         }
     }
-    let endpoints = s.endpoints.as_deref().unwrap_or_default();
+    out
+}
+
+/// What the API would reject in a slice's endpoints of `address_type`: too many, and each
+/// one's own violations.
+fn slice_endpoints(endpoints: &[Endpoint], address_type: &str) -> Vec<Violation> {
+    let mut out = Vec::new();
     if endpoints.len() > MAX_ENDPOINTS {
         out.push(violation(
             "endpoints".into(),
@@ -260,7 +283,7 @@ pub fn slice(s: &EndpointSlice) -> Vec<Violation> {
         ));
     }
     for (i, e) in endpoints.iter().enumerate() {
-        out.extend(endpoint(e, &s.address_type, &format!("endpoints[{i}]")));
+        out.extend(endpoint(e, address_type, &format!("endpoints[{i}]")));
     }
     out
 }

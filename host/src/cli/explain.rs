@@ -19,14 +19,14 @@ use serde_json::{Value, json};
 
 use super::plugin::{
     PluginArg, SandboxArgs,
-    eval::{self, Case, Evaluation, Verdict},
+    eval::{self, Case, Evaluation, Row, Verdict},
     source::{self, Loaded},
 };
 use crate::{
     index::{KeptCondition, Keys, PodRecord, ZONE_LABEL},
     input::{
         network_ready,
-        target::{self, NETWORK_ANNOTATION, Target},
+        target::{self, NETWORK_ANNOTATION, ServiceTarget, Target},
     },
     plugin::{BUILT_IN, Component, DEFAULT_PLUGIN_WASM, POLICY_ANNOTATION, annotated, configmap},
     reconcile::slices::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, SERVICE_NAME_LABEL},
@@ -82,22 +82,8 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write) -> anyhow::Result<()> {
         .enable_all()
         .build()?
         .block_on(read(args))?;
-    let key = format!(
-        "{}/{}",
-        live.service.namespace().unwrap_or_default(),
-        live.service.name_any()
-    );
-    let target = match target::classify(&live.service) {
-        Target::Managed(target) => target,
-        Target::Unmanaged => bail!(
-            "Service {key} has no {NETWORK_ANNOTATION} annotation: the controller does not manage it"
-        ),
-        Target::Invalid(problems) => bail!(
-            "Service {key} is invalid, so the controller publishes no slices for it (and removes \
-             its old ones): {}",
-            problems.join("; ")
-        ),
-    };
+    let key = service_key(&live.service);
+    let target = managed_target(&live.service, &key)?;
     let runtime = args.sandbox.runtime()?;
     let (loaded, origin) = plugin(
         args,
@@ -105,51 +91,17 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write) -> anyhow::Result<()> {
         &live,
         target.annotations.get(POLICY_ANNOTATION),
     )?;
-    let keys = Keys::all();
-    let pods: Vec<Arc<PodRecord>> = live
-        .pods
-        .iter()
-        .map(|p| Arc::new(PodRecord::from_pod(p, &keys)))
-        .collect();
-    let network_ready: BTreeMap<String, KeptCondition> = pods
-        .iter()
-        .filter_map(|p| {
-            Some((
-                p.name.clone(),
-                p.network_readiness(&target.network)?.clone(),
-            ))
-        })
-        .collect();
-    let zones = live.nodes.as_ref().map(|nodes| {
-        nodes
-            .iter()
-            .map(|n| (n.name_any(), n.labels().get(ZONE_LABEL).cloned()))
-            .collect()
-    });
+    let pods = pod_records(&live.pods);
+    let network_ready = network_readiness(&pods, &target.network);
     let case = Case {
         target: target.clone(),
         pods,
-        zones,
+        zones: zones(live.nodes.as_deref()),
     };
     let evaluation = eval::evaluate(&loaded, &case, args.max_endpoints_per_slice)?;
     let published = published(&live.slices);
     let mut notes = evaluation.notes.clone();
-    match live.network_defined {
-        Some(false) => notes.push(format!(
-            "network {} names no NetworkAttachmentDefinition: the controller warns \
-             (NetworkNotFound) and keeps the Service's slices",
-            target.network
-        )),
-        None => notes.push(
-            "the NetworkAttachmentDefinition of the network was not checked (no CRD, or not \
-             readable)"
-                .to_owned(),
-        ),
-        Some(true) => {}
-    }
-    if live.nodes.is_none() {
-        notes.push("the nodes could not be listed: zones are left out".to_owned());
-    }
+    notes.extend(cluster_notes(&live, &target.network));
     let report = Report {
         key: &key,
         network: &target.network,
@@ -165,6 +117,78 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write) -> anyhow::Result<()> {
         ExplainOutput::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report.json())?)?,
     }
     Ok(())
+}
+
+/// `<namespace>/<name>` of the Service.
+fn service_key(service: &Service) -> String {
+    format!(
+        "{}/{}",
+        service.namespace().unwrap_or_default(),
+        service.name_any()
+    )
+}
+
+/// The Service as the controller serves it; fails when the controller leaves it alone or
+/// finds it invalid.
+fn managed_target(service: &Service, key: &str) -> anyhow::Result<Arc<ServiceTarget>> {
+    match target::classify(service) {
+        Target::Managed(target) => Ok(target),
+        Target::Unmanaged => bail!(
+            "Service {key} has no {NETWORK_ANNOTATION} annotation: the controller does not manage it"
+        ),
+        Target::Invalid(problems) => bail!(
+            "Service {key} is invalid, so the controller publishes no slices for it (and removes \
+             its old ones): {}",
+            problems.join("; ")
+        ),
+    }
+}
+
+/// The pods as the controller indexes them, with every key kept.
+fn pod_records(pods: &[Pod]) -> Vec<Arc<PodRecord>> {
+    let keys = Keys::all();
+    pods.iter()
+        .map(|p| Arc::new(PodRecord::from_pod(p, &keys)))
+        .collect()
+}
+
+/// Each pod's readiness condition on `network`, for the pods that have one.
+fn network_readiness(pods: &[Arc<PodRecord>], network: &str) -> BTreeMap<String, KeptCondition> {
+    pods.iter()
+        .filter_map(|p| Some((p.name.clone(), p.network_readiness(network)?.clone())))
+        .collect()
+}
+
+/// Each node's zone, or `None` when the nodes could not be listed.
+fn zones(nodes: Option<&[Node]>) -> Option<Vec<(String, Option<String>)>> {
+    nodes.map(|nodes| {
+        nodes
+            .iter()
+            .map(|n| (n.name_any(), n.labels().get(ZONE_LABEL).cloned()))
+            .collect()
+    })
+}
+
+/// What the cluster reads leave uncertain or wrong: a missing NetworkAttachmentDefinition,
+/// or nodes that could not be listed.
+fn cluster_notes(live: &Live, network: &str) -> Vec<String> {
+    let mut notes = Vec::new();
+    match live.network_defined {
+        Some(false) => notes.push(format!(
+            "network {network} names no NetworkAttachmentDefinition: the controller warns \
+             (NetworkNotFound) and keeps the Service's slices"
+        )),
+        None => notes.push(
+            "the NetworkAttachmentDefinition of the network was not checked (no CRD, or not \
+             readable)"
+                .to_owned(),
+        ),
+        Some(true) => {}
+    }
+    if live.nodes.is_none() {
+        notes.push("the nodes could not be listed: zones are left out".to_owned());
+    }
+    notes
 }
 
 async fn read(args: &ExplainArgs) -> anyhow::Result<Live> {
@@ -323,9 +347,25 @@ impl Report<'_> {
     }
 
     fn text(&self) -> String {
+        let mut text = self.summary();
+        let rows: Vec<[String; 7]> = self.evaluation.rows.iter().map(|r| self.cells(r)).collect();
+        text.push_str(&table(&rows));
+        text.push('\n');
+        text.push_str(&self.evaluation.candidate_summary());
+        text.push_str(&format!("; {} included\n", self.evaluation.included()));
+        text.push_str(&self.unreconciled());
+        for note in self.notes.iter().chain(&self.evaluation.warnings) {
+            text.push_str(&format!("note: {note}\n"));
+        }
+        text
+    }
+
+    /// The first lines: the Service, its network, the plugin, the slices and the readiness
+    /// condition, then a blank line.
+    fn summary(&self) -> String {
         let (loaded, origin) = self.plugin;
         let info = loaded.configured.plugin.info();
-        let mut text = format!(
+        format!(
             "Service {}: valid; network {}; plugin {} {} ({origin}); {} EndpointSlice{}\n\
              Readiness on the network: pod condition {}\n\n",
             self.key,
@@ -335,66 +375,38 @@ impl Report<'_> {
             self.slices,
             if self.slices == 1 { "" } else { "s" },
             network_ready::condition_type(self.network),
-        );
-        let rows: Vec<[String; 7]> = self
-            .evaluation
-            .rows
-            .iter()
-            .map(|row| {
-                let (candidate, decision, conditions, reason) = match &row.verdict {
-                    Verdict::Include(c) => (
-                        "yes",
-                        "include",
-                        format!(
-                            "ready={} serving={} terminating={}",
-                            c.ready, c.serving, c.terminating
-                        ),
-                        String::new(),
-                    ),
-                    Verdict::Exclude(reason) => ("yes", "exclude", "-".to_owned(), reason.clone()),
-                    Verdict::Skipped(_, reason) => ("no", "-", "-".to_owned(), reason.clone()),
-                };
-                [
-                    row.name.clone(),
-                    candidate.to_owned(),
-                    self.network_of(&row.name),
-                    decision.to_owned(),
-                    conditions,
-                    self.slices_of(&row.name),
-                    reason,
-                ]
-            })
-            .collect();
-        let header = [
-            "POD",
-            "CANDIDATE",
-            "NETWORK-READY",
-            "DECISION",
-            "CONDITIONS",
-            "SLICE",
-            "REASON",
+        )
+    }
+
+    /// A pod's cells in the table, in the order of [`TABLE_HEADER`].
+    fn cells(&self, row: &Row) -> [String; 7] {
+        let (candidate, decision, conditions, reason) = match &row.verdict {
+            Verdict::Include(c) => (
+                "yes",
+                "include",
+                format!(
+                    "ready={} serving={} terminating={}",
+                    c.ready, c.serving, c.terminating
+                ),
+                String::new(),
+            ),
+            Verdict::Exclude(reason) => ("yes", "exclude", "-".to_owned(), reason.clone()),
+            Verdict::Skipped(_, reason) => ("no", "-", "-".to_owned(), reason.clone()),
+        };
+        [
+            row.name.clone(),
+            candidate.to_owned(),
+            self.network_of(&row.name),
+            decision.to_owned(),
+            conditions,
+            self.slices_of(&row.name),
+            reason,
         ]
-        .map(str::to_owned);
-        let widths: Vec<usize> = (0..7)
-            .map(|i| {
-                std::iter::once(&header)
-                    .chain(&rows)
-                    .map(|r| r[i].chars().count())
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
-        for row in std::iter::once(&header).chain(&rows) {
-            let mut line = String::new();
-            for (cell, width) in row.iter().zip(&widths) {
-                line.push_str(&format!("{cell:<width$}  "));
-            }
-            text.push_str(line.trim_end());
-            text.push('\n');
-        }
-        text.push('\n');
-        text.push_str(&self.evaluation.candidate_summary());
-        text.push_str(&format!("; {} included\n", self.evaluation.included()));
+    }
+
+    /// A note for each pod the plan and the cluster's slices disagree on.
+    fn unreconciled(&self) -> String {
+        let mut text = String::new();
         for row in &self.evaluation.rows {
             let included = matches!(row.verdict, Verdict::Include(_));
             if included != self.published.contains_key(&row.name) {
@@ -410,9 +422,6 @@ impl Report<'_> {
                     },
                 ));
             }
-        }
-        for note in self.notes.iter().chain(&self.evaluation.warnings) {
-            text.push_str(&format!("note: {note}\n"));
         }
         text
     }
@@ -459,4 +468,39 @@ impl Report<'_> {
             "notes": self.notes.iter().chain(&self.evaluation.warnings).collect::<Vec<_>>(),
         })
     }
+}
+
+/// The columns of the text table.
+const TABLE_HEADER: [&str; 7] = [
+    "POD",
+    "CANDIDATE",
+    "NETWORK-READY",
+    "DECISION",
+    "CONDITIONS",
+    "SLICE",
+    "REASON",
+];
+
+/// The header and the rows, each column as wide as its widest cell, two spaces apart.
+fn table(rows: &[[String; 7]]) -> String {
+    let header = TABLE_HEADER.map(str::to_owned);
+    let widths: Vec<usize> = (0..7)
+        .map(|i| {
+            std::iter::once(&header)
+                .chain(rows)
+                .map(|r| r[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut text = String::new();
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (cell, width) in row.iter().zip(&widths) {
+            line.push_str(&format!("{cell:<width$}  "));
+        }
+        text.push_str(line.trim_end());
+        text.push('\n');
+    }
+    text
 }

@@ -83,92 +83,13 @@ pub struct PluginNameLabels {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("nad_service_controller");
-        let reconciles = Family::<ResultLabels, Counter>::default();
-        registry.register(
-            "reconciles",
-            "Service reconciles, by result (ok or an error category)",
-            reconciles.clone(),
-        );
-        let reconcile_duration = HistogramFamily::<ResultLabels>::new_with_constructor(
-            latency_histogram as fn() -> Histogram,
-        );
-        registry.register(
-            "reconcile_duration_seconds",
-            "Time to reconcile one Service, by result",
-            reconcile_duration.clone(),
-        );
-        let slice_writes = Family::<WriteLabels, Counter>::default();
-        registry.register(
-            "endpointslice_writes",
-            "EndpointSlices written, by operation (apply or delete)",
-            slice_writes.clone(),
-        );
-        let plugin_calls = HistogramFamily::<PluginLabels>::new_with_constructor(
-            latency_histogram as fn() -> Histogram,
-        );
-        registry.register(
-            "plugin_call_duration_seconds",
-            "Time of one plugin evaluate call (one per reconcile), by plugin and result",
-            plugin_calls.clone(),
-        );
-        let plugin_loads = Family::<PluginLabels, Counter>::default();
-        registry.register(
-            "plugin_loads",
-            "Plugin files run through the load pipeline, by plugin and result (ok or the failed step)",
-            plugin_loads.clone(),
-        );
-        let plugin_fallbacks = Family::<PluginNameLabels, Counter>::default();
-        registry.register(
-            "plugin_fallbacks",
-            "Reconciles decided by the built-in plugin because the Service's plugin was missing or failed",
-            plugin_fallbacks.clone(),
-        );
-        let plugin_pods = Family::<PluginNameLabels, Counter>::default();
-        registry.register(
-            "plugin_evaluated_pods",
-            "Pods a plugin was asked about, by plugin: after a pod change a per-pod plugin is \
-             asked about the changed pods only",
-            plugin_pods.clone(),
-        );
-        let slices_refused = Family::<RefusedLabels, Counter>::default();
-        registry.register(
-            "endpointslice_refused",
-            "EndpointSlice writes refused as invalid, by who refused them (precheck or api); \
-             each is a bug in this controller, and the same content is not sent again",
-            slices_refused.clone(),
-        );
-        let leader = Gauge::default();
-        registry.register(
-            "leader",
-            "1 while this replica reconciles (it holds the Lease, or leader election is off), \
-             0 while it is a candidate",
-            leader.clone(),
-        );
-        let flip = Histogram::new(FLIP_BUCKETS);
-        registry.register(
-            "endpoint_flip_duration_seconds",
-            "Time from the pod change an EndpointSlice write reflects to the end of that write: \
-             the pod's Ready condition lastTransitionTime (1 s resolution, so up to 1 s more than \
-             it took) when that changed, else when the controller saw the change (a pod \
-             terminating, deleted, relabelled); the trigger time the write carries, so this is \
-             this controller's part of kube-proxy's network programming latency",
-            flip.clone(),
-        );
-        // The counters whose label values are known start at 0, so that a rate sees their
-        // first increment and a dashboard their name before anything happened.
-        for result in std::iter::once("ok").chain(Category::ALL.map(Category::metric_label)) {
-            drop(reconciles.get_or_create(&ResultLabels {
-                result: result.to_owned(),
-            }));
-        }
-        for operation in ["apply", "delete"] {
-            drop(slice_writes.get_or_create(&WriteLabels {
-                operation: operation.to_owned(),
-            }));
-        }
-        for by in ["precheck", "api"] {
-            drop(slices_refused.get_or_create(&RefusedLabels { by: by.to_owned() }));
-        }
+        let (reconciles, reconcile_duration, slice_writes) =
+            register_reconcile_metrics(&mut registry);
+        let plugins = register_plugin_metrics(&mut registry);
+        let slices_refused = register_slices_refused(&mut registry);
+        let leader = register_leader(&mut registry);
+        let flip = register_flip(&mut registry);
+        start_known_counters_at_zero(&reconciles, &slice_writes, &slices_refused);
         let sync = sync::SyncMetrics::register(&mut registry);
         let watch = watch::WatchMetrics::register(&mut registry);
         let services = services::ServiceMetrics::register(&mut registry);
@@ -178,16 +99,162 @@ impl Default for Metrics {
             watch,
             services,
             sync,
-            plugin_pods,
+            plugin_pods: plugins.pods,
             registry,
             slices_refused,
-            plugin_loads,
-            plugin_fallbacks,
+            plugin_loads: plugins.loads,
+            plugin_fallbacks: plugins.fallbacks,
             reconciles,
             reconcile_duration,
             slice_writes,
-            plugin_calls,
+            plugin_calls: plugins.calls,
         }
+    }
+}
+
+/// Registers what the reconciles do: their count and duration by result, and the
+/// EndpointSlices they write by operation. Returns the three in that order.
+fn register_reconcile_metrics(
+    registry: &mut Registry,
+) -> (
+    Family<ResultLabels, Counter>,
+    HistogramFamily<ResultLabels>,
+    Family<WriteLabels, Counter>,
+) {
+    let reconciles = Family::<ResultLabels, Counter>::default();
+    registry.register(
+        "reconciles",
+        "Service reconciles, by result (ok or an error category)",
+        reconciles.clone(),
+    );
+    let reconcile_duration = HistogramFamily::<ResultLabels>::new_with_constructor(
+        latency_histogram as fn() -> Histogram,
+    );
+    registry.register(
+        "reconcile_duration_seconds",
+        "Time to reconcile one Service, by result",
+        reconcile_duration.clone(),
+    );
+    let slice_writes = Family::<WriteLabels, Counter>::default();
+    registry.register(
+        "endpointslice_writes",
+        "EndpointSlices written, by operation (apply or delete)",
+        slice_writes.clone(),
+    );
+    (reconciles, reconcile_duration, slice_writes)
+}
+
+/// What the plugins do, as registered together.
+struct PluginFamilies {
+    /// Evaluate call durations, by plugin and result.
+    calls: HistogramFamily<PluginLabels>,
+    /// Files run through the load pipeline, by plugin and result.
+    loads: Family<PluginLabels, Counter>,
+    /// Reconciles the built-in plugin decided instead, by plugin.
+    fallbacks: Family<PluginNameLabels, Counter>,
+    /// Pods a plugin was asked about, by plugin.
+    pods: Family<PluginNameLabels, Counter>,
+}
+
+/// Registers and returns what the plugins do: their calls, loads and fallbacks, and the pods
+/// they were asked about.
+fn register_plugin_metrics(registry: &mut Registry) -> PluginFamilies {
+    let plugin_calls = HistogramFamily::<PluginLabels>::new_with_constructor(
+        latency_histogram as fn() -> Histogram,
+    );
+    registry.register(
+        "plugin_call_duration_seconds",
+        "Time of one plugin evaluate call (one per reconcile), by plugin and result",
+        plugin_calls.clone(),
+    );
+    let plugin_loads = Family::<PluginLabels, Counter>::default();
+    registry.register(
+        "plugin_loads",
+        "Plugin files run through the load pipeline, by plugin and result (ok or the failed step)",
+        plugin_loads.clone(),
+    );
+    let plugin_fallbacks = Family::<PluginNameLabels, Counter>::default();
+    registry.register(
+        "plugin_fallbacks",
+        "Reconciles decided by the built-in plugin because the Service's plugin was missing or failed",
+        plugin_fallbacks.clone(),
+    );
+    let plugin_pods = Family::<PluginNameLabels, Counter>::default();
+    registry.register(
+        "plugin_evaluated_pods",
+        "Pods a plugin was asked about, by plugin: after a pod change a per-pod plugin is \
+         asked about the changed pods only",
+        plugin_pods.clone(),
+    );
+    PluginFamilies {
+        calls: plugin_calls,
+        loads: plugin_loads,
+        fallbacks: plugin_fallbacks,
+        pods: plugin_pods,
+    }
+}
+
+/// Registers and returns the count of EndpointSlice writes refused as invalid, by who
+/// refused them.
+fn register_slices_refused(registry: &mut Registry) -> Family<RefusedLabels, Counter> {
+    let slices_refused = Family::<RefusedLabels, Counter>::default();
+    registry.register(
+        "endpointslice_refused",
+        "EndpointSlice writes refused as invalid, by who refused them (precheck or api); \
+         each is a bug in this controller, and the same content is not sent again",
+        slices_refused.clone(),
+    );
+    slices_refused
+}
+
+/// Registers and returns the gauge of whether this replica reconciles now.
+fn register_leader(registry: &mut Registry) -> Gauge {
+    let leader = Gauge::default();
+    registry.register(
+        "leader",
+        "1 while this replica reconciles (it holds the Lease, or leader election is off), \
+         0 while it is a candidate",
+        leader.clone(),
+    );
+    leader
+}
+
+/// Registers and returns the histogram of the flip latency, from a pod's change to the end
+/// of the EndpointSlice write that reflects it.
+fn register_flip(registry: &mut Registry) -> Histogram {
+    let flip = Histogram::new(FLIP_BUCKETS);
+    registry.register(
+        "endpoint_flip_duration_seconds",
+        "Time from the pod change an EndpointSlice write reflects to the end of that write: \
+         the pod's Ready condition lastTransitionTime (1 s resolution, so up to 1 s more than \
+         it took) when that changed, else when the controller saw the change (a pod \
+         terminating, deleted, relabelled); the trigger time the write carries, so this is \
+         this controller's part of kube-proxy's network programming latency",
+        flip.clone(),
+    );
+    flip
+}
+
+/// Creates the series of the counters whose label values are known, at 0.
+fn start_known_counters_at_zero(
+    reconciles: &Family<ResultLabels, Counter>,
+    slice_writes: &Family<WriteLabels, Counter>,
+    slices_refused: &Family<RefusedLabels, Counter>,
+) {
+    // The counters whose label values are known start at 0, so that a rate sees their
+    // first increment and a dashboard their name before anything happened.
+    for result in std::iter::once("ok").chain(Category::ALL.map(Category::metric_label)) {
+        drop(reconciles.get_or_create(&ResultLabels {
+            result: result.to_owned(),
+        }));
+    }
+    for operation in ["apply", "delete"] {
+        drop(slice_writes.get_or_create(&WriteLabels {
+            operation: operation.to_owned(),
+        }));
+    }
+    for by in ["precheck", "api"] {
+        drop(slices_refused.get_or_create(&RefusedLabels { by: by.to_owned() }));
     }
 }
 

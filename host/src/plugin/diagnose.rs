@@ -193,115 +193,151 @@ impl Cx<'_> {
                 .diff(&e.ty(), &g.ty())
                 .map(|d| format!("list element: {d}")),
             (Type::Option(e), Type::Option(g)) => self.diff(&e.ty(), &g.ty()),
-            (Type::Result(e), Type::Result(g)) => {
-                let ok = match (e.ok(), g.ok()) {
-                    (Some(e), Some(g)) => self.diff(&e, &g).map(|d| format!("ok: {d}")),
-                    (None, None) => None,
-                    _ => Some("the ok types differ".to_owned()),
-                };
-                ok.or_else(|| match (e.err(), g.err()) {
-                    (Some(e), Some(g)) => self.diff(&e, &g).map(|d| format!("err: {d}")),
-                    (None, None) => None,
-                    _ => Some("the err types differ".to_owned()),
-                })
-            }
+            (Type::Result(e), Type::Result(g)) => self
+                .diff_payload("ok", e.ok(), g.ok())
+                .or_else(|| self.diff_payload("err", e.err(), g.err())),
             (Type::Record(e), Type::Record(g)) => {
                 let ef: Vec<_> = e.fields().map(|f| (f.name.to_owned(), f.ty)).collect();
                 let gf: Vec<_> = g.fields().map(|f| (f.name.to_owned(), f.ty)).collect();
-                let names = |fields: &[(String, Type)]| -> Vec<String> {
-                    fields.iter().map(|(n, _)| n.clone()).collect()
-                };
-                if let Some((extra, _)) = gf.iter().find(|(n, _)| !ef.iter().any(|(m, _)| m == n)) {
-                    return Some(format!(
-                        "{what} has field {extra}, which the host's does not ({} fields, the \
-                         host's {}): the plugin was built against another version of the WIT",
-                        gf.len(),
-                        ef.len()
-                    ));
-                }
-                if let Some((missing, _)) = ef.iter().find(|(n, _)| !gf.iter().any(|(m, _)| m == n))
-                {
-                    return Some(format!(
-                        "{what} lacks field {missing} ({} fields, the host's {}): the plugin \
-                         was built against another version of the WIT",
-                        gf.len(),
-                        ef.len()
-                    ));
-                }
-                if names(&ef) != names(&gf) {
-                    return Some(format!(
-                        "{what} has its fields in another order ({}; the host's: {})",
-                        names(&gf).join(", "),
-                        names(&ef).join(", ")
-                    ));
-                }
-                ef.iter().zip(&gf).find_map(|((name, e), (_, g))| {
-                    self.diff(e, g)
-                        .map(|d| format!("{what}, field {name}: {d}"))
-                })
+                self.diff_fields(&what, &ef, &gf)
             }
             (Type::Variant(e), Type::Variant(g)) => {
                 let ec: Vec<_> = e.cases().map(|c| (c.name.to_owned(), c.ty)).collect();
                 let gc: Vec<_> = g.cases().map(|c| (c.name.to_owned(), c.ty)).collect();
-                let en: Vec<&str> = ec.iter().map(|(n, _)| n.as_str()).collect();
-                let gn: Vec<&str> = gc.iter().map(|(n, _)| n.as_str()).collect();
-                if en != gn {
-                    return Some(format!(
-                        "{what} has cases {}; the host's has {}",
-                        gn.join(", "),
-                        en.join(", ")
-                    ));
-                }
-                ec.iter()
-                    .zip(&gc)
-                    .find_map(|((name, e), (_, g))| match (e, g) {
-                        (Some(e), Some(g)) => {
-                            self.diff(e, g).map(|d| format!("{what}, case {name}: {d}"))
-                        }
-                        (None, None) => None,
-                        _ => Some(format!("{what}, case {name}: the payloads differ")),
-                    })
+                self.diff_cases(&what, &ec, &gc)
             }
-            (Type::Enum(e), Type::Enum(g)) => {
-                let en: Vec<&str> = e.names().collect();
-                let gn: Vec<&str> = g.names().collect();
-                (en != gn).then(|| {
-                    format!(
-                        "{what} has cases {}; the host's has {}",
-                        gn.join(", "),
-                        en.join(", ")
-                    )
-                })
-            }
-            (Type::Flags(e), Type::Flags(g)) => {
-                let en: Vec<&str> = e.names().collect();
-                let gn: Vec<&str> = g.names().collect();
-                (en != gn).then(|| {
-                    format!(
-                        "{what} has flags {}; the host's has {}",
-                        gn.join(", "),
-                        en.join(", ")
-                    )
-                })
-            }
+            (Type::Enum(e), Type::Enum(g)) => diff_names(
+                &what,
+                "cases",
+                &e.names().collect::<Vec<_>>(),
+                &g.names().collect::<Vec<_>>(),
+            ),
+            (Type::Flags(e), Type::Flags(g)) => diff_names(
+                &what,
+                "flags",
+                &e.names().collect::<Vec<_>>(),
+                &g.names().collect::<Vec<_>>(),
+            ),
             (Type::Tuple(e), Type::Tuple(g)) => {
                 let et: Vec<Type> = e.types().collect();
                 let gt: Vec<Type> = g.types().collect();
-                if et.len() != gt.len() {
-                    return Some(format!(
-                        "a tuple of {} elements; the host's has {}",
-                        gt.len(),
-                        et.len()
-                    ));
-                }
-                et.iter()
-                    .zip(&gt)
-                    .enumerate()
-                    .find_map(|(i, (e, g))| self.diff(e, g).map(|d| format!("element {i}: {d}")))
+                self.diff_elements(&et, &gt)
             }
             _ => None,
         }
     }
+
+    /// The difference between the `ok` (or `err`) types of two results, `side` naming which.
+    fn diff_payload(
+        &self,
+        side: &str,
+        expected: Option<Type>,
+        got: Option<Type>,
+    ) -> Option<String> {
+        match (expected, got) {
+            (Some(e), Some(g)) => self.diff(&e, &g).map(|d| format!("{side}: {d}")),
+            (None, None) => None,
+            _ => Some(format!("the {side} types differ")),
+        }
+    }
+
+    /// The first difference between the fields of two records: one only the plugin's has,
+    /// one it lacks, another order, or a field's type.
+    fn diff_fields(
+        &self,
+        what: &str,
+        expected: &[(String, Type)],
+        got: &[(String, Type)],
+    ) -> Option<String> {
+        let names = |fields: &[(String, Type)]| -> Vec<String> {
+            fields.iter().map(|(n, _)| n.clone()).collect()
+        };
+        if let Some((extra, _)) = got
+            .iter()
+            .find(|(n, _)| !expected.iter().any(|(m, _)| m == n))
+        {
+            return Some(format!(
+                "{what} has field {extra}, which the host's does not ({} fields, the \
+                 host's {}): the plugin was built against another version of the WIT",
+                got.len(),
+                expected.len()
+            ));
+        }
+        if let Some((missing, _)) = expected
+            .iter()
+            .find(|(n, _)| !got.iter().any(|(m, _)| m == n))
+        {
+            return Some(format!(
+                "{what} lacks field {missing} ({} fields, the host's {}): the plugin \
+                 was built against another version of the WIT",
+                got.len(),
+                expected.len()
+            ));
+        }
+        if names(expected) != names(got) {
+            return Some(format!(
+                "{what} has its fields in another order ({}; the host's: {})",
+                names(got).join(", "),
+                names(expected).join(", ")
+            ));
+        }
+        expected.iter().zip(got).find_map(|((name, e), (_, g))| {
+            self.diff(e, g)
+                .map(|d| format!("{what}, field {name}: {d}"))
+        })
+    }
+
+    /// The first difference between the cases of two variants: their names, or a case's
+    /// payload.
+    fn diff_cases(
+        &self,
+        what: &str,
+        expected: &[(String, Option<Type>)],
+        got: &[(String, Option<Type>)],
+    ) -> Option<String> {
+        let en: Vec<&str> = expected.iter().map(|(n, _)| n.as_str()).collect();
+        let gn: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+        if let Some(diff) = diff_names(what, "cases", &en, &gn) {
+            return Some(diff);
+        }
+        expected
+            .iter()
+            .zip(got)
+            .find_map(|((name, e), (_, g))| match (e, g) {
+                (Some(e), Some(g)) => self.diff(e, g).map(|d| format!("{what}, case {name}: {d}")),
+                (None, None) => None,
+                _ => Some(format!("{what}, case {name}: the payloads differ")),
+            })
+    }
+
+    /// The first difference between the elements of two tuples: their number, or an
+    /// element's type.
+    fn diff_elements(&self, expected: &[Type], got: &[Type]) -> Option<String> {
+        if expected.len() != got.len() {
+            return Some(format!(
+                "a tuple of {} elements; the host's has {}",
+                got.len(),
+                expected.len()
+            ));
+        }
+        expected
+            .iter()
+            .zip(got)
+            .enumerate()
+            .find_map(|(i, (e, g))| self.diff(e, g).map(|d| format!("element {i}: {d}")))
+    }
+}
+
+/// How the names of an enum's or a variant's cases, or of flags, differ, if they do;
+/// `listed` says which they are (`cases`, `flags`).
+fn diff_names(what: &str, listed: &str, expected: &[&str], got: &[&str]) -> Option<String> {
+    (expected != got).then(|| {
+        format!(
+            "{what} has {listed} {}; the host's has {}",
+            got.join(", "),
+            expected.join(", ")
+        )
+    })
 }
 
 fn kind(ty: &Type) -> &'static str {

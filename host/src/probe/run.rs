@@ -243,12 +243,7 @@ async fn probe(shared: Arc<Shared>, key: TargetKey, target: Target) {
     let condition_type = network_ready::condition_type(network);
     let mut tracker = Tracker::new(target.known);
     // Spread the probers' first attempts over one period.
-    let mut hasher = DefaultHasher::new();
-    key.hash(&mut hasher);
-    let period_ms = u64::try_from(timing.period.as_millis())
-        .unwrap_or(u64::MAX)
-        .max(1);
-    tokio::time::sleep(Duration::from_millis(hasher.finish() % period_ms)).await;
+    tokio::time::sleep(first_attempt_delay(&key, timing.period)).await;
     let mut interval = tokio::time::interval(timing.period);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let checks: Vec<String> = target.checks.iter().map(describe).collect();
@@ -266,26 +261,8 @@ async fn probe(shared: Arc<Shared>, key: TargetKey, target: Target) {
         let Some(status) = tracker.record(failure.is_none(), &timing) else {
             continue;
         };
-        let addresses: Vec<String> = target.addresses.iter().map(ToString::to_string).collect();
-        let (reason, message) = match &failure {
-            None => (
-                REASON_ANSWERED,
-                format!(
-                    "{} answered ({}), probed every {}s",
-                    addresses.join(", "),
-                    checks.join(", "),
-                    timing.period.as_secs()
-                ),
-            ),
-            Some(failure) => (
-                REASON_FAILED,
-                format!(
-                    "{failure} ({} failures in a row, probed every {}s)",
-                    tracker.failures(),
-                    timing.period.as_secs()
-                ),
-            ),
-        };
+        let (reason, message) =
+            condition_text(&target, &checks, failure.as_deref(), tracker.failures());
         let written =
             write_condition(&shared, &key, &condition_type, status, reason, &message).await;
         let status_text = if status { "True" } else { "False" };
@@ -293,20 +270,7 @@ async fn probe(shared: Arc<Shared>, key: TargetKey, target: Target) {
             Ok(()) => {
                 shared.metrics.wrote(network, status_text);
                 tracing::info!(pod = %format!("{namespace}/{name}"), network, ready = status, %message, "network readiness changed");
-                let event = match (before, status) {
-                    (_, false) => Some((
-                        EventType::Warning,
-                        EVENT_UNREADY,
-                        format!("Readiness on network {network} failed: {message}"),
-                    )),
-                    (Some(false), true) => Some((
-                        EventType::Normal,
-                        EVENT_READY,
-                        format!("Answers on network {network} again: {message}"),
-                    )),
-                    _ => None,
-                };
-                if let Some((type_, reason, note)) = event {
+                if let Some((type_, reason, note)) = flip_event(network, before, status, &message) {
                     publish(&shared, &key, &target.uid, type_, reason, note).await;
                 }
             }
@@ -317,6 +281,66 @@ async fn probe(shared: Arc<Shared>, key: TargetKey, target: Target) {
                 tracker.unwrite(before);
             }
         }
+    }
+}
+
+/// How long a pod's prober waits before its first attempt: a part of one period fixed by
+/// the pod and network, so that the probers' first attempts spread over the period.
+fn first_attempt_delay(key: &TargetKey, period: Duration) -> Duration {
+    let mut hasher = DefaultHasher::new();
+    key.hash(&mut hasher);
+    let period_ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX).max(1);
+    Duration::from_millis(hasher.finish() % period_ms)
+}
+
+/// The condition's reason and message after a flip: the addresses and `checks` that
+/// answered, or the `failure` and how many `failures` in a row led to it.
+fn condition_text(
+    target: &Target,
+    checks: &[String],
+    failure: Option<&str>,
+    failures: u32,
+) -> (&'static str, String) {
+    let period = target.timing.period.as_secs();
+    match failure {
+        None => {
+            let addresses: Vec<String> = target.addresses.iter().map(ToString::to_string).collect();
+            (
+                REASON_ANSWERED,
+                format!(
+                    "{} answered ({}), probed every {period}s",
+                    addresses.join(", "),
+                    checks.join(", "),
+                ),
+            )
+        }
+        Some(failure) => (
+            REASON_FAILED,
+            format!("{failure} ({failures} failures in a row, probed every {period}s)"),
+        ),
+    }
+}
+
+/// The Event that tells of a flip from `before` to `status` on `network`: a warning when the
+/// pod stops answering, a normal one when it answers again; none when it answers at first.
+fn flip_event(
+    network: &str,
+    before: Option<bool>,
+    status: bool,
+    message: &str,
+) -> Option<(EventType, &'static str, String)> {
+    match (before, status) {
+        (_, false) => Some((
+            EventType::Warning,
+            EVENT_UNREADY,
+            format!("Readiness on network {network} failed: {message}"),
+        )),
+        (Some(false), true) => Some((
+            EventType::Normal,
+            EVENT_READY,
+            format!("Answers on network {network} again: {message}"),
+        )),
+        _ => None,
     }
 }
 

@@ -142,52 +142,122 @@ pub fn parse(annotation: Option<&str>) -> (ProbeSpec, Vec<String>) {
     let Some(text) = annotation else {
         return (ProbeSpec::default(), Vec::new());
     };
-    let written: Written =
-        match serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(text)) {
-            Ok(w) => w,
-            Err(e) => {
-                let path = e.path().to_string();
-                let at = if path == "." {
-                    String::new()
-                } else {
-                    format!("{path}: ")
-                };
-                return (
-                    ProbeSpec::default(),
-                    vec![format!(
-                        "{ANNOTATION}: {at}{}; write kubelet's probe fields as JSON, e.g. \
-                         {{\"httpGet\": {{\"path\": \"/healthz\", \"port\": 8080}}}}",
-                        e.inner()
-                    )],
-                );
-            }
-        };
-    let mut problems = Vec::new();
-    let mut number = |bound: Bound, value: Option<i64>| -> u32 {
-        match value {
-            None => bound.default,
-            Some(v) if v >= i64::from(bound.min) && v <= i64::from(bound.max) => {
-                u32::try_from(v).unwrap_or(bound.default)
-            }
-            Some(v) => {
-                problems.push(format!(
-                    "{ANNOTATION}: {} is {v}, out of its range {} to {}",
-                    bound.field, bound.min, bound.max
-                ));
-                bound.default
-            }
-        }
+    let written = match read_written(text) {
+        Ok(written) => written,
+        Err(problem) => return (ProbeSpec::default(), vec![problem]),
     };
-    let period = number(PERIOD, written.period_seconds);
-    let timeout = number(TIMEOUT, written.timeout_seconds);
-    let success_threshold = number(SUCCESS, written.success_threshold);
-    let failure_threshold = number(FAILURE, written.failure_threshold);
+    let mut problems = Vec::new();
+    let timing = read_timing(&written, &mut problems);
+    let check = read_check(&written, &mut problems);
+    if !problems.is_empty() {
+        return (ProbeSpec::default(), problems);
+    }
+    let spec = ProbeSpec {
+        check: check.unwrap_or(Check::ServicePorts),
+        timing,
+    };
+    (spec, problems)
+}
+
+/// The annotation's JSON as kubelet's fields, or the one problem that says where it is not
+/// and how to write it.
+fn read_written(text: &str) -> Result<Written, String> {
+    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(text)).map_err(|e| {
+        let path = e.path().to_string();
+        let at = if path == "." {
+            String::new()
+        } else {
+            format!("{path}: ")
+        };
+        format!(
+            "{ANNOTATION}: {at}{}; write kubelet's probe fields as JSON, e.g. \
+             {{\"httpGet\": {{\"path\": \"/healthz\", \"port\": 8080}}}}",
+            e.inner()
+        )
+    })
+}
+
+/// The timing the annotation asks for. A number out of its bounds counts as its default and
+/// is a problem, as is a timeout longer than the period.
+fn read_timing(written: &Written, problems: &mut Vec<String>) -> Timing {
+    let period = bounded(PERIOD, written.period_seconds, problems);
+    let timeout = bounded(TIMEOUT, written.timeout_seconds, problems);
+    let success_threshold = bounded(SUCCESS, written.success_threshold, problems);
+    let failure_threshold = bounded(FAILURE, written.failure_threshold, problems);
     if timeout > period {
         problems.push(format!(
             "{ANNOTATION}: timeoutSeconds ({timeout}) is longer than periodSeconds ({period})"
         ));
     }
-    let mut port = |field: &str, port: &IntOrString| match port {
+    Timing {
+        period: Duration::from_secs(u64::from(period)),
+        timeout: Duration::from_secs(u64::from(timeout)),
+        success_threshold,
+        failure_threshold,
+    }
+}
+
+/// A numeric field's value: as written when within `bound`, else its default (and, when
+/// written out of bounds, a problem naming the field).
+fn bounded(bound: Bound, value: Option<i64>, problems: &mut Vec<String>) -> u32 {
+    match value {
+        None => bound.default,
+        Some(v) if v >= i64::from(bound.min) && v <= i64::from(bound.max) => {
+            u32::try_from(v).unwrap_or(bound.default)
+        }
+        Some(v) => {
+            problems.push(format!(
+                "{ANNOTATION}: {} is {v}, out of its range {} to {}",
+                bound.field, bound.min, bound.max
+            ));
+            bound.default
+        }
+    }
+}
+
+/// What the handlers ask to check: the Service's ports without one, `None` (and a problem)
+/// when both are given or the one given is bad.
+fn read_check(written: &Written, problems: &mut Vec<String>) -> Option<Check> {
+    match (&written.http_get, &written.tcp_socket) {
+        (Some(_), Some(_)) => {
+            problems.push(format!(
+                "{ANNOTATION}: httpGet and tcpSocket are both set; give one"
+            ));
+            None
+        }
+        (Some(http), None) => read_http_get(http, problems),
+        (None, Some(tcp)) => read_port("tcpSocket", &tcp.port, problems).map(Check::Tcp),
+        (None, None) => Some(Check::ServicePorts),
+    }
+}
+
+/// The `httpGet` check, its path `/` unless given; `None` when its port is bad. A bad port,
+/// path or expected status is a problem.
+fn read_http_get(http: &HttpGet, problems: &mut Vec<String>) -> Option<Check> {
+    let port = read_port("httpGet", &http.port, problems);
+    let path = http.path.clone().unwrap_or_else(|| "/".to_owned());
+    if !path.starts_with('/') {
+        problems.push(format!(
+            "{ANNOTATION}: httpGet.path is {path:?}; it must start with '/'"
+        ));
+    }
+    let status = match http.expected_status {
+        None => None,
+        Some(s) if (100..=599).contains(&s) => u16::try_from(s).ok(),
+        Some(s) => {
+            problems.push(format!(
+                "{ANNOTATION}: httpGet.expectedStatus is {s}, not an HTTP status (100 to 599)"
+            ));
+            None
+        }
+    };
+    port.map(|port| Check::Http { port, path, status })
+}
+
+/// A handler's port: a number from 1 to 65535 or a container port name; `None` (and a
+/// problem naming `field`) when it is neither.
+fn read_port(field: &str, port: &IntOrString, problems: &mut Vec<String>) -> Option<Port> {
+    match port {
         IntOrString::Int(n) => match u16::try_from(*n) {
             Ok(n) if n > 0 => Some(Port::Number(n)),
             _ => {
@@ -205,50 +275,7 @@ pub fn parse(annotation: Option<&str>) -> (ProbeSpec, Vec<String>) {
             ));
             None
         }
-    };
-    let check = match (&written.http_get, &written.tcp_socket) {
-        (Some(_), Some(_)) => {
-            problems.push(format!(
-                "{ANNOTATION}: httpGet and tcpSocket are both set; give one"
-            ));
-            None
-        }
-        (Some(http), None) => {
-            let port = port("httpGet", &http.port);
-            let path = http.path.clone().unwrap_or_else(|| "/".to_owned());
-            if !path.starts_with('/') {
-                problems.push(format!(
-                    "{ANNOTATION}: httpGet.path is {path:?}; it must start with '/'"
-                ));
-            }
-            let status = match http.expected_status {
-                None => None,
-                Some(s) if (100..=599).contains(&s) => u16::try_from(s).ok(),
-                Some(s) => {
-                    problems.push(format!(
-                        "{ANNOTATION}: httpGet.expectedStatus is {s}, not an HTTP status (100 to 599)"
-                    ));
-                    None
-                }
-            };
-            port.map(|port| Check::Http { port, path, status })
-        }
-        (None, Some(tcp)) => port("tcpSocket", &tcp.port).map(Check::Tcp),
-        (None, None) => Some(Check::ServicePorts),
-    };
-    if !problems.is_empty() {
-        return (ProbeSpec::default(), problems);
     }
-    let spec = ProbeSpec {
-        check: check.unwrap_or(Check::ServicePorts),
-        timing: Timing {
-            period: Duration::from_secs(u64::from(period)),
-            timeout: Duration::from_secs(u64::from(timeout)),
-            success_threshold,
-            failure_threshold,
-        },
-    };
-    (spec, problems)
 }
 
 /// A container port name (an IANA service name): 1 to 15 of `[a-z0-9-]`, a letter among

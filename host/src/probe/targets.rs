@@ -19,7 +19,7 @@ use std::{
     sync::Arc,
 };
 
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use kube::ResourceExt;
 
 use super::spec::{self, Check, Port, Timing};
@@ -91,17 +91,9 @@ pub fn targets<'a>(
         .iter()
         .map(|p| ((p.namespace.as_str(), p.name.as_str()), &**p))
         .collect();
-    let mut slices: Vec<&EndpointSlice> = slices.iter().map(|s| &**s).collect();
-    slices.sort_by_key(|s| {
-        (
-            s.namespace(),
-            s.labels().get(SERVICE_NAME_LABEL).cloned(),
-            s.name_any(),
-        )
-    });
     let mut targets: BTreeMap<TargetKey, Target> = BTreeMap::new();
     let mut unprobed = Vec::new();
-    for slice in slices {
+    for slice in by_service(slices) {
         let namespace = slice.namespace().unwrap_or_default();
         let Some(service) = slice
             .labels()
@@ -116,13 +108,7 @@ pub fn targets<'a>(
                 .get(spec::ANNOTATION)
                 .map(String::as_str),
         );
-        let published_ports: Vec<u16> = slice
-            .ports
-            .iter()
-            .flatten()
-            .filter(|p| p.protocol.as_deref().is_none_or(|p| p == "TCP"))
-            .filter_map(|p| u16::try_from(p.port?).ok())
-            .collect();
+        let published_ports = published_tcp_ports(slice);
         for endpoint in slice.endpoints.iter().flatten() {
             let Some(pod) = endpoint
                 .target_ref
@@ -140,48 +126,95 @@ pub fn targets<'a>(
                     reason,
                 });
             }
-            let addresses: Vec<IpAddr> = endpoint
-                .addresses
-                .iter()
-                .filter_map(|a| a.parse().ok())
-                .collect();
+            let addresses = endpoint_addresses(endpoint);
             if checks.is_empty() || addresses.is_empty() {
                 continue;
             }
-            let target = targets.entry(key).or_insert_with(|| Target {
-                uid: pod.uid.clone(),
-                addresses: Vec::new(),
-                checks: Vec::new(),
-                timing: spec.timing,
-                known: pod
-                    .network_readiness(&service.network)
-                    .and_then(|c| match c.status {
-                        Status::True => Some(true),
-                        Status::False => Some(false),
-                        Status::Unknown => None,
-                    }),
-                services: Vec::new(),
-            });
-            // One slice per address family: a dual-stack pod's addresses come from two.
-            for address in addresses {
-                if !target.addresses.contains(&address) {
-                    target.addresses.push(address);
-                }
-            }
-            target.addresses.sort();
-            for check in checks {
-                if !target.checks.contains(&check) {
-                    target.checks.push(check);
-                }
-            }
-            target.checks.sort();
-            let name = format!("{}/{}", service.namespace, service.name);
-            if !target.services.contains(&name) {
-                target.services.push(name);
-            }
+            let target = targets
+                .entry(key)
+                .or_insert_with(|| new_target(pod, &service.network, spec.timing));
+            add_to_target(target, addresses, checks, service);
         }
     }
     (targets, unprobed)
+}
+
+/// `slices` in the order of their Services (namespace, then name), so that a pod of two
+/// Services on a network takes the timing of the first by name.
+fn by_service(slices: &[Arc<EndpointSlice>]) -> Vec<&EndpointSlice> {
+    let mut slices: Vec<&EndpointSlice> = slices.iter().map(|s| &**s).collect();
+    slices.sort_by_key(|s| {
+        (
+            s.namespace(),
+            s.labels().get(SERVICE_NAME_LABEL).cloned(),
+            s.name_any(),
+        )
+    });
+    slices
+}
+
+/// The TCP ports `slice` publishes (a port without a protocol is TCP).
+fn published_tcp_ports(slice: &EndpointSlice) -> Vec<u16> {
+    slice
+        .ports
+        .iter()
+        .flatten()
+        .filter(|p| p.protocol.as_deref().is_none_or(|p| p == "TCP"))
+        .filter_map(|p| u16::try_from(p.port?).ok())
+        .collect()
+}
+
+/// The addresses an endpoint publishes, those that are IP addresses.
+fn endpoint_addresses(endpoint: &Endpoint) -> Vec<IpAddr> {
+    endpoint
+        .addresses
+        .iter()
+        .filter_map(|a| a.parse().ok())
+        .collect()
+}
+
+/// A target for `pod` on `network` with `timing`, probing nothing yet; it starts from the
+/// readiness the pod carries on that network, if any.
+fn new_target(pod: &PodRecord, network: &str, timing: Timing) -> Target {
+    Target {
+        uid: pod.uid.clone(),
+        addresses: Vec::new(),
+        checks: Vec::new(),
+        timing,
+        known: pod.network_readiness(network).and_then(|c| match c.status {
+            Status::True => Some(true),
+            Status::False => Some(false),
+            Status::Unknown => None,
+        }),
+        services: Vec::new(),
+    }
+}
+
+/// Adds one endpoint's `addresses` and `checks`, and `service` as `namespace/name`, to
+/// `target`: each once, the addresses and checks sorted.
+fn add_to_target(
+    target: &mut Target,
+    addresses: Vec<IpAddr>,
+    checks: Vec<Resolved>,
+    service: &ServiceTarget,
+) {
+    // One slice per address family: a dual-stack pod's addresses come from two.
+    for address in addresses {
+        if !target.addresses.contains(&address) {
+            target.addresses.push(address);
+        }
+    }
+    target.addresses.sort();
+    for check in checks {
+        if !target.checks.contains(&check) {
+            target.checks.push(check);
+        }
+    }
+    target.checks.sort();
+    let name = format!("{}/{}", service.namespace, service.name);
+    if !target.services.contains(&name) {
+        target.services.push(name);
+    }
 }
 
 /// The checks `check` makes on `pod` for `service` (whose slice publishes `published` TCP

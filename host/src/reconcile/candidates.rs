@@ -1,12 +1,13 @@
 //! The candidates of a network, observed once for all the Services on it.
 //!
 //! A Service's candidates depend only on its namespace and network and on the nodes' zones,
-//! so the Services of one network share one [`Observed`]: the observation, and the pods as
-//! each plugin sees them (built once per plugin), kept until a pod on the network or a node's
-//! zone changes. At a cold start of 10 000 Services on 100 networks this turns 10 000
+//! so the Services of one network share one [`Observed`]: the observation, and the views
+//! policies build of it (the pods as each plugin sees them, built once per plugin), kept until
+//! a pod on the network or a node's zone changes. At a cold start of 10 000 Services on 100 networks this turns 10 000
 //! observations and conversions of 1 500 pods into 100.
 
 use std::{
+    any::Any,
     collections::HashMap,
     ops::Deref,
     sync::{Arc, Mutex, PoisonError},
@@ -16,42 +17,27 @@ use super::observe::{self, Observation};
 use crate::{
     index::{NetworkKey, NodeZones, PodIndex},
     input::target::ServiceTarget,
-    plugin::{self, Configured, conditions::CallConditions, wit},
 };
 
-/// Pods as one plugin sees them, in order: the records, and their conditions when the plugin
-/// reads them.
-#[derive(Debug, Default)]
-pub struct Views {
-    pub pods: Vec<wit::Pod>,
-    pub conditions: Option<Arc<CallConditions>>,
-}
+/// A view of the candidates that a policy built once for all the Services of the network.
+type View = Arc<dyn Any + Send + Sync>;
 
-impl Views {
-    /// `candidates` as `configured`'s plugin sees them, on `network`.
-    pub fn of<'a>(
-        candidates: impl IntoIterator<Item = &'a observe::Candidate> + Clone,
-        configured: &Configured,
-        network: &str,
-    ) -> Self {
-        let plugin = &configured.plugin;
-        Views {
-            pods: candidates
-                .clone()
-                .into_iter()
-                .map(|c| plugin::pod_view(c, plugin))
-                .collect(),
-            conditions: plugin::conditions_view(candidates, plugin, network).map(Arc::new),
-        }
-    }
-}
-
-/// One network's candidates, and the pods as each plugin that was asked sees them.
-#[derive(Debug, Default)]
+/// One network's candidates, and the views of them that policies built (the pods as each
+/// plugin sees them).
+#[derive(Default)]
 pub struct Observed {
     observation: Observation,
-    /// By the component's hash: a plugin's view of a pod depends on the keys it declares.
-    views: Mutex<Vec<(String, Arc<Views>)>>,
+    /// By key: a plugin's view of a pod depends on the keys it declares, so its component's
+    /// hash.
+    views: Mutex<Vec<(String, View)>>,
+}
+
+impl std::fmt::Debug for Observed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observed")
+            .field("observation", &self.observation)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Observed {
@@ -62,19 +48,20 @@ impl Observed {
         })
     }
 
-    /// Every candidate as `configured`'s plugin sees it, in order, on `network` (the
-    /// network these candidates were observed on).
-    pub fn views(&self, configured: &Configured, network: &str) -> Arc<Views> {
+    /// The view of the candidates kept under `key`, built by `build` the first time.
+    pub fn view<T: Send + Sync + 'static>(
+        &self,
+        key: &str,
+        build: impl FnOnce(&Observation) -> T,
+    ) -> Arc<T> {
         let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, built)) = views.iter().find(|(hash, _)| *hash == configured.hash) {
-            return built.clone();
+        let kept = views.iter().find(|(k, _)| k == key);
+        if let Some(view) = kept.and_then(|(_, view)| view.clone().downcast::<T>().ok()) {
+            return view;
         }
-        let built = Arc::new(Views::of(
-            self.observation.candidates.iter(),
-            configured,
-            network,
-        ));
-        views.push((configured.hash.clone(), built.clone()));
+        let built = Arc::new(build(&self.observation));
+        views.retain(|(k, _)| k != key);
+        views.push((key.to_owned(), built.clone()));
         built
     }
 }

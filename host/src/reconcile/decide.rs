@@ -19,7 +19,7 @@ use super::{
     plan::{Conditions, Decision},
     scope::Scope,
 };
-use crate::{error::Error, index::PodRecord, input::target::ServiceTarget};
+use crate::{index::PodRecord, input::target::ServiceTarget};
 
 /// Which plugin, with which configuration, made a set of decisions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,13 +31,20 @@ pub struct PolicyId {
 
 /// Who decides a Service's pods.
 pub trait Policy {
+    /// Why the policy gave no answer.
+    type Error;
+
     /// Who decides now; an error when no one can (the Service's plugin is not loaded and its
     /// failure policy keeps the slices).
-    fn id(&self) -> Result<PolicyId, Error>;
+    fn id(&self) -> Result<PolicyId, Self::Error>;
     /// Whether each decision depends on the Service, that pod and the configuration alone.
     fn per_pod(&self) -> bool;
     /// One decision per pod, in order.
-    fn decide(&mut self, target: &ServiceTarget, pods: Pods<'_>) -> Result<Vec<Decision>, Error>;
+    fn decide(
+        &mut self,
+        target: &ServiceTarget,
+        pods: Pods<'_>,
+    ) -> Result<Vec<Decision>, Self::Error>;
 }
 
 /// The pods a call asks about: some of the candidates, or all of them (whose views the
@@ -138,11 +145,11 @@ pub struct Decided {
 }
 
 /// Decides the Service's pods; `candidates` observes all of them, called only when needed.
-pub fn decide(
-    policy: &mut dyn Policy,
+pub fn decide<P: Policy + ?Sized>(
+    policy: &mut P,
     question: Question<'_>,
     candidates: impl FnOnce() -> Arc<Observed>,
-) -> Result<Decided, Error> {
+) -> Result<Decided, P::Error> {
     let id = policy.id()?;
     let Question {
         target,
@@ -211,13 +218,13 @@ pub fn decide(
 
 /// The decisions about `only`: the answers given before for the same records, the policy's
 /// for the others (in one call).
-fn ask_some(
-    policy: &mut dyn Policy,
+fn ask_some<P: Policy + ?Sized>(
+    policy: &mut P,
     target: &ServiceTarget,
     only: &[&Candidate],
     answered: &[Answer],
     id: &PolicyId,
-) -> Result<Vec<Decision>, Error> {
+) -> Result<Vec<Decision>, P::Error> {
     let known = |c: &Candidate| {
         answered
             .iter()
@@ -276,7 +283,11 @@ pub enum Screened {
 /// Whether a change of `candidate`, which the Service does not include now, moves one of its
 /// endpoints: it does when the policy includes the pod now, or cannot answer (the reconcile
 /// then reports why).
-pub fn screen(policy: &mut dyn Policy, target: &ServiceTarget, candidate: &Candidate) -> Screened {
+pub fn screen<P: Policy + ?Sized>(
+    policy: &mut P,
+    target: &ServiceTarget,
+    candidate: &Candidate,
+) -> Screened {
     if policy.id().is_err() {
         return Screened::Moves(None);
     }

@@ -9,15 +9,45 @@ use std::{
 };
 
 use super::{
-    candidates::Views,
     decide::{Pods, Policy, PolicyId},
+    observe::Candidate,
     plan::Decision,
 };
 use crate::{
     error::Error,
     input::target::ServiceTarget,
-    plugin::{self, Configured, FailurePolicy, POLICY_ANNOTATION, Plugins, UnknownPlugin},
+    plugin::{
+        self, Configured, FailurePolicy, POLICY_ANNOTATION, Plugins, UnknownPlugin,
+        conditions::CallConditions, wit,
+    },
 };
+
+/// Pods as one plugin sees them, in order: the records, and their conditions when the plugin
+/// reads them.
+#[derive(Debug, Default)]
+pub struct Views {
+    pub pods: Vec<wit::Pod>,
+    pub conditions: Option<Arc<CallConditions>>,
+}
+
+impl Views {
+    /// `candidates` as `configured`'s plugin sees them, on `network`.
+    pub fn of<'a>(
+        candidates: impl IntoIterator<Item = &'a Candidate> + Clone,
+        configured: &Configured,
+        network: &str,
+    ) -> Self {
+        let plugin = &configured.plugin;
+        Views {
+            pods: candidates
+                .clone()
+                .into_iter()
+                .map(|c| plugin::pod_view(c, plugin))
+                .collect(),
+            conditions: plugin::conditions_view(candidates, plugin, network).map(Arc::new),
+        }
+    }
+}
 
 /// One plugin call: which plugin, how it ended, how long it took, and how many pods it asked
 /// about.
@@ -156,7 +186,10 @@ impl PluginPolicy {
         let network = &target.network;
         let views = match pods {
             Pods::Some(some) => Arc::new(Views::of(some.iter().copied(), configured, network)),
-            Pods::All(observed) => observed.views(configured, network),
+            // Built once per plugin for all the Services of the network.
+            Pods::All(observed) => observed.view(&configured.hash, |all| {
+                Views::of(all.candidates.iter(), configured, network)
+            }),
         };
         let started = Instant::now();
         let result = plugin.evaluate(
@@ -180,6 +213,8 @@ impl PluginPolicy {
 }
 
 impl Policy for PluginPolicy {
+    type Error = Error;
+
     fn id(&self) -> Result<PolicyId, Error> {
         match &self.chosen {
             Ok(chosen) => Ok(chosen.id.clone()),

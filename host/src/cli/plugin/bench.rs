@@ -10,8 +10,8 @@ use std::{io::Write, time::Duration};
 use anyhow::{Context as _, bail};
 use serde_json::json;
 
-use super::{BenchArgs, render, source};
-use crate::plugin::wit;
+use super::{BenchArgs, render, source, source::Loaded};
+use crate::plugin::{CallError, wit};
 
 /// Generated inputs: a Service whose labels and annotations are the declared keys, and `n`
 /// ready, running pods that carry them (a `*` gets a few typical keys), spread over 3 zones,
@@ -89,73 +89,136 @@ fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
+/// What the timed calls cost, each series sorted, and what the last call decided.
+struct Measured {
+    instantiate: Vec<Duration>,
+    run: Vec<Duration>,
+    total: Vec<Duration>,
+    /// The most linear memory any call's instance had, in bytes.
+    peak: usize,
+    /// How many of the pods the last call included.
+    included: usize,
+}
+
+/// Times the plugin's calls on generated pods and prints what they cost.
 pub fn bench(args: &BenchArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let runtime = args.sandbox.runtime()?;
     let config = source::config(args.config.as_deref())?;
     let loaded = source::load(&runtime, &args.sandbox.registry, &args.plugin, &config)?;
+    let (service, pods) = inputs(loaded.configured.plugin.info(), args.pods as usize);
+    let measured = measure(&loaded, &service, &pods, &config, args.iterations as usize)?;
+    if args.json {
+        write_json(args, &loaded, &measured, out)
+    } else {
+        write_text(args, &loaded, &measured, out)
+    }
+}
+
+/// Times `iterations` calls on the inputs, after a few calls to warm up; fails when the
+/// plugin rejects the Service, fails, or does not decide every pod.
+fn measure(
+    loaded: &Loaded,
+    service: &wit::Service,
+    pods: &[wit::Pod],
+    config: &str,
+    iterations: usize,
+) -> anyhow::Result<Measured> {
     let plugin = &loaded.configured.plugin;
-    let iterations = args.iterations as usize;
-    let n = args.pods as usize;
-    let (service, pods) = inputs(plugin.info(), n);
     // Warm up: the first calls fault in the compiled code and the allocator's pages.
     for _ in 0..iterations.min(5) {
-        let _ = plugin.evaluate_with_stats(&service, &pods, None, &config);
+        let _ = plugin.evaluate_with_stats(service, pods, None, config);
     }
-    let mut instantiate = Vec::with_capacity(iterations);
-    let mut run = Vec::with_capacity(iterations);
-    let mut total = Vec::with_capacity(iterations);
-    let mut peak = 0;
-    let mut included = 0;
+    let mut measured = Measured {
+        instantiate: Vec::with_capacity(iterations),
+        run: Vec::with_capacity(iterations),
+        total: Vec::with_capacity(iterations),
+        peak: 0,
+        included: 0,
+    };
     for _ in 0..iterations {
-        let (answer, stats) = plugin.evaluate_with_stats(&service, &pods, None, &config);
-        let decisions = match answer {
-            Ok(Ok(decisions)) => decisions,
-            Ok(Err(message)) => bail!(
-                "{}: rejected the generated Service ({message}); bench needs one it decides",
-                loaded.name
-            ),
-            Err(e) => bail!("{}: {e}", loaded.name),
-        };
-        if decisions.len() != pods.len() {
-            bail!(
-                "{}: returned {} decisions for {} pods",
-                loaded.name,
-                decisions.len(),
-                pods.len()
-            );
-        }
-        included = decisions
+        let (answer, stats) = plugin.evaluate_with_stats(service, pods, None, config);
+        let decisions = decisions(&loaded.name, answer, pods.len())?;
+        measured.included = decisions
             .iter()
             .filter(|d| matches!(d, wit::Decision::Include(_)))
             .count();
-        instantiate.push(stats.instantiate);
-        run.push(stats.run);
-        total.push(stats.instantiate + stats.run);
-        peak = peak.max(stats.memory_peak);
+        measured.instantiate.push(stats.instantiate);
+        measured.run.push(stats.run);
+        measured.total.push(stats.instantiate + stats.run);
+        measured.peak = measured.peak.max(stats.memory_peak);
     }
-    for series in [&mut instantiate, &mut run, &mut total] {
+    for series in [
+        &mut measured.instantiate,
+        &mut measured.run,
+        &mut measured.total,
+    ] {
         series.sort();
     }
-    let per_pod = |d: Duration| micros(d) / n as f64;
-    let limit = args.sandbox.plugin_memory_limit_mib as usize * 1024 * 1024;
-    if args.json {
-        let series = |s: &[Duration]| json!({"p50Micros": micros(quantile(s, 0.5)), "p99Micros": micros(quantile(s, 0.99))});
-        let doc = json!({
-            "plugin": loaded.name,
-            "decisions": plugin.decision_scope().as_str(),
-            "pods": args.pods,
-            "iterations": args.iterations,
-            "included": included,
-            "instantiate": series(&instantiate),
-            "evaluate": series(&run),
-            "total": series(&total),
-            "evaluatePerPodMicros": per_pod(quantile(&run, 0.5)),
-            "memoryPeakBytes": peak,
-            "memoryLimitBytes": limit,
-        });
-        let text = serde_json::to_string_pretty(&doc).context("rendering JSON")?;
-        return render::emit(out, &format!("{text}\n"));
+    Ok(measured)
+}
+
+/// The decisions of one call; fails when the plugin rejected the Service, failed, or
+/// answered for another number of pods than `pods`.
+fn decisions(
+    plugin: &str,
+    answer: Result<Result<Vec<wit::Decision>, String>, CallError>,
+    pods: usize,
+) -> anyhow::Result<Vec<wit::Decision>> {
+    let decisions = match answer {
+        Ok(Ok(decisions)) => decisions,
+        Ok(Err(message)) => bail!(
+            "{plugin}: rejected the generated Service ({message}); bench needs one it decides"
+        ),
+        Err(e) => bail!("{plugin}: {e}"),
+    };
+    if decisions.len() != pods {
+        bail!(
+            "{plugin}: returned {} decisions for {pods} pods",
+            decisions.len()
+        );
     }
+    Ok(decisions)
+}
+
+/// Microseconds per pod of a call that took `d` on `pods` pods.
+fn per_pod(d: Duration, pods: u32) -> f64 {
+    micros(d) / f64::from(pods)
+}
+
+/// The figures as a JSON document.
+fn write_json(
+    args: &BenchArgs,
+    loaded: &Loaded,
+    measured: &Measured,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let series = |s: &[Duration]| json!({"p50Micros": micros(quantile(s, 0.5)), "p99Micros": micros(quantile(s, 0.99))});
+    let limit = args.sandbox.plugin_memory_limit_mib as usize * 1024 * 1024;
+    let doc = json!({
+        "plugin": loaded.name,
+        "decisions": loaded.configured.plugin.decision_scope().as_str(),
+        "pods": args.pods,
+        "iterations": args.iterations,
+        "included": measured.included,
+        "instantiate": series(&measured.instantiate),
+        "evaluate": series(&measured.run),
+        "total": series(&measured.total),
+        "evaluatePerPodMicros": per_pod(quantile(&measured.run, 0.5), args.pods),
+        "memoryPeakBytes": measured.peak,
+        "memoryLimitBytes": limit,
+    });
+    let text = serde_json::to_string_pretty(&doc).context("rendering JSON")?;
+    render::emit(out, &format!("{text}\n"))
+}
+
+/// The figures as a table, after what was called and the keys the plugin declares.
+fn write_text(
+    args: &BenchArgs,
+    loaded: &Loaded,
+    measured: &Measured,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let plugin = &loaded.configured.plugin;
     let info = plugin.info();
     writeln!(
         out,
@@ -163,22 +226,14 @@ pub fn bench(args: &BenchArgs, out: &mut impl Write) -> anyhow::Result<()> {
         loaded.name,
         plugin.decision_scope().as_str(),
         args.pods,
-        included,
+        measured.included,
         args.iterations
     )?;
     writeln!(
         out,
         "declared keys: labels {}; annotations {}",
-        if info.label_keys.is_empty() {
-            "none".to_owned()
-        } else {
-            info.label_keys.join(", ")
-        },
-        if info.annotation_keys.is_empty() {
-            "none".to_owned()
-        } else {
-            info.annotation_keys.join(", ")
-        }
+        listed(&info.label_keys),
+        listed(&info.annotation_keys)
     )?;
     writeln!(
         out,
@@ -186,9 +241,9 @@ pub fn bench(args: &BenchArgs, out: &mut impl Write) -> anyhow::Result<()> {
         "", "p50", "p99", "per pod (p50)"
     )?;
     for (name, series, pod) in [
-        ("instantiate", &instantiate, false),
-        ("evaluate", &run, true),
-        ("total", &total, true),
+        ("instantiate", &measured.instantiate, false),
+        ("evaluate", &measured.run, true),
+        ("total", &measured.total, true),
     ] {
         let p50 = quantile(series, 0.5);
         writeln!(
@@ -197,7 +252,7 @@ pub fn bench(args: &BenchArgs, out: &mut impl Write) -> anyhow::Result<()> {
             micros(p50),
             micros(quantile(series, 0.99)),
             if pod {
-                format!("{:>13.3} µs", per_pod(p50))
+                format!("{:>13.3} µs", per_pod(p50, args.pods))
             } else {
                 String::new()
             }
@@ -206,10 +261,19 @@ pub fn bench(args: &BenchArgs, out: &mut impl Write) -> anyhow::Result<()> {
     writeln!(
         out,
         "guest memory peak: {:.2} MiB of linear memory (limit {} MiB)",
-        peak as f64 / (1024.0 * 1024.0),
+        measured.peak as f64 / (1024.0 * 1024.0),
         args.sandbox.plugin_memory_limit_mib
     )?;
     Ok(())
+}
+
+/// The keys, comma-separated, or `none`.
+fn listed(keys: &[String]) -> String {
+    if keys.is_empty() {
+        "none".to_owned()
+    } else {
+        keys.join(", ")
+    }
 }
 
 #[cfg(test)]

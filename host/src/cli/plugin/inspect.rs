@@ -6,7 +6,7 @@ use anyhow::bail;
 
 use super::{InspectArgs, source};
 use crate::{
-    plugin::{self, HOST_WIT_VERSION, WIT_PACKAGE},
+    plugin::{self, HOST_WIT_VERSION, Inspection, Plugin, WIT_PACKAGE},
     reconcile::plan::Decision,
 };
 
@@ -17,6 +17,38 @@ pub fn inspect(args: &InspectArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let bytes = args.plugin.bytes(&args.sandbox.registry)?;
     let config = source::config(args.config.as_deref())?;
     let report = plugin::inspect(&runtime, &name, &bytes, &config);
+    write_file(args, &report, out)?;
+    let configured = match report.result {
+        Ok(configured) => configured,
+        Err(e) => {
+            writeln!(out, "runs here:       no ({} step failed)", e.step.as_str())?;
+            return Err(anyhow::Error::new(source::Failed(
+                args.plugin.to_string(),
+                e,
+            )));
+        }
+    };
+    let info = configured.plugin.info();
+    write_plugin(&configured.plugin, out)?;
+    match &args.config {
+        Some(path) => writeln!(out, "config:          accepted ({})", path.display())?,
+        None => writeln!(out, "config:          accepted (none: the empty document)")?,
+    }
+    writeln!(
+        out,
+        "self-test:       {}",
+        self_test(&configured.plugin, &config)?
+    )?;
+    writeln!(out, "runs here:       yes")?;
+    if let Some(warning) = plugin::name_mismatch(&name, info) {
+        writeln!(out, "warning:         {warning}")?;
+    }
+    Ok(())
+}
+
+/// What the file holds, whether or not it runs: its size and hash, the WIT it targets
+/// against what this host runs, and its imports and exports.
+fn write_file(args: &InspectArgs, report: &Inspection, out: &mut impl Write) -> anyhow::Result<()> {
     writeln!(out, "file:            {}", args.plugin)?;
     writeln!(out, "size:            {} bytes", report.size)?;
     writeln!(out, "sha256:          {}", report.hash)?;
@@ -42,47 +74,46 @@ pub fn inspect(args: &InspectArgs, out: &mut impl Write) -> anyhow::Result<()> {
             writeln!(out, "  {name}")?;
         }
     }
-    let configured = match report.result {
-        Ok(configured) => configured,
-        Err(e) => {
-            writeln!(out, "runs here:       no ({} step failed)", e.step.as_str())?;
-            return Err(anyhow::Error::new(source::Failed(
-                args.plugin.to_string(),
-                e,
-            )));
-        }
-    };
-    let info = configured.plugin.info();
-    let keys = |k: &[String]| {
-        if k.is_empty() {
-            "(none)".to_owned()
-        } else {
-            k.join(", ")
-        }
-    };
+    Ok(())
+}
+
+/// What the plugin says of itself: its name, version and keys, how it decides, and the
+/// conditions it reads.
+fn write_plugin(plugin: &Plugin, out: &mut impl Write) -> anyhow::Result<()> {
+    let info = plugin.info();
     writeln!(out, "name:            {}", info.name)?;
     writeln!(out, "version:         {}", info.version)?;
     writeln!(out, "label keys:      {}", keys(&info.label_keys))?;
     writeln!(out, "annotation keys: {}", keys(&info.annotation_keys))?;
-    writeln!(
-        out,
-        "decisions:       {}",
-        configured.plugin.decision_scope().as_str()
-    )?;
-    let plugin = &configured.plugin;
-    let conditions = if !plugin.reads_conditions() {
+    writeln!(out, "decisions:       {}", plugin.decision_scope().as_str())?;
+    writeln!(out, "conditions:      {}", conditions(plugin))?;
+    Ok(())
+}
+
+/// The keys, comma-separated, or `(none)`.
+fn keys(keys: &[String]) -> String {
+    if keys.is_empty() {
+        "(none)".to_owned()
+    } else {
+        keys.join(", ")
+    }
+}
+
+/// The pod conditions the plugin reads: none, or network readiness and the types it asks for.
+fn conditions(plugin: &Plugin) -> String {
+    if !plugin.reads_conditions() {
         "none (it does not import pod-conditions)".to_owned()
     } else if plugin.condition_types().is_empty() {
         "network readiness".to_owned()
     } else {
         format!("network readiness, {}", plugin.condition_types().join(", "))
-    };
-    writeln!(out, "conditions:      {conditions}")?;
-    match &args.config {
-        Some(path) => writeln!(out, "config:          accepted ({})", path.display())?,
-        None => writeln!(out, "config:          accepted (none: the empty document)")?,
     }
-    let self_test = match plugin::self_test(&configured.plugin, &config) {
+}
+
+/// The self-test's decision for each made-up pod, or the plugin's refusal of the made-up
+/// Service; fails when the call fails.
+fn self_test(plugin: &Plugin, config: &str) -> anyhow::Result<String> {
+    Ok(match plugin::self_test(plugin, config) {
         Ok(Ok(decisions)) => decisions
             .iter()
             .zip(["a (ready, IPv4)", "b (not ready, IPv6)"])
@@ -97,11 +128,5 @@ pub fn inspect(args: &InspectArgs, out: &mut impl Write) -> anyhow::Result<()> {
             .join("; "),
         Ok(Err(rejected)) => format!("rejected the made-up Service: {}", rejected.message),
         Err(e) => bail!("the self-test passed once, then failed: {e}"),
-    };
-    writeln!(out, "self-test:       {self_test}")?;
-    writeln!(out, "runs here:       yes")?;
-    if let Some(warning) = plugin::name_mismatch(&name, info) {
-        writeln!(out, "warning:         {warning}")?;
-    }
-    Ok(())
+    })
 }

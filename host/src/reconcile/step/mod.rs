@@ -21,7 +21,6 @@ use super::{
     slices::{self, Changes},
 };
 use crate::{
-    error::Error,
     index::Missing,
     input::target::{self, ServiceTarget, Target},
     probe::spec as probe_spec,
@@ -112,11 +111,11 @@ pub struct Plan {
 /// Plans one Service: asks the policy about the pods that need it, turns the decisions into
 /// endpoints and places them among the slices (with at most `max_endpoints` each). An error
 /// when the policy gave no answer and its failure policy keeps the slices.
-pub fn step(
+pub fn step<P: Policy + ?Sized>(
     snapshot: Snapshot,
-    policy: &mut dyn Policy,
+    policy: &mut P,
     max_endpoints: usize,
-) -> Result<Step, Error> {
+) -> Result<Step, P::Error> {
     let Snapshot {
         target,
         existing,
