@@ -21,17 +21,18 @@ pub mod apply;
 pub mod cli;
 pub mod controller;
 pub mod error;
-pub mod index;
-pub mod input;
 pub mod leader;
 pub mod metrics;
-pub mod plugin;
 pub mod probe;
-pub mod reason;
 pub mod reconcile;
 pub mod server;
 pub mod telemetry;
 pub mod watch;
+
+// The crates below, under the names the controller's modules use.
+pub use nad_core::index;
+pub use nad_model::{input, reason};
+pub use nad_plugin_runtime as plugin;
 
 mod app;
 pub use app::run;

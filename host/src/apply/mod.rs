@@ -10,7 +10,7 @@
 //!   the slice then takes the next free name;
 //! - a delete is conditional on the uid and `resourceVersion` seen.
 
-pub mod validate;
+pub use nad_core::validate;
 
 use std::collections::BTreeSet;
 

@@ -187,9 +187,9 @@ impl RunArgs {
         &self,
     ) -> anyhow::Result<(FailurePolicy, BTreeMap<String, FailurePolicy>)> {
         let parse = |s: &str| {
-            <FailurePolicy as ValueEnum>::from_str(s.trim(), true).map_err(|_| {
-                anyhow::anyhow!("--plugin-failure-policy: {s:?} is not keep or fallback")
-            })
+            s.trim()
+                .parse::<FailurePolicy>()
+                .map_err(|e| anyhow::anyhow!("--plugin-failure-policy: {e}"))
         };
         let mut default = FailurePolicy::Keep;
         let mut per_plugin = BTreeMap::new();

@@ -19,7 +19,7 @@
 pub mod check;
 pub mod metrics;
 pub mod run;
-pub mod spec;
+pub use nad_model::probe as spec;
 pub mod targets;
 pub mod tracker;
 

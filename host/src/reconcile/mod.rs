@@ -6,18 +6,11 @@
 //! effects ([`report`], [`write`]) tell the operator, write through [`crate::apply`] (the only
 //! writer) and keep the bookkeeping ([`book`]).
 
-pub mod book;
-pub mod candidates;
-pub mod decide;
-pub mod expectations;
-pub mod findings;
-pub mod observe;
-pub mod plan;
 pub mod policy;
-pub mod scope;
-pub mod slices;
-pub mod state;
-pub mod step;
+
+pub use nad_core::{
+    book, candidates, decide, expectations, findings, observe, plan, scope, slices, state, step,
+};
 
 mod context;
 mod events;

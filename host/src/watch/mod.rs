@@ -20,7 +20,7 @@ pub mod nodes;
 pub mod plugin_dir;
 pub mod pods;
 pub mod recovery;
-pub mod relist;
+pub use nad_core::relist;
 pub mod screen;
 pub mod services;
 pub mod slices;

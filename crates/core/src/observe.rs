@@ -4,54 +4,17 @@
 //! read are skipped with a reason; they never stop the Service's other pods from being
 //! published.
 
-use std::{net::IpAddr, sync::Arc};
+use std::sync::Arc;
 
-use k8s_openapi::jiff::Timestamp;
+pub use nad_model::candidate::Candidate;
 
 use crate::{
-    index::{NodeZones, Phase, PodIndex, PodRecord},
+    index::{NodeZones, PodIndex, PodRecord},
     input::{
         network_status::{StatusError, Unusable},
         target::ServiceTarget,
     },
 };
-
-/// A pod attached to the Service's network, with its addresses on that network.
-#[derive(Debug, Clone)]
-pub struct Candidate {
-    pub pod: Arc<PodRecord>,
-    pub ips: Vec<IpAddr>,
-    /// The node's zone label, when the pod is scheduled and the node has one.
-    pub zone: Option<String>,
-}
-
-impl Candidate {
-    pub fn name(&self) -> &str {
-        &self.pod.name
-    }
-
-    pub fn node_name(&self) -> Option<&str> {
-        self.pod.node_name.as_deref()
-    }
-
-    /// `Ready` condition is `True`.
-    pub fn is_ready(&self) -> bool {
-        self.pod.ready
-    }
-
-    pub fn is_terminating(&self) -> bool {
-        self.pod.terminating
-    }
-
-    /// When the pod was created; the older of two pods claiming one address keeps it.
-    pub fn created(&self) -> Option<&Timestamp> {
-        self.pod.created.as_ref()
-    }
-
-    pub fn phase(&self) -> Phase {
-        self.pod.phase
-    }
-}
 
 /// Why an attached (or possibly attached) pod was left out before the policy ran.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -259,7 +222,7 @@ pub(crate) mod tests {
         assert_eq!(got.candidates[1].zone.as_deref(), Some("zone-1"));
         assert_eq!(
             got.candidates[1].ips,
-            vec!["192.168.2.2".parse::<IpAddr>().unwrap()]
+            vec!["192.168.2.2".parse::<std::net::IpAddr>().unwrap()]
         );
         assert!(got.skipped.is_empty());
         assert!(!got.needs_retry());
@@ -317,7 +280,7 @@ pub(crate) mod tests {
         assert_eq!(got.candidates.len(), 1);
         assert_eq!(
             got.candidates[0].ips,
-            vec!["192.168.2.1".parse::<IpAddr>().unwrap()]
+            vec!["192.168.2.1".parse::<std::net::IpAddr>().unwrap()]
         );
         let left_out: Vec<_> = got.ignored_ips[0]
             .unusable

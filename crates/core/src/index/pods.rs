@@ -17,7 +17,7 @@ use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
 use kube::{ResourceExt, runtime::watcher::Event};
 
 use super::{keys::Keys, pod::PodRecord};
-use crate::{input::network_status::StatusError, watch::relist::RelistGate};
+use crate::{input::network_status::StatusError, relist::RelistGate};
 
 pub type PodKey = (String, String);
 /// `(namespace, network)`.

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::*;
 use crate::{
     index::PodRecord,
-    reconcile::{
+    {
         decide::{Answer, Pods, PolicyId, Screened, screen},
         observe::{self, Candidate, tests::pod},
         plan::{Conditions, Decision},

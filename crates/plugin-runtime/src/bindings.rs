@@ -1,6 +1,6 @@
 //! Host bindings generated from the WIT package in `wit/`.
 
 wasmtime::component::bindgen!({
-    path: "../wit",
+    path: "../../wit",
     world: "endpoint-policy",
 });

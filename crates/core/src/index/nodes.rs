@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use k8s_openapi::api::core::v1::Node;
 use kube::{ResourceExt, runtime::watcher::Event};
 
-use crate::watch::relist::RelistGate;
+use crate::relist::RelistGate;
 
 /// The node label that gives an endpoint its zone.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";

@@ -7,7 +7,7 @@ use std::{
 };
 
 use super::{DEFAULT_PLUGIN_WASM, PipelineError, Plugin, Runtime, prepare};
-use crate::index::{KeySet, Keys};
+use nad_model::keys::{KeySet, Keys};
 
 /// The Service annotation naming the plugin that decides its pods.
 pub const POLICY_ANNOTATION: &str = "isim.dev/endpoint-policy";
@@ -26,13 +26,26 @@ pub struct Configured {
 }
 
 /// What a Service gets when its plugin is missing or its call fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FailurePolicy {
     /// Keep the slices as last applied (and report).
     #[default]
     Keep,
     /// Decide with the built-in default plugin instead (and report).
     Fallback,
+}
+
+impl std::str::FromStr for FailurePolicy {
+    type Err = String;
+
+    /// `keep` or `fallback`, in any case.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "keep" => Ok(FailurePolicy::Keep),
+            "fallback" => Ok(FailurePolicy::Fallback),
+            _ => Err(format!("{s:?} is not keep or fallback")),
+        }
+    }
 }
 
 /// A Service named a plugin that is not loaded.

@@ -7,7 +7,7 @@
 use sha2::{Digest, Sha256};
 
 use super::{CallError, Configured, LoadError, Plugin, Rejected, Runtime, diagnose, wit};
-use crate::reconcile::plan::Decision;
+use nad_model::decision::Decision;
 
 /// The WIT package plugins implement.
 pub const WIT_PACKAGE: &str = "isim:nad-endpoints";

@@ -8,8 +8,7 @@
 use wasmtime::component::{ComponentType, Linker, Lower};
 
 use super::sandbox::CallState;
-use crate::index::KeptCondition;
-use crate::input::network_ready::Status;
+use nad_model::{input::network_ready::Status, pod::KeptCondition};
 
 /// The interface a plugin imports to read its pods' conditions (any 1.x from 1.2).
 pub const IMPORT_INTERFACE: &str = "isim:nad-endpoints/pod-conditions@";

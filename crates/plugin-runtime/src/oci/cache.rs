@@ -9,7 +9,7 @@ use std::{
 };
 
 use super::reference::check_digest;
-use crate::plugin::pipeline::sha256_hex;
+use crate::pipeline::sha256_hex;
 
 #[derive(Debug, Clone)]
 pub struct Cache {

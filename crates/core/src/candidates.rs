@@ -127,7 +127,7 @@ mod tests {
     use super::*;
     use crate::{
         index::{Keys, NodeZones},
-        reconcile::observe::tests::target,
+        observe::tests::target,
     };
     use k8s_openapi::api::core::v1::Pod;
     use kube::runtime::watcher::Event;

@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{ResourceExt, runtime::watcher::Event};
 
-use crate::reconcile::slices::SERVICE_NAME_LABEL;
+use crate::slices::SERVICE_NAME_LABEL;
 
 /// `(namespace, name)`.
 type Key = (String, String);

@@ -23,7 +23,7 @@ use super::{
 use crate::{
     index::Missing,
     input::target::{self, ServiceTarget, Target},
-    probe::spec as probe_spec,
+    probe as probe_spec,
     reason::Reason,
 };
 

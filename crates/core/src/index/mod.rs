@@ -3,18 +3,16 @@
 //! ([`nodes`]); managed Services by network ([`services`]); this controller's slices by
 //! Service ([`slices`]); the NetworkAttachmentDefinitions that exist ([`networks`]). Pure and synchronous: no I/O.
 
-pub mod keys;
 pub mod networks;
 pub mod nodes;
-pub mod pod;
 pub mod pods;
 pub mod services;
 pub mod slices;
 
-pub use keys::{Kept, KeySet, Keys};
+pub use nad_model::keys::{self, Kept, KeySet, Keys};
+pub use nad_model::pod::{self, KeptCondition, Phase, PodRecord};
 pub use networks::{Missing, NetworkDefinitions};
 pub use nodes::{NodeZones, ZONE_LABEL};
-pub use pod::{KeptCondition, Phase, PodRecord};
 pub use pods::{NetworkKey, PodChange, PodIndex};
 pub use services::ServiceNetworks;
 pub use slices::SliceNames;

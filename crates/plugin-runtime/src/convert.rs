@@ -12,14 +12,11 @@ use super::{
     conditions::{CallConditions, PodCondition},
     wit,
 };
-use crate::{
-    index::Phase,
-    input::network_ready,
-    input::target::ServiceTarget,
-    reconcile::{
-        observe::Candidate,
-        plan::{Conditions, Decision},
-    },
+use nad_model::{
+    candidate::Candidate,
+    decision::{Conditions, Decision},
+    input::{network_ready, target::ServiceTarget},
+    pod::Phase,
 };
 
 fn all(map: &BTreeMap<String, String>) -> Vec<wit::KeyValue> {

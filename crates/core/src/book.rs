@@ -27,7 +27,7 @@ use super::{
     slices::Changes,
     state::Services,
 };
-use crate::apply::validate::{self, Violation};
+use crate::validate::{self, Violation};
 
 /// Every Service's bookkeeping.
 #[derive(Debug, Default)]
@@ -305,7 +305,7 @@ impl SharedBook {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::{decide::PolicyId, scope::Scope};
+    use crate::{decide::PolicyId, scope::Scope};
 
     fn svc(name: &str) -> ObjectRef<Service> {
         ObjectRef::new(name).within("ns")
@@ -375,7 +375,7 @@ mod tests {
     #[test]
     fn a_screened_answer_goes_to_the_next_reconcile_only() {
         let mut book = Book::default();
-        let pod = crate::reconcile::observe::tests::pod("a", "ns", None, None);
+        let pod = crate::observe::tests::pod("a", "ns", None, None);
         let answer = Answer {
             pod,
             by: PolicyId {
@@ -383,7 +383,7 @@ mod tests {
                 hash: "h".into(),
                 config: 0,
             },
-            decision: crate::reconcile::plan::Decision::Exclude(String::new()),
+            decision: crate::plan::Decision::Exclude(String::new()),
         };
         book.screened(svc("web"), "a", Timestamp::UNIX_EPOCH, Some(answer));
         let begun = book.begin(&svc("web"), &[]).unwrap();

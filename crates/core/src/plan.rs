@@ -17,27 +17,13 @@ use k8s_openapi::{
     apimachinery::pkg::util::intstr::IntOrString,
 };
 
-use super::observe::Candidate;
 use crate::{
-    apply::validate::{self, Violation},
     index::PodRecord,
     input::target::{Family, ServiceTarget},
+    validate::{self, Violation},
 };
-
-/// EndpointSlice conditions of an included pod's endpoints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Conditions {
-    pub ready: bool,
-    pub serving: bool,
-    pub terminating: bool,
-}
-
-/// The policy's answer for one candidate.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    Include(Conditions),
-    Exclude(String),
-}
+use nad_model::candidate::Candidate;
+pub use nad_model::decision::{Conditions, Decision};
 
 /// The ports of a pod's endpoints, from the Service's ports.
 ///
@@ -292,7 +278,7 @@ mod tests {
     use super::*;
     use crate::{
         index::Keys,
-        reconcile::{
+        {
             observe::tests::target,
             slices::{self, HEADLESS_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL},
         },

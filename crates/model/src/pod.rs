@@ -8,13 +8,13 @@
 use std::net::IpAddr;
 
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 
-use super::keys::{Kept, Keys};
 use crate::input::{
     network_ready::{self, Status},
     network_status::{self, Attachment, Attachments, StatusError},
 };
+use crate::keys::{Kept, Keys};
 
 /// `status.phase`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,7 +211,7 @@ impl PodRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::keys::KeySet;
+    use crate::keys::KeySet;
     use serde_json::json;
 
     #[test]

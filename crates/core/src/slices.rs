@@ -33,14 +33,9 @@ use kube::{ResourceExt, api::ObjectMeta};
 use super::plan::{Desired, EndpointKey, PortKey, endpoint_key, port_key};
 use crate::input::target::{Family, ServiceTarget};
 
-/// Only slices carrying this label with [`MANAGED_BY`] are ever touched.
-pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
-pub const MANAGED_BY: &str = "nad-service-controller.isim.dev";
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
-/// When the change that caused a slice's last write happened (RFC 3339), as Kubernetes'
-/// EndpointSlice controller sets it.
-pub const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+pub use nad_model::labels::{
+    HEADLESS_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, TRIGGER_TIME_ANNOTATION,
+};
 
 pub const DEFAULT_MAX_ENDPOINTS_PER_SLICE: usize = 100;
 /// The API server rejects slices with more endpoints than this.
@@ -374,7 +369,7 @@ fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::{observe::tests::target, plan::EndpointGroup};
+    use crate::{observe::tests::target, plan::EndpointGroup};
     use k8s_openapi::api::{core::v1::ObjectReference, discovery::v1::EndpointConditions};
 
     fn endpoint(pod: &str, ip: &str, ready: bool) -> Endpoint {

@@ -22,7 +22,7 @@ use super::{
     sandbox::{CallState, EPOCH_TICK, Sandbox, link_minimal_wasi},
     wit,
 };
-use crate::reconcile::plan::Decision;
+use nad_model::decision::Decision;
 
 /// The process-wide Wasm engine and the host functions plugins may import.
 pub struct Runtime {

@@ -6,7 +6,7 @@
 use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::api::core::v1::{Service, ServicePort};
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 
 /// The opt-in annotation: `<nad>` (the Service's namespace) or `<namespace>/<nad>`.
 pub const NETWORK_ANNOTATION: &str = "isim.dev/network";

@@ -1,0 +1,22 @@
+//! The vocabulary of nad-service-controller, at the bottom of its crates: what it reads of
+//! Kubernetes objects and what its parts say to each other. Pure: no Kubernetes client, no
+//! Wasm runtime.
+//!
+//! - [`input`]: which Services are managed (the `isim.dev/network` annotation), a pod's IPs on
+//!   a network (the Multus `network-status` annotation), which addresses the EndpointSlice API
+//!   accepts, the network-readiness condition;
+//! - [`pod`], [`keys`]: a pod reduced to what planning and plugins read;
+//! - [`candidate`]: a pod attached to a Service's network, as its policy is asked about it;
+//! - [`decision`]: the policy's answer, and the endpoint conditions it sets;
+//! - [`probe`]: the probe a Service asks the network prober for (`isim.dev/probe`);
+//! - [`labels`]: what this controller writes on EndpointSlices;
+//! - [`reason`]: why a Service's slices do not follow its pods (Event reasons, metric labels).
+
+pub mod candidate;
+pub mod decision;
+pub mod input;
+pub mod keys;
+pub mod labels;
+pub mod pod;
+pub mod probe;
+pub mod reason;
