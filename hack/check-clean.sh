@@ -6,7 +6,7 @@
 #   plugins), of the pod agent or of a pod's container;
 # - of the controller: any executable named nad-service-controller (a cargo build's release/,
 #   the static build's static/, or the image's /nad-service-controller run by runc);
-# - of the node simulator: hack/node-sim's binary (release/ or debug/node-sim, as the demo runs
+# - of the node simulator: testing/node-sim's binary (release/ or debug/node-sim, as the demo runs
 #   it), or a test or bench binary that runs it in-process (cluster, dataplane, rbac, faults,
 #   controller_scale, controller_envelope in a cargo deps/ directory beside node-sim's library);
 # - of the CNCF distribution registry of hack/tools.sh (tools/bin/registry-<version>, which the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The local data plane: the pod agent (hack/pod-agent) with real networking parts, on the local
+# The local data plane: the pod agent (testing/pod-agent) with real networking parts, on the local
 # control plane of hack/local-up.sh. See hack/README.md ("The data plane").
 #
 #   hack/pod-agent.sh preflight  why the data plane cannot run here at all (not root, no network

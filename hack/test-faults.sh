@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the fault tests (hack/faults): the release controller binary against a control plane of
+# Runs the fault tests (testing/faults): the release controller binary against a control plane of
 # its own, whose API server and etcd the tests kill, pause and compact. That control plane
 # lives in .local-faults/ on ports of its own, so it never disturbs the one of `make test`,
 # and is stopped afterwards, also when a test fails.

@@ -240,31 +240,7 @@ async fn latency(
         let index = (i * 7919) % (services * pods);
         let name = format!("svc-{:03}-{:05}", index / pods, index % pods);
         let ready = !state.get(&name).copied().unwrap_or(true);
-        waiting.lock().unwrap().insert(
-            name.clone(),
-            Flip {
-                want: ready,
-                ..Flip::default()
-            },
-        );
-        sim.set_ready(ns, &name, ready).await.unwrap();
-        waiting.lock().unwrap().get_mut(&name).unwrap().written = Some(Instant::now());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let (pod_seen, slice_seen, written) = loop {
-            {
-                let waiting = waiting.lock().unwrap();
-                let p = &waiting[&name];
-                if let (Some(a), Some(b), Some(w)) = (p.pod_seen, p.slice_seen, p.written) {
-                    break (a, b, w);
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name}: Ready={ready} not in its slice after 30 s"
-            );
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        };
-        waiting.lock().unwrap().remove(&name);
+        let (pod_seen, slice_seen, written) = flip(sim, ns, &waiting, &name, ready).await;
         state.insert(name, ready);
         watch_ms.push(slice_seen.saturating_duration_since(pod_seen).as_secs_f64() * 1e3);
         write_ms.push(slice_seen.saturating_duration_since(written).as_secs_f64() * 1e3);
@@ -304,6 +280,44 @@ async fn latency(
             "apiserver_request_total": api_writes as f64 / flips as f64,
         },
     })
+}
+
+/// Sets pod `name`'s Ready to `ready` and waits until the watches saw it in the pod and in its
+/// slice: when the pod's event came, when the slice's came, and when the status write's
+/// response came.
+async fn flip(
+    sim: &Simulator,
+    ns: &str,
+    waiting: &Flips,
+    name: &str,
+    ready: bool,
+) -> (Instant, Instant, Instant) {
+    waiting.lock().unwrap().insert(
+        name.to_owned(),
+        Flip {
+            want: ready,
+            ..Flip::default()
+        },
+    );
+    sim.set_ready(ns, name, ready).await.unwrap();
+    waiting.lock().unwrap().get_mut(name).unwrap().written = Some(Instant::now());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let seen = loop {
+        {
+            let waiting = waiting.lock().unwrap();
+            let p = &waiting[name];
+            if let (Some(a), Some(b), Some(w)) = (p.pod_seen, p.slice_seen, p.written) {
+                break (a, b, w);
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: Ready={ready} not in its slice after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    waiting.lock().unwrap().remove(name);
+    seen
 }
 
 /// The controller's time in reconciles so far, and their number (its duration histogram).
@@ -480,14 +494,7 @@ async fn run() {
             version.git_version, wide_services, wide_pods
         ),
     );
-    let sim = Arc::new(simulator(&client));
-    sim.ensure_nodes().await.unwrap();
-    let heartbeat = tokio::spawn({
-        let sim = sim.clone();
-        async move {
-            let _ = sim.heartbeat().await;
-        }
-    });
+    let (sim, heartbeat) = start_simulator(&client).await;
     let big = support::namespace(&client, "bench-big").await;
     let wide = support::namespace(&client, "bench-wide").await;
     let churning = support::namespace(&client, "bench-churn").await;
@@ -496,63 +503,18 @@ async fn run() {
     populate(&sim, &client, &churning, 1, 250, t).await;
     let populated = t.elapsed().as_secs_f64();
 
-    progress(t, format!("cold start: 1 Service x {big_pods} pods"));
-    let (controller, mut big_result) = cold_start(
+    let big_result =
+        one_service(&client, &big, big_pods, &logs.join("controller-big.log"), t).await;
+    let (wide_result, latency, no_op) = many_services(
         &client,
-        &big,
-        1,
-        big_pods,
-        &logs.join("controller-big.log"),
-        t,
-    )
-    .await;
-    controller.settle(Duration::from_secs(2)).await;
-    big_result["cost"] = controller.cost();
-    controller.stop();
-
-    progress(
-        t,
-        format!("cold start: {wide_services} Services x {wide_pods} pods"),
-    );
-    let (controller, mut wide_result) = cold_start(
-        &client,
+        &sim,
         &wide,
-        wide_services,
-        wide_pods,
+        (wide_services, wide_pods),
+        (flips, 100 / scale.min(10)),
         &logs.join("controller-wide.log"),
         t,
     )
     .await;
-    controller.settle(Duration::from_secs(2)).await;
-    wide_result["cost_after_cold_start"] = controller.cost();
-    progress(
-        t,
-        format!(
-            "event latency: {flips} Ready flips with {} pods cached",
-            wide_services * wide_pods
-        ),
-    );
-    let latency = latency(
-        &client,
-        &sim,
-        &controller,
-        &wide,
-        (wide_services, wide_pods),
-        flips,
-        t,
-    )
-    .await;
-    progress(t, "changes that move no endpoint");
-    let no_op = no_op_changes(
-        &client,
-        &controller,
-        &wide,
-        (wide_services, wide_pods),
-        100 / scale.min(10),
-    )
-    .await;
-    wide_result["cost"] = controller.cost();
-    controller.stop();
 
     progress(t, "pods joining and leaving a 250-pod Service");
     let churn = churn(
@@ -585,4 +547,65 @@ async fn run() {
     std::fs::write(&out, serde_json::to_vec_pretty(&result).unwrap()).unwrap();
     progress(t, format!("wrote {}", out.display()));
     println!("{}", serde_json::to_string_pretty(&result).unwrap());
+}
+
+/// The node simulator with its nodes, and the task that keeps them alive.
+async fn start_simulator(client: &Client) -> (Arc<Simulator>, tokio::task::JoinHandle<()>) {
+    let sim = Arc::new(simulator(client));
+    sim.ensure_nodes().await.unwrap();
+    let heartbeat = tokio::spawn({
+        let sim = sim.clone();
+        async move {
+            let _ = sim.heartbeat().await;
+        }
+    });
+    (sim, heartbeat)
+}
+
+/// Run 1: the cold start of one Service of `pods` pods in `ns`, and its cost.
+async fn one_service(
+    client: &Client,
+    ns: &str,
+    pods: usize,
+    log: &std::path::Path,
+    t: Instant,
+) -> Value {
+    progress(t, format!("cold start: 1 Service x {pods} pods"));
+    let (controller, mut result) = cold_start(client, ns, 1, pods, log, t).await;
+    controller.settle(Duration::from_secs(2)).await;
+    result["cost"] = controller.cost();
+    controller.stop();
+    result
+}
+
+/// Runs 2 to 4 on one controller, on the `services` Services of `pods` pods in `ns`: the cold
+/// start, then `flips` Ready flips, then `changes` changes that move no endpoint. Their
+/// results in that order; the cold start's also holds the controller's cost after it and at
+/// the end.
+async fn many_services(
+    client: &Client,
+    sim: &Simulator,
+    ns: &str,
+    (services, pods): (usize, usize),
+    (flips, changes): (usize, usize),
+    log: &std::path::Path,
+    t: Instant,
+) -> (Value, Value, Value) {
+    progress(t, format!("cold start: {services} Services x {pods} pods"));
+    let (controller, mut result) = cold_start(client, ns, services, pods, log, t).await;
+    controller.settle(Duration::from_secs(2)).await;
+    result["cost_after_cold_start"] = controller.cost();
+    progress(
+        t,
+        format!(
+            "event latency: {flips} Ready flips with {} pods cached",
+            services * pods
+        ),
+    );
+    let latency = latency(client, sim, &controller, ns, (services, pods), flips, t).await;
+    progress(t, "changes that move no endpoint");
+    let no_op = no_op_changes(client, &controller, ns, (services, pods), changes).await;
+    result["cost"] = controller.cost();
+    controller.stop();
+    (result, latency, no_op)
 }

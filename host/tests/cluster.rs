@@ -6,6 +6,8 @@
 //! watches every namespace has a test binary of its own (`cluster_wide.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+// A scenario on the control plane reads top to bottom, as the story it tells.
+#![allow(clippy::too_many_lines)]
 
 use std::{
     collections::BTreeSet,
@@ -36,6 +38,7 @@ use nad_service_controller::{
     reconcile::slices::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, is_managed_slice_of},
     watch::plugin_dir::{ConfigMapSource, PluginSource},
 };
+use nad_test_kit::metrics::Scrape;
 use node_sim::Simulator;
 use serde_json::{Value, json};
 
@@ -311,32 +314,17 @@ impl Env {
     }
 }
 
-/// Sum of a counter over all its label sets (`labels` "") or the one set `labels`; `None`
-/// when there is no such series.
+/// The series `name{labels}` in `text`, summed over its label sets (those with `labels`,
+/// all when empty); `None` when there is none.
 fn metric(text: &str, name: &str, labels: &str) -> Option<u64> {
-    let values: Vec<f64> = text
-        .lines()
-        .filter(|l| {
-            l.strip_prefix(name).is_some_and(|rest| {
-                rest.strip_prefix('{')
-                    .map_or(labels.is_empty() && rest.starts_with(' '), |rest| {
-                        labels.is_empty() || rest.starts_with(&format!("{labels}}}"))
-                    })
-            })
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .collect();
-    (!values.is_empty()).then(|| values.iter().sum::<f64>() as u64)
-}
-
-#[test]
-fn a_missing_series_is_none_not_zero() {
-    let text = "a_total{result=\"ok\"} 2\na_total{result=\"error\"} 0\nab_total 5\n";
-    assert_eq!(metric(text, "a_total", ""), Some(2));
-    assert_eq!(metric(text, "a_total", "result=\"error\""), Some(0));
-    assert_eq!(metric(text, "a_total", "result=\"stale\""), None);
-    assert_eq!(metric(text, "a", ""), None, "a prefix is not the metric");
-    assert_eq!(metric(text, "b_total", ""), None);
+    let scrape = Scrape::new(text);
+    let series = if labels.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{name}{{{labels}}}")
+    };
+    scrape.get(&series)?;
+    Some(scrape.sum(&series) as u64)
 }
 
 fn endpoints(slice: &EndpointSlice) -> &[k8s_openapi::api::discovery::v1::Endpoint] {
@@ -778,8 +766,7 @@ async fn with_nothing_changing_a_reconcile_writes_nothing() {
     let before = env
         .wait_slices("web", "two endpoints", |s| endpoint_count(s) == 2)
         .await;
-    // Let the controller see its own writes settle.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    env.controller.settled().await;
     let before = env
         .slices("web")
         .await
@@ -1388,7 +1375,7 @@ async fn a_network_that_does_not_exist_is_warned_about_and_cleared_when_it_is_cr
     // Another pod change plans again: the slices stay, and no second Event is sent.
     env.pod("web-b", json!({"app": "web"}), "macvlan", true)
         .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    env.controller.settled().await;
     assert_eq!(pod_names(&env.slices("web").await), ["web-a"]);
     node_sim::define_networks(&env.client, ns, &["macvlann"])
         .await
@@ -1765,7 +1752,7 @@ async fn a_refused_slice_is_reported_once_and_not_sent_again() {
     })
     .await;
     // The pod's start is two changes (attached, then Ready): at most one refusal each.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    env.controller.settled().await;
     let refusals = refused();
     assert!(refusals <= 2, "{refusals} refusals for two contents");
     let slices = env.slices("web").await;
@@ -1976,7 +1963,7 @@ async fn dashboards_and_alerts_name_only_exported_metrics() {
     // tasks do (a probe, a condition write, the pods it probes).
     let prober = nad_service_controller::probe::metrics::ProbeMetrics::default();
     prober.probed("default/macvlan", false, Duration::from_millis(3));
-    prober.wrote("default/macvlan", "False");
+    prober.wrote("default/macvlan", Some(false));
     prober.set_targets("default/macvlan", 1);
     let prober_exposition = prober.encode();
     let mut exported = promql::sample_names(&exposition);
@@ -2142,8 +2129,7 @@ async fn a_service_without_ports_is_written_once_also_across_a_restart() {
         .await;
     env.wait_slices("web", "one endpoint", |s| endpoint_count(s) == 1)
         .await;
-    // Let the controller see its own write settle.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    env.controller.settled().await;
     let before = env.slices("web").await;
     assert_eq!(before.len(), 1);
     assert!(
@@ -2158,7 +2144,7 @@ async fn a_service_without_ports_is_written_once_also_across_a_restart() {
 
     env.restart().await;
     env.reconciled_after(0).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    env.controller.settled().await;
     let after = env.slices("web").await;
     assert_eq!(
         (after[0].uid(), after[0].resource_version()),

@@ -89,7 +89,7 @@ async fn pods_in_other_namespaces_are_never_published() {
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    controller.settled().await;
     assert_eq!(published(&client, &a).await, ["web-a"]);
     assert_eq!(published(&client, &b).await, ["web-x"]);
     let slices = Api::<EndpointSlice>::namespaced(client.clone(), &a)

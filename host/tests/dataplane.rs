@@ -9,6 +9,8 @@
 //! controller's image, DaemonSet pods) run pods of their own in a namespace of their own.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+// A scenario on the control plane reads top to bottom, as the story it tells.
+#![allow(clippy::too_many_lines)]
 
 use std::{
     collections::BTreeSet,

@@ -8,10 +8,11 @@ use std::{os::unix::fs::symlink, path::Path, time::Duration};
 use nad_service_controller::{
     plugin::{
         DecisionScope, HOST_WIT_VERSION, Limits, MAX_PLUGIN_BYTES, PluginDir, Plugins, Runtime,
-        Step, inspect, prepare, wit,
+        Step, inspect, prepare,
     },
     reconcile::plan::{Conditions, Decision},
 };
+use nad_test_kit::wit as records;
 
 const DEFAULT: &[u8] = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));
 const OPT_OUT: &[u8] = include_bytes!(env!("NSC_EXAMPLE_OPT_OUT_WASM"));
@@ -61,34 +62,10 @@ fn a_1_0_plugin_runs_unchanged_and_counts_as_deciding_on_the_whole_set() {
 
     let configured = prepare(&runtime, "contract-1-0", CONTRACT_1_0, "").unwrap();
     assert!(!configured.plugin.per_pod());
-    let pod = |name: &str, app: &str, ready: bool| wit::Pod {
-        name: name.into(),
-        namespace: "ns".into(),
-        uid: format!("uid-{name}"),
-        labels: vec![wit::KeyValue {
-            key: "app".into(),
-            value: app.into(),
-        }],
-        annotations: vec![],
-        phase: wit::PodPhase::Running,
-        ready,
-        terminating: false,
-        node_name: "n".into(),
-        zone: String::new(),
-        ips: vec!["192.0.2.1".into()],
+    let pod = |name: &str, app: &str, ready: bool| {
+        records::pod(name).label("app", app).ready(ready).build()
     };
-    let service = wit::Service {
-        name: "web".into(),
-        namespace: "ns".into(),
-        labels: vec![wit::KeyValue {
-            key: "app".into(),
-            value: "web".into(),
-        }],
-        annotations: vec![],
-        ports: vec![],
-        publish_not_ready_addresses: false,
-        network: "ns/net".into(),
-    };
+    let service = records::service("web").label("app", "web").build();
     let decisions = configured
         .plugin
         .evaluate(

@@ -14,6 +14,8 @@
 //! does; its tests take turns ([`TURN`]).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+// A scenario on the control plane reads top to bottom, as the story it tells.
+#![allow(clippy::too_many_lines)]
 
 use std::{
     path::{Path, PathBuf},

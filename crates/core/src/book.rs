@@ -37,6 +37,9 @@ pub struct Book {
     states: Services,
     remembered: HashMap<ObjectRef<Service>, Remembered>,
     answered: HashMap<ObjectRef<Service>, Vec<Answer>>,
+    /// The slice events of Services whose write is in flight, held until its answer tells
+    /// its own echo from anyone else's change (the echo may come first).
+    in_flight: HashMap<ObjectRef<Service>, Vec<(EndpointSlice, bool)>>,
 }
 
 /// What a reconcile starts from.
@@ -57,6 +60,21 @@ pub struct Wrote<'a> {
     pub deleted: &'a [String],
     /// Some writes were not made: their slices changed since they were planned.
     pub outdated: bool,
+}
+
+/// What a slice event shows that tells an echo: its name, generation and uid.
+fn seen(slice: &EndpointSlice) -> EndpointSlice {
+    let meta = &slice.metadata;
+    EndpointSlice {
+        metadata: kube::api::ObjectMeta {
+            name: meta.name.clone(),
+            generation: meta.generation,
+            uid: meta.uid.clone(),
+            ..Default::default()
+        },
+        address_type: slice.address_type.clone(),
+        ..Default::default()
+    }
 }
 
 fn namespace(service: &ObjectRef<Service>) -> &str {
@@ -104,6 +122,10 @@ impl Book {
         deleted: bool,
         listed: bool,
     ) -> bool {
+        if !listed && let Some(held) = self.in_flight.get_mut(&service) {
+            held.push((seen(slice), deleted));
+            return false;
+        }
         let own = !listed
             && self
                 .expectations
@@ -143,6 +165,9 @@ impl Book {
         }
         Some(Begun {
             taken: self.scopes.take(service),
+            // Taken, not copied: while the reconcile runs, every change of the Service's pods
+            // reconciles it again rather than being screened, since the reconcile may have
+            // read the pod before it changed.
             remembered: self.remembered.remove(service),
             answered: self.answered.remove(service).unwrap_or_default(),
         })
@@ -182,13 +207,21 @@ impl Book {
         refused_now
     }
 
-    /// The writes a reconcile made over `existing`: what the cache should show next.
+    /// A reconcile is about to write the Service's slices: the slice events until
+    /// [`Self::wrote`] are held (see [`Self::slice_event`]).
+    pub fn writing(&mut self, service: &ObjectRef<Service>) {
+        self.in_flight.insert(service.clone(), Vec::new());
+    }
+
+    /// The writes a reconcile made over `existing`: what the cache should show next. True when
+    /// a slice event held meanwhile was not their echo (someone else changed the slices): the
+    /// Service must reconcile again, as nothing else will trigger it.
     pub fn wrote(
         &mut self,
         service: &ObjectRef<Service>,
         existing: &[Arc<EndpointSlice>],
         wrote: &Wrote<'_>,
-    ) {
+    ) -> bool {
         let (namespace, name) = (namespace(service), service.name.as_str());
         let seen = |slice: &str| existing.iter().find(|s| s.name_any() == slice);
         for (slice, generation) in wrote.applied {
@@ -207,6 +240,15 @@ impl Book {
         if wrote.outdated {
             self.replan(service);
         }
+        let held = self.in_flight.remove(service).unwrap_or_default();
+        let mut foreign = false;
+        for (slice, deleted) in held {
+            if !self.expectations.met(namespace, name, &slice, deleted) {
+                self.scopes.slices_changed(service.clone());
+                foreign = true;
+            }
+        }
+        foreign
     }
 
     /// The API server refused `slice` as sent: it is not sent again while it is the same.
@@ -269,6 +311,7 @@ impl Book {
         self.scopes.forget(service);
         self.remembered.remove(service);
         self.answered.remove(service);
+        self.in_flight.remove(service);
         self.expectations.forget(namespace(service), &service.name);
     }
 }
@@ -370,6 +413,76 @@ mod tests {
             book.slice_event(svc("web"), &slice(2), false, true),
             "a relist shows it: no one can tell whose it is"
         );
+    }
+
+    #[test]
+    fn an_echo_that_comes_before_the_writes_answer_costs_no_reconcile() {
+        let mut book = Book::default();
+        book.writing(&svc("web"));
+        assert!(
+            !book.slice_event(svc("web"), &slice(2), false, false),
+            "held"
+        );
+        let applied = [("web-ipv4-0".to_owned(), Some(2))];
+        let wrote = Wrote {
+            applied: &applied,
+            ..Wrote::default()
+        };
+        assert!(
+            !book.wrote(&svc("web"), &[Arc::new(slice(1))], &wrote),
+            "it was the write's own echo"
+        );
+        assert!(!book.scopes.is_pending(&svc("web")));
+
+        book.writing(&svc("web"));
+        assert!(
+            !book.slice_event(svc("web"), &slice(9), false, false),
+            "held"
+        );
+        let applied = [("web-ipv4-0".to_owned(), Some(3))];
+        let wrote = Wrote {
+            applied: &applied,
+            ..Wrote::default()
+        };
+        assert!(
+            book.wrote(&svc("web"), &[Arc::new(slice(2))], &wrote),
+            "someone else's change came meanwhile: reconcile again"
+        );
+        let begun = book.begin(&svc("web"), &[Arc::new(slice(9))]).unwrap();
+        assert!(begun.taken.slices_changed);
+    }
+
+    #[test]
+    fn a_pod_change_during_a_reconcile_reconciles_again_unscreened() {
+        let mut book = Book::default();
+        assert!(
+            book.reconciles_at_once(&svc("web"), "a"),
+            "nothing remembered"
+        );
+        let included = [(
+            "a".to_owned(),
+            crate::plan::Conditions {
+                ready: true,
+                serving: true,
+                terminating: false,
+            },
+        )];
+        book.remember(
+            &svc("web"),
+            Remembered {
+                by: None,
+                included: included.into_iter().collect(),
+            },
+        );
+        assert!(book.reconciles_at_once(&svc("web"), "a"), "included");
+        assert!(!book.reconciles_at_once(&svc("web"), "b"), "screened");
+        let begun = book.begin(&svc("web"), &[]).unwrap();
+        assert!(
+            book.reconciles_at_once(&svc("web"), "b"),
+            "the reconcile may have read b before it changed"
+        );
+        book.remember(&svc("web"), begun.remembered.unwrap());
+        assert!(!book.reconciles_at_once(&svc("web"), "b"));
     }
 
     #[test]

@@ -1,10 +1,12 @@
-//! The one vocabulary of what can be wrong with a Service: each reason is the Event's reason
-//! (`kubectl describe service`) and the `reason` label of the `service_problem` metric, so an
-//! alert and the Event it points to always say the same.
+//! The one vocabulary of what can be wrong: each reason is an Event's reason (`kubectl
+//! describe service`, or a pod's for the network prober's) and, for a Service, the `reason`
+//! label of the `service_problem` metric, so an alert and the Event it points to always say
+//! the same.
 
 use std::fmt;
 
-/// Why a Service's EndpointSlices do not (or may not) follow its pods.
+/// Why a Service's EndpointSlices do not (or may not) follow its pods, or why a pod's
+/// readiness on a network changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Reason {
     /// The Service's plugin failed or refused to decide (its slices stay as last applied).
@@ -33,10 +35,14 @@ pub enum Reason {
     /// The Service's `isim.dev/probe` annotation has bad values: the network prober uses the
     /// default probe for it.
     InvalidProbe,
+    /// On a pod, from the network prober: it stopped answering on a secondary network.
+    NetworkUnready,
+    /// On a pod, from the network prober: it answers on a secondary network again.
+    NetworkReady,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 12] = [
+    pub const ALL: [Reason; 14] = [
         Reason::PluginFailed,
         Reason::UnknownPlugin,
         Reason::PluginLoadFailed,
@@ -49,6 +55,8 @@ impl Reason {
         Reason::EndpointSliceWriteFailed,
         Reason::NotReady,
         Reason::InvalidProbe,
+        Reason::NetworkUnready,
+        Reason::NetworkReady,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -65,6 +73,8 @@ impl Reason {
             Reason::EndpointSliceWriteFailed => "EndpointSliceWriteFailed",
             Reason::NotReady => "NotReady",
             Reason::InvalidProbe => "InvalidProbe",
+            Reason::NetworkUnready => "NetworkUnready",
+            Reason::NetworkReady => "NetworkReady",
         }
     }
 }

@@ -2,7 +2,7 @@
 // does, through the CNI project's own library (libcni): ADD prints the result as JSON, DEL
 // releases what ADD set up (using the result libcni cached at ADD).
 //
-// The pod agent (hack/pod-agent) runs it inside a node's network namespace, with the Multus
+// The pod agent (testing/pod-agent) runs it inside a node's network namespace, with the Multus
 // configuration, once per pod:
 //
 //	cni-run add -conf multus.conf -netns /run/netns/nsc-p-… -id <sandbox id> \

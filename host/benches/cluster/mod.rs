@@ -13,6 +13,7 @@ use std::{
 
 use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice};
 use kube::{Client, ResourceExt};
+use nad_test_kit::metrics::Scrape;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -41,24 +42,19 @@ pub async fn apiserver_slice_write_time(client: &Client) -> (f64, f64) {
     )
 }
 
-/// Sum of the API server's metric `name` over its EndpointSlice write series.
+/// Sum of the API server's metric `name` over its EndpointSlice write series (a verb it has
+/// not served yet counts 0).
 async fn apiserver_slice_write_metric(client: &Client, name: &str) -> f64 {
     let text = client
         .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
         .await
         .unwrap();
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{'))
-        })
-        .filter(|l| l.contains("resource=\"endpointslices\""))
-        .filter(|l| {
-            ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
-                .iter()
-                .any(|v| l.contains(&format!("verb=\"{v}\"")))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    let scrape = Scrape::new(text);
+    ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
+        .iter()
+        .map(|verb| format!("{name}{{resource=\"endpointslices\",verb=\"{verb}\"}}"))
+        .filter(|series| scrape.get(series).is_some())
+        .map(|series| scrape.sum(&series))
         .sum()
 }
 
@@ -123,21 +119,20 @@ impl Controller {
         text
     }
 
-    /// Sum of a counter over its label sets.
+    /// One scrape of its `/metrics`.
+    pub async fn scrape(&self) -> Scrape {
+        Scrape::new(self.metrics().await)
+    }
+
+    /// Sum of a counter over its label sets; fails when it has none.
     pub async fn counter(&self, name: &str) -> u64 {
         self.sum(name).await as u64
     }
 
     /// Sum of a metric's series over their label sets (a counter, or a histogram's `_sum` or
-    /// `_count`).
+    /// `_count`); fails when it has none.
     pub async fn sum(&self, name: &str) -> f64 {
-        self.metrics()
-            .await
-            .lines()
-            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-            .filter(|l| l[name.len()..].starts_with(['{', ' ']))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        self.scrape().await.sum(name)
     }
 
     /// Waits until the reconcile counter has not moved for `quiet`.

@@ -19,7 +19,11 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{error::Category, reconcile::policy::PluginCall};
+use crate::{
+    error::Category,
+    plugin::Step as PipelineStep,
+    reconcile::policy::{CallOutcome, PluginCall},
+};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
@@ -243,9 +247,10 @@ fn start_known_counters_at_zero(
 ) {
     // The counters whose label values are known start at 0, so that a rate sees their
     // first increment and a dashboard their name before anything happened.
-    for result in std::iter::once("ok").chain(Category::ALL.map(Category::metric_label)) {
+    let results = std::iter::once(Reconciled::Ok).chain(Category::ALL.map(Reconciled::Failed));
+    for result in results {
         drop(reconciles.get_or_create(&ResultLabels {
-            result: result.to_owned(),
+            result: result.label().to_owned(),
         }));
     }
     for operation in ["apply", "delete"] {
@@ -253,15 +258,68 @@ fn start_known_counters_at_zero(
             operation: operation.to_owned(),
         }));
     }
-    for by in ["precheck", "api"] {
-        drop(slices_refused.get_or_create(&RefusedLabels { by: by.to_owned() }));
+    for by in RefusedBy::ALL {
+        let by = by.label().to_owned();
+        drop(slices_refused.get_or_create(&RefusedLabels { by }));
+    }
+}
+
+/// How a reconcile ended, for the `reconciles` and duration series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reconciled {
+    Ok,
+    Failed(Category),
+}
+
+impl Reconciled {
+    pub fn label(self) -> &'static str {
+        match self {
+            Reconciled::Ok => "ok",
+            Reconciled::Failed(category) => category.metric_label(),
+        }
+    }
+}
+
+/// Who refused an EndpointSlice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusedBy {
+    /// This controller's own check of the API's rules held it back.
+    Precheck,
+    /// The API server answered `422`.
+    Api,
+}
+
+impl RefusedBy {
+    pub const ALL: [RefusedBy; 2] = [RefusedBy::Precheck, RefusedBy::Api];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            RefusedBy::Precheck => "precheck",
+            RefusedBy::Api => "api",
+        }
+    }
+}
+
+/// How loading a version of a plugin ended: loaded, or failed at a step of the pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loaded {
+    Ok,
+    Failed(PipelineStep),
+}
+
+impl Loaded {
+    pub fn label(self) -> &'static str {
+        match self {
+            Loaded::Ok => "ok",
+            Loaded::Failed(step) => step.as_str(),
+        }
     }
 }
 
 impl Metrics {
-    pub fn reconciled(&self, result: &str, elapsed: Duration) {
+    pub fn reconciled(&self, result: Reconciled, elapsed: Duration) {
         let labels = ResultLabels {
-            result: result.to_owned(),
+            result: result.label().to_owned(),
         };
         self.reconciles.get_or_create(&labels).inc();
         self.reconcile_duration
@@ -284,16 +342,16 @@ impl Metrics {
     /// The calls one decision made: their durations and the pods they asked about.
     pub fn plugin_calls(&self, calls: &[PluginCall]) {
         for call in calls {
-            self.plugin_called(&call.plugin, call.outcome.as_str(), call.elapsed);
+            self.plugin_called(&call.plugin, call.outcome, call.elapsed);
             self.plugin_evaluated(&call.plugin, call.pods);
         }
     }
 
-    pub fn plugin_called(&self, plugin: &str, result: &str, elapsed: Duration) {
+    pub fn plugin_called(&self, plugin: &str, result: CallOutcome, elapsed: Duration) {
         self.plugin_calls
             .get_or_create(&PluginLabels {
                 plugin: plugin.to_owned(),
-                result: result.to_owned(),
+                result: result.as_str().to_owned(),
             })
             .observe(elapsed.as_secs_f64());
     }
@@ -307,11 +365,11 @@ impl Metrics {
             .inc_by(pods as u64);
     }
 
-    pub fn plugin_loaded(&self, plugin: &str, result: &str) {
+    pub fn plugin_loaded(&self, plugin: &str, result: Loaded) {
         self.plugin_loads
             .get_or_create(&PluginLabels {
                 plugin: plugin.to_owned(),
-                result: result.to_owned(),
+                result: result.label().to_owned(),
             })
             .inc();
     }
@@ -324,9 +382,11 @@ impl Metrics {
             .inc();
     }
 
-    pub fn slice_refused(&self, by: &str) {
+    pub fn slice_refused(&self, by: RefusedBy) {
         self.slices_refused
-            .get_or_create(&RefusedLabels { by: by.to_owned() })
+            .get_or_create(&RefusedLabels {
+                by: by.label().to_owned(),
+            })
             .inc();
     }
 
@@ -372,10 +432,10 @@ mod tests {
     #[test]
     fn counts_show_up_in_the_exposition() {
         let m = Metrics::default();
-        m.reconciled("ok", Duration::from_millis(3));
+        m.reconciled(Reconciled::Ok, Duration::from_millis(3));
         m.slices_written(2, 1);
-        m.plugin_called("default", "ok", Duration::from_micros(40));
-        m.slice_refused("api");
+        m.plugin_called("default", CallOutcome::Ok, Duration::from_micros(40));
+        m.slice_refused(RefusedBy::Api);
         let text = m.encode();
         assert!(
             text.contains("nad_service_controller_endpointslice_refused_total{by=\"api\"} 1"),

@@ -32,6 +32,25 @@ pub struct SyncLabels {
     pub result: String,
 }
 
+/// How a sync of one Service ended, as upstream's `syncs` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Synced {
+    Success,
+    /// The cache was behind this controller's own writes: nothing was planned.
+    Stale,
+    Error,
+}
+
+impl Synced {
+    pub fn label(self) -> &'static str {
+        match self {
+            Synced::Success => "success",
+            Synced::Stale => "stale",
+            Synced::Error => "error",
+        }
+    }
+}
+
 /// What one Service contributes to the gauges.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Figures {
@@ -155,10 +174,10 @@ impl SyncMetrics {
     }
 
     /// A sync of one Service ended with `result`.
-    pub fn synced(&self, result: &str) {
+    pub fn synced(&self, result: Synced) {
         self.syncs
             .get_or_create(&SyncLabels {
-                result: result.to_owned(),
+                result: result.label().to_owned(),
             })
             .inc();
     }

@@ -115,7 +115,14 @@ impl ProbeMetrics {
         self.last_probe.set(now);
     }
 
-    pub fn wrote(&self, network: &str, status: &str) {
+    /// A write of a pod's condition on `network`: the status written (`True`, `False`), or
+    /// `None` when the write failed (`error`).
+    pub fn wrote(&self, network: &str, status: Option<bool>) {
+        let status = match status {
+            Some(true) => "True",
+            Some(false) => "False",
+            None => "error",
+        };
         self.writes
             .get_or_create(&WriteLabels {
                 network: network.to_owned(),

@@ -44,6 +44,7 @@ use crate::{
         network_ready,
         target::{self as service_target, Target as Classified},
     },
+    reason::Reason,
     reconcile::slices::{MANAGED_BY, MANAGED_BY_LABEL},
 };
 
@@ -51,8 +52,6 @@ use crate::{
 pub const REASON_ANSWERED: &str = "ProbeSucceeded";
 pub const REASON_FAILED: &str = "ProbeFailed";
 /// The Events on a pod when its readiness on a network flips.
-pub const EVENT_UNREADY: &str = "NetworkUnready";
-pub const EVENT_READY: &str = "NetworkReady";
 /// The Events' reporting controller.
 pub const REPORTER: &str = "nad-network-prober";
 
@@ -265,17 +264,16 @@ async fn probe(shared: Arc<Shared>, key: TargetKey, target: Target) {
             condition_text(&target, &checks, failure.as_deref(), tracker.failures());
         let written =
             write_condition(&shared, &key, &condition_type, status, reason, &message).await;
-        let status_text = if status { "True" } else { "False" };
         match written {
             Ok(()) => {
-                shared.metrics.wrote(network, status_text);
+                shared.metrics.wrote(network, Some(status));
                 tracing::info!(pod = %format!("{namespace}/{name}"), network, ready = status, %message, "network readiness changed");
                 if let Some((type_, reason, note)) = flip_event(network, before, status, &message) {
                     publish(&shared, &key, &target.uid, type_, reason, note).await;
                 }
             }
             Err(e) => {
-                shared.metrics.wrote(network, "error");
+                shared.metrics.wrote(network, None);
                 tracing::warn!(pod = %format!("{namespace}/{name}"), network, condition = %condition_type, error = %e,
                     "cannot write the pod's network readiness; retrying at the next probe");
                 tracker.unwrite(before);
@@ -328,16 +326,16 @@ fn flip_event(
     before: Option<bool>,
     status: bool,
     message: &str,
-) -> Option<(EventType, &'static str, String)> {
+) -> Option<(EventType, Reason, String)> {
     match (before, status) {
         (_, false) => Some((
             EventType::Warning,
-            EVENT_UNREADY,
+            Reason::NetworkUnready,
             format!("Readiness on network {network} failed: {message}"),
         )),
         (Some(false), true) => Some((
             EventType::Normal,
-            EVENT_READY,
+            Reason::NetworkReady,
             format!("Answers on network {network} again: {message}"),
         )),
         _ => None,
@@ -376,7 +374,7 @@ async fn publish(
     key: &TargetKey,
     uid: &str,
     type_: EventType,
-    reason: &str,
+    reason: Reason,
     note: String,
 ) {
     let (namespace, name, _) = key;
@@ -390,12 +388,12 @@ async fn publish(
     };
     let event = KubeEvent {
         type_,
-        reason: reason.to_owned(),
+        reason: reason.as_str().to_owned(),
         note: Some(note.chars().take(1024).collect()),
         action: "Probe".to_owned(),
         secondary: None,
     };
     if let Err(e) = shared.recorder.publish(&event, &reference).await {
-        tracing::debug!(pod = %format!("{namespace}/{name}"), reason, error = %e, "could not publish an Event");
+        tracing::debug!(pod = %format!("{namespace}/{name}"), %reason, error = %e, "could not publish an Event");
     }
 }

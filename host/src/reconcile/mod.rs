@@ -39,8 +39,9 @@ use crate::{
     error::{Error, retry_delay},
     input::target::NETWORK_ANNOTATION,
     metrics::{
+        Reconciled,
         services::{Problem, Update},
-        sync::Figures,
+        sync::{Figures, Synced},
         watch::unix_now,
     },
     plugin::POLICY_ANNOTATION,
@@ -61,7 +62,7 @@ const NODE_RETRY: Duration = Duration::from_secs(10);
 /// it found out about the Service's problems (`None`: nothing, it did not look).
 struct Done {
     next: Action,
-    sync: Sync,
+    sync: Synced,
     update: Option<Update>,
 }
 
@@ -69,7 +70,7 @@ impl Done {
     fn evaluated(next: Duration, problems: BTreeSet<Problem>) -> Self {
         Done {
             next: Action::requeue(next),
-            sync: Sync::Success,
+            sync: Synced::Success,
             update: Some(Update::Evaluated(problems)),
         }
     }
@@ -77,24 +78,8 @@ impl Done {
     fn released(update: Update) -> Self {
         Done {
             next: Action::await_change(),
-            sync: Sync::Success,
+            sync: Synced::Success,
             update: Some(update),
-        }
-    }
-}
-
-/// How a reconcile that did not fail ended, for the `syncs` metric.
-enum Sync {
-    Success,
-    /// The cache was behind this controller's own writes: nothing was planned.
-    Stale,
-}
-
-impl Sync {
-    fn as_str(&self) -> &'static str {
-        match self {
-            Sync::Success => "success",
-            Sync::Stale => "stale",
         }
     }
 }
@@ -113,8 +98,8 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
             if let Some(error) = ctx.book().succeeded(&key) {
                 tracing::info!(after = %error, "reconcile succeeded again");
             }
-            ctx.metrics().reconciled("ok", started.elapsed());
-            ctx.metrics().sync.synced(done.sync.as_str());
+            ctx.metrics().reconciled(Reconciled::Ok, started.elapsed());
+            ctx.metrics().sync.synced(done.sync);
             if let Some(update) = &done.update {
                 let services = &ctx.metrics().services;
                 services.problems(namespace, &key.name, update.clone());
@@ -130,8 +115,8 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
                 ctx.unreachable();
             }
             ctx.metrics()
-                .reconciled(e.metric_label(), started.elapsed());
-            ctx.metrics().sync.synced("error");
+                .reconciled(Reconciled::Failed(e.category()), started.elapsed());
+            ctx.metrics().sync.synced(Synced::Error);
             if new && e.is_plugin_failure() {
                 let note = format!("{e}; the EndpointSlices stay as last applied");
                 ctx.warn(&service, e.event_reason(), "Evaluate", note).await;
@@ -186,7 +171,7 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Done, Err
         let next = Action::requeue(STALE_RETRY);
         return Ok(Done {
             next,
-            sync: Sync::Stale,
+            sync: Synced::Stale,
             update: None,
         });
     };
@@ -216,7 +201,7 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Done, Err
             let next = Action::requeue(next_resync(ctx, &key));
             Ok(Done {
                 next,
-                sync: Sync::Success,
+                sync: Synced::Success,
                 update: Some(Update::Succeeded),
             })
         }
@@ -315,31 +300,18 @@ async fn placed(
         desired_slices: count(desired.ideal_slices(max)),
         slices: count(changes.unchanged + changes.apply.len()),
     };
-    let mut held_back = write::hold_back(ctx, service, key, &mut changes).await;
-    let mut outdated = false;
-    if changes.is_empty() {
-        tracing::debug!(
-            endpoints = desired.endpoint_count(),
-            slices = changes.unchanged,
-            held_back,
-            "up to date"
-        );
-    } else {
-        let written = write::write(ctx, service, key, changes, existing).await?;
-        if let Some(at) = changed_at.filter(|_| written.applied.len() + written.deleted.len() > 0) {
-            ctx.metrics()
-                .flipped(at.as_millisecond() as f64 / 1000.0, unix_now());
-        }
-        tracing::info!(
-            endpoints = desired.endpoint_count(),
-            applied = written.applied.len(),
-            deleted = written.deleted.len(),
-            refused = written.refused,
-            "EndpointSlices updated"
-        );
-        held_back += written.refused;
-        outdated = written.outdated > 0;
-    }
+    let held_back = write::hold_back(ctx, service, key, &mut changes).await;
+    let endpoints = desired.endpoint_count();
+    let written = written(
+        ctx,
+        service,
+        key,
+        existing,
+        changes,
+        (endpoints, changed_at),
+    )
+    .await?;
+    let held_back = held_back + written.refused;
     ctx.metrics()
         .sync
         .service(&target.namespace, &target.name, Some(figures));
@@ -347,14 +319,52 @@ async fn placed(
     if held_back > 0 {
         problems.insert(Problem::new(Reason::EndpointSliceRefused));
     }
-    let next = if outdated {
+    let next = next_after(&written, node_retry);
+    Ok(Done::evaluated(next, problems))
+}
+
+/// When to look at a Service again after its slices were written.
+fn next_after(written: &write::Written, node_retry: bool) -> Duration {
+    if written.foreign {
+        // The slice event that asked for it was held during the write.
+        Duration::ZERO
+    } else if written.outdated > 0 {
         STALE_RETRY
     } else if node_retry {
         NODE_RETRY
     } else {
         RESYNC
-    };
-    Ok(Done::evaluated(next, problems))
+    }
+}
+
+/// Writes `changes` (none: the slices are up to date), counting how long the change they carry
+/// took to reach the slices.
+async fn written(
+    ctx: &Context,
+    service: &Service,
+    key: &ObjectRef<Service>,
+    existing: &[Arc<EndpointSlice>],
+    changes: slices::Changes,
+    (endpoints, changed_at): (usize, Option<k8s_openapi::jiff::Timestamp>),
+) -> Result<write::Written, Error> {
+    if changes.is_empty() {
+        let slices = changes.unchanged;
+        tracing::debug!(endpoints, slices, "up to date");
+        return Ok(write::Written::default());
+    }
+    let written = write::write(ctx, service, key, changes, existing).await?;
+    if let Some(at) = changed_at.filter(|_| written.applied.len() + written.deleted.len() > 0) {
+        ctx.metrics()
+            .flipped(at.as_millisecond() as f64 / 1000.0, unix_now());
+    }
+    tracing::info!(
+        endpoints,
+        applied = written.applied.len(),
+        deleted = written.deleted.len(),
+        refused = written.refused,
+        "EndpointSlices updated"
+    );
+    Ok(written)
 }
 
 fn count(n: usize) -> i64 {

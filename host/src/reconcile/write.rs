@@ -15,7 +15,7 @@ use super::{
 use crate::{
     apply,
     error::{Error, describe},
-    metrics::sync::Changed,
+    metrics::{RefusedBy, sync::Changed},
 };
 
 /// Drops from `changes` the slices that must not be sent: exactly what the API refused
@@ -30,7 +30,7 @@ pub async fn hold_back(
     let before = changes.apply.len();
     let refused_now = ctx.book().hold_back(key, changes);
     for (slice, violations) in refused_now {
-        ctx.metrics().slice_refused("precheck");
+        ctx.metrics().slice_refused(RefusedBy::Precheck);
         let text = violations
             .iter()
             .map(ToString::to_string)
@@ -49,6 +49,7 @@ pub async fn hold_back(
 }
 
 /// What [`write`] did.
+#[derive(Debug, Default)]
 pub struct Written {
     pub applied: Vec<String>,
     pub deleted: Vec<String>,
@@ -56,6 +57,8 @@ pub struct Written {
     pub refused: usize,
     /// Writes not made because the slice changed since it was planned: planned again.
     pub outdated: usize,
+    /// Someone else changed the slices while the writes were in flight: plan again now.
+    pub foreign: bool,
 }
 
 /// Writes the changes, counting them and recording what the cache should show afterwards.
@@ -70,6 +73,7 @@ pub async fn write(
     existing: &[Arc<EndpointSlice>],
 ) -> Result<Written, Error> {
     let namespace = key.namespace.as_deref().unwrap_or_default();
+    ctx.book().writing(key);
     let written = apply::write(ctx.client(), namespace, changes).await;
     ctx.metrics()
         .slices_written(written.applied.len(), written.deleted.len());
@@ -91,7 +95,7 @@ pub async fn write(
         deleted: &written.deleted,
         outdated: !written.outdated.is_empty(),
     };
-    ctx.book().wrote(key, existing, &wrote);
+    let foreign = ctx.book().wrote(key, existing, &wrote);
     let mut refused = 0;
     let mut first_error = None;
     for failed in written.failed {
@@ -113,6 +117,7 @@ pub async fn write(
             deleted: written.deleted,
             refused,
             outdated: written.outdated.len(),
+            foreign,
         }),
     }
 }
@@ -154,7 +159,7 @@ async fn report_refusal(
     source: &kube::Error,
     existing: &[Arc<EndpointSlice>],
 ) {
-    ctx.metrics().slice_refused("api");
+    ctx.metrics().slice_refused(RefusedBy::Api);
     ctx.book().refused(key, sent);
     let stored = existing.iter().find(|s| s.name_any() == sent.name_any());
     let pods = apply::refused_pods(source, sent, stored.map(|s| &**s));

@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use crate::{
     index::Keys,
     input::target,
-    metrics::Metrics,
+    metrics::{Loaded, Metrics},
     plugin::{
         Loader, POLICY_ANNOTATION, PluginDir, Plugins, Runtime, Scan, SharedPlugins, configmap,
         oci::Puller,
@@ -114,11 +114,11 @@ impl Publisher {
             return true;
         }
         for name in &scan.loaded {
-            self.metrics.plugin_loaded(name, "ok");
+            self.metrics.plugin_loaded(name, Loaded::Ok);
         }
         for failure in &scan.failed {
             self.metrics
-                .plugin_loaded(&failure.plugin, failure.step.as_str());
+                .plugin_loaded(&failure.plugin, Loaded::Failed(failure.step));
         }
         let changed = scan.changed();
         let refs: Vec<ObjectRef<Service>> = self

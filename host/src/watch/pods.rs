@@ -238,6 +238,139 @@ mod tests {
         }
     }
 
+    mod routing {
+        use std::sync::{Arc, OnceLock};
+
+        use k8s_openapi::api::core::v1::Service;
+        use kube::runtime::reflector;
+        use serde_json::json;
+
+        use super::*;
+        use crate::{
+            plugin::{Limits, Plugins, Runtime, SharedPlugins},
+            reconcile::{decide::Remembered, plan::Conditions},
+        };
+
+        fn built_in() -> Plugins {
+            static PLUGINS: OnceLock<Plugins> = OnceLock::new();
+            PLUGINS
+                .get_or_init(|| {
+                    let runtime = Runtime::new(Limits::default()).unwrap();
+                    Plugins::built_in(&runtime).unwrap()
+                })
+                .clone()
+        }
+
+        fn service(name: &str) -> Service {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns", "labels": {"app": name},
+                             "annotations": {"isim.dev/network": "macvlan"}},
+                "spec": {"clusterIP": "None"},
+            }))
+            .unwrap()
+        }
+
+        fn pod(name: &str, app: &str) -> Pod {
+            let status = json!([{"name": "ns/macvlan", "ips": ["192.168.2.7"]}]);
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns", "labels": {"app": app},
+                             "annotations": {"k8s.v1.cni.cncf.io/network-status": status.to_string()}},
+                "spec": {"containers": []},
+                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+            }))
+            .unwrap()
+        }
+
+        fn key(name: &str) -> ObjectRef<Service> {
+            ObjectRef::new(name).within("ns")
+        }
+
+        /// Services `web` and `api` on `ns/macvlan`, `web` remembering that it includes
+        /// `web-a` and `api` that it includes nothing; the screen over them.
+        fn setup() -> (Shared, Screen) {
+            let shared = Shared::default();
+            *write(&shared.pods) = crate::index::PodIndex::new(built_in().keys());
+            let (services, mut writer) = reflector::store::<Service>();
+            for name in ["web", "api"] {
+                let service = service(name);
+                write(&shared.networks).apply(&service);
+                writer.apply_watcher_event(&watcher::Event::Apply(service));
+            }
+            let ready = Conditions {
+                ready: true,
+                serving: true,
+                terminating: false,
+            };
+            let mut book = shared.book.lock();
+            let included = [("web-a".to_owned(), ready)].into_iter().collect();
+            book.remember(&key("web"), Remembered { by: None, included });
+            book.remember(&key("api"), Remembered::default());
+            drop(book);
+            let plugins = Arc::new(SharedPlugins::new(built_in()));
+            (shared, Screen { services, plugins })
+        }
+
+        fn change(shared: &Shared, pod: Pod) -> PodChange {
+            write(&shared.pods).on_event(&watcher::Event::Apply(pod))
+        }
+
+        #[test]
+        fn a_change_reconciles_the_service_that_includes_the_pod_and_screens_the_others() {
+            let (shared, screen) = setup();
+            let change = change(&shared, pod("web-a", "web"));
+            let (now, job) = route(&shared, &change);
+            assert_eq!(now, [key("web")]);
+            let job = job.expect("api is screened");
+            assert_eq!(job.sent, [key("web")]);
+            assert!(
+                screen_job(&shared, &screen, &job).is_empty(),
+                "api's policy leaves web-a out: nothing moves"
+            );
+            let calls = nad_test_kit::metrics::Scrape::new(shared.metrics.encode());
+            assert_eq!(
+                calls.value("nad_service_controller_plugin_evaluated_pods_total"),
+                1.0,
+                "the screen's call is counted"
+            );
+        }
+
+        #[test]
+        fn a_pod_the_screen_finds_included_reconciles_with_the_answer_kept() {
+            let (shared, screen) = setup();
+            let change = change(&shared, pod("api-b", "api"));
+            let (now, job) = route(&shared, &change);
+            assert!(now.is_empty(), "neither includes api-b yet");
+            let moved = screen_job(&shared, &screen, &job.unwrap());
+            assert_eq!(moved, [key("api")], "api's policy includes api-b");
+            let begun = shared.book.lock().begin(&key("api"), &[]).unwrap();
+            assert_eq!(begun.answered.len(), 1, "the reconcile reuses the answer");
+            assert_eq!(begun.answered[0].pod.name, "api-b");
+            assert!(
+                shared
+                    .book
+                    .lock()
+                    .begin(&key("web"), &[])
+                    .unwrap()
+                    .answered
+                    .is_empty()
+            );
+        }
+
+        #[test]
+        fn a_service_whose_reconcile_is_in_flight_reconciles_again_unscreened() {
+            let (shared, _) = setup();
+            let begun = shared.book.lock().begin(&key("api"), &[]);
+            assert!(begun.is_some());
+            let change = change(&shared, pod("web-c", "web"));
+            let (now, _) = route(&shared, &change);
+            assert_eq!(
+                now,
+                [key("api")],
+                "api may have read web-c before it changed"
+            );
+        }
+    }
+
     #[test]
     fn a_refused_streaming_list_is_told_from_other_failures() {
         let status = |code| kube::core::Status::failure("", "").with_code(code);

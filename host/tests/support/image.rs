@@ -270,101 +270,23 @@ pub fn runtime_config(base: &Value, deployment: &Value, pod: &Pod<'_>) -> Value 
     );
     let container = &containers[0];
     let mut config = base.clone();
-
-    // Kubernetes: `args` replace the image's CMD and keep its ENTRYPOINT.
-    let mut args: Vec<String> = config["process"]["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .take(1)
-        .map(|a| a.as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(args, ["/nad-service-controller"], "the image's entrypoint");
-    args.extend(
-        container["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap().to_owned()),
-    );
-    args.extend(pod.extra_args.iter().cloned());
-
-    let mut env: Vec<String> = vec![
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
-        format!("HOSTNAME={}", pod.name),
-        format!("KUBERNETES_SERVICE_HOST={}", pod.apiserver_host),
-        format!("KUBERNETES_SERVICE_PORT={}", pod.apiserver_port),
-    ];
-    for var in container["env"].as_array().into_iter().flatten() {
-        let name = var["name"].as_str().unwrap();
-        let value = if let Some(value) = var["value"].as_str() {
-            value.to_owned()
-        } else {
-            match var["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
-                Some("metadata.name") => pod.name.to_owned(),
-                Some("metadata.namespace") => pod.namespace.to_owned(),
-                other => panic!("env {name}: {other:?} is not resolved here"),
-            }
-        };
-        env.push(format!("{name}={value}"));
-    }
-
-    let pod_security = &spec["securityContext"];
-    let security = &container["securityContext"];
-    let user = security["runAsUser"]
-        .as_u64()
-        .or(pod_security["runAsUser"].as_u64())
-        .expect("runAsUser");
-    let group = security["runAsGroup"]
-        .as_u64()
-        .or(pod_security["runAsGroup"].as_u64())
-        .expect("runAsGroup");
-    assert_eq!(
-        security["capabilities"]["drop"],
-        json!(["ALL"]),
-        "the container drops every capability"
-    );
-    let no_new_privileges = security["allowPrivilegeEscalation"] == json!(false);
-    let read_only = security["readOnlyRootFilesystem"] == json!(true);
+    let args = process_args(&config, container, pod);
+    let env = process_env(container, pod);
+    let security = Security::of(spec, container);
 
     let process = &mut config["process"];
     process["terminal"] = json!(false);
     process["args"] = json!(args);
     process["env"] = json!(env);
-    process["user"] = json!({"uid": user, "gid": group});
-    process["noNewPrivileges"] = json!(no_new_privileges);
+    process["user"] = json!({"uid": security.user, "gid": security.group});
+    process["noNewPrivileges"] = json!(security.no_new_privileges);
     process["capabilities"] = json!({
         "bounding": [], "effective": [], "inheritable": [], "permitted": [], "ambient": [],
     });
-    config["root"]["readonly"] = json!(read_only);
+    config["root"]["readonly"] = json!(security.read_only);
 
     let mounts = config["mounts"].as_array_mut().unwrap();
-    let volumes = spec["volumes"].as_array().cloned().unwrap_or_default();
-    for mount in container["volumeMounts"].as_array().into_iter().flatten() {
-        let name = mount["name"].as_str().unwrap();
-        let volume = volumes
-            .iter()
-            .find(|v| v["name"] == name)
-            .unwrap_or_else(|| panic!("volumeMount {name} names no volume"));
-        let empty_dir = volume
-            .get("emptyDir")
-            .unwrap_or_else(|| panic!("volume {name}: only emptyDir is run here"));
-        let mut options = vec![
-            "nosuid".to_owned(),
-            "nodev".to_owned(),
-            "noexec".to_owned(),
-            format!("uid={user}"),
-            format!("gid={group}"),
-            "mode=0750".to_owned(),
-        ];
-        if let Some(limit) = empty_dir["sizeLimit"].as_str() {
-            options.push(format!("size={}", bytes(limit)));
-        }
-        mounts.push(json!({
-            "destination": mount["mountPath"], "type": "tmpfs", "source": "tmpfs",
-            "options": options,
-        }));
-    }
+    mounts.extend(empty_dir_mounts(spec, container, &security));
     mounts.push(json!({
         "destination": SERVICE_ACCOUNT_DIR, "type": "bind",
         "source": pod.service_account.display().to_string(),
@@ -384,4 +306,120 @@ pub fn runtime_config(base: &Value, deployment: &Value, pod: &Pod<'_>) -> Value 
         linux["resources"]["memory"] = json!({"limit": bytes(limit)});
     }
     config
+}
+
+/// The process's arguments: the image's entrypoint (from `config`, umoci's), the container's
+/// `args` and the pod's extra ones. (Kubernetes: `args` replace the image's CMD and keep its
+/// ENTRYPOINT.)
+fn process_args(config: &Value, container: &Value, pod: &Pod<'_>) -> Vec<String> {
+    let mut args: Vec<String> = config["process"]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .take(1)
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(args, ["/nad-service-controller"], "the image's entrypoint");
+    args.extend(
+        container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned()),
+    );
+    args.extend(pod.extra_args.iter().cloned());
+    args
+}
+
+/// The process's environment: what a kubelet always sets, then the container's `env` with
+/// its field references resolved for `pod`.
+fn process_env(container: &Value, pod: &Pod<'_>) -> Vec<String> {
+    let mut env: Vec<String> = vec![
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
+        format!("HOSTNAME={}", pod.name),
+        format!("KUBERNETES_SERVICE_HOST={}", pod.apiserver_host),
+        format!("KUBERNETES_SERVICE_PORT={}", pod.apiserver_port),
+    ];
+    for var in container["env"].as_array().into_iter().flatten() {
+        let name = var["name"].as_str().unwrap();
+        let value = if let Some(value) = var["value"].as_str() {
+            value.to_owned()
+        } else {
+            match var["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                Some("metadata.name") => pod.name.to_owned(),
+                Some("metadata.namespace") => pod.namespace.to_owned(),
+                other => panic!("env {name}: {other:?} is not resolved here"),
+            }
+        };
+        env.push(format!("{name}={value}"));
+    }
+    env
+}
+
+/// The pod's and container's security context, the container's taking precedence.
+struct Security {
+    user: u64,
+    group: u64,
+    no_new_privileges: bool,
+    read_only: bool,
+}
+
+impl Security {
+    /// Reads it from the pod's `spec` and its `container`, which must drop every capability.
+    fn of(spec: &Value, container: &Value) -> Self {
+        let pod_security = &spec["securityContext"];
+        let security = &container["securityContext"];
+        let user = security["runAsUser"]
+            .as_u64()
+            .or(pod_security["runAsUser"].as_u64())
+            .expect("runAsUser");
+        let group = security["runAsGroup"]
+            .as_u64()
+            .or(pod_security["runAsGroup"].as_u64())
+            .expect("runAsGroup");
+        assert_eq!(
+            security["capabilities"]["drop"],
+            json!(["ALL"]),
+            "the container drops every capability"
+        );
+        Security {
+            user,
+            group,
+            no_new_privileges: security["allowPrivilegeEscalation"] == json!(false),
+            read_only: security["readOnlyRootFilesystem"] == json!(true),
+        }
+    }
+}
+
+/// The container's volume mounts, each an `emptyDir` of the pod run as a tmpfs owned by the
+/// container's user and group (of its `sizeLimit`, if any).
+fn empty_dir_mounts(spec: &Value, container: &Value, security: &Security) -> Vec<Value> {
+    let volumes = spec["volumes"].as_array().cloned().unwrap_or_default();
+    let mut mounts = Vec::new();
+    for mount in container["volumeMounts"].as_array().into_iter().flatten() {
+        let name = mount["name"].as_str().unwrap();
+        let volume = volumes
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("volumeMount {name} names no volume"));
+        let empty_dir = volume
+            .get("emptyDir")
+            .unwrap_or_else(|| panic!("volume {name}: only emptyDir is run here"));
+        let mut options = vec![
+            "nosuid".to_owned(),
+            "nodev".to_owned(),
+            "noexec".to_owned(),
+            format!("uid={}", security.user),
+            format!("gid={}", security.group),
+            "mode=0750".to_owned(),
+        ];
+        if let Some(limit) = empty_dir["sizeLimit"].as_str() {
+            options.push(format!("size={}", bytes(limit)));
+        }
+        mounts.push(json!({
+            "destination": mount["mountPath"], "type": "tmpfs", "source": "tmpfs",
+            "options": options,
+        }));
+    }
+    mounts
 }

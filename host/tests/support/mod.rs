@@ -16,6 +16,8 @@ use kube::{
 };
 
 pub const WAIT: Duration = Duration::from_secs(60);
+/// How long a controller's reconcile count must hold to count as idle ([`Controller::settled`]).
+pub const QUIET: Duration = Duration::from_millis(300);
 
 /// The kubeconfig of the local control plane (`make local-up` writes it).
 pub fn kubeconfig_path() -> PathBuf {
@@ -57,7 +59,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    node_sim::eventually(what, WAIT, check).await
+    nad_test_kit::wait::eventually(what, WAIT, check).await
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -153,6 +155,28 @@ impl Controller {
             stop: Some(stop),
             task,
         }
+    }
+
+    /// Waits until the controller is idle, from its own counters: its slice watch has
+    /// delivered an event for each of its writes (its cache shows what it wrote), and no
+    /// reconcile has ended for [`QUIET`]. What a test checks next is then not the echo of an
+    /// earlier change.
+    pub async fn settled(&self) {
+        let last = std::cell::Cell::new((0.0, std::time::Instant::now()));
+        eventually("the controller to settle", || {
+            let scrape = nad_test_kit::metrics::Scrape::new(self.metrics.encode());
+            let writes = scrape.sum("nad_service_controller_endpointslice_writes_total");
+            let seen = scrape
+                .value("nad_service_controller_watch_events_total{resource=\"endpointslices\"}");
+            let reconciles = scrape.sum("nad_service_controller_reconciles_total");
+            let (before, since) = last.get();
+            if reconciles != before {
+                last.set((reconciles, std::time::Instant::now()));
+            }
+            let quiet = reconciles == before && since.elapsed() >= QUIET;
+            std::future::ready((seen >= writes && quiet).then_some(()))
+        })
+        .await;
     }
 
     /// A controller that is the task `task` (to test [`Controller::stop`] itself).

@@ -524,26 +524,10 @@ fn mac(ip: IpAddr) -> String {
     format!("02:42:{}", b.join(":"))
 }
 
-/// Polls `check` until it returns `Some`, for at most `within`; panics (a failed test) after.
-pub async fn eventually<T, F, Fut>(what: &str, within: std::time::Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let started = std::time::Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            started.elapsed() < within,
-            "timed out after {within:?} waiting for {what}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-}
+/// Polls until something holds, for at most a while (the test kit's).
+pub use nad_test_kit::wait::eventually;
 
-/// Label of the namespaces whose pods the simulator plays: the pod agent (hack/pod-agent),
+/// Label of the namespaces whose pods the simulator plays: the pod agent (testing/pod-agent),
 /// which runs real pods on the same control plane, leaves them alone.
 pub const SIMULATED_NAMESPACE_LABEL: &str = "node-sim.isim.dev/simulated";
 

@@ -5,6 +5,8 @@
 //! Run with `make test-faults` (one test at a time: they share the control plane).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+// A scenario on the control plane reads top to bottom, as the story it tells.
+#![allow(clippy::too_many_lines)]
 
 use std::{
     collections::BTreeMap,

@@ -37,6 +37,7 @@ use kube::{
     api::{ListParams, Patch, PatchParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
 };
+use nad_test_kit::metrics::Scrape;
 use node_sim::Simulator;
 use serde_json::{Value, json};
 
@@ -348,9 +349,10 @@ impl Controller {
     }
 
     /// The sum of a counter over its label sets, from `/metrics` (`None`: not answering).
-    /// `name` may name one label set too: `name{label="value"}`.
+    /// `name` may give labels too, `name{label="value"}`: the sum is then over the label sets
+    /// that have them. A series that is not there fails the test.
     pub fn metric(&self, name: &str) -> Option<f64> {
-        scrape(&self.metrics).map(|text| sum_of(&text, name))
+        scrape(&self.metrics).map(|metrics| metrics.sum(name))
     }
 
     /// Scrapes `/metrics` every `every` in a thread of its own until [`Sampler::finish`],
@@ -364,12 +366,8 @@ impl Controller {
             let mut samples = Vec::new();
             while !stopped.load(Ordering::SeqCst) {
                 let at = Instant::now();
-                let figures = scrape(&url).map(|text| {
-                    names
-                        .iter()
-                        .map(|n| (n.clone(), sum_of(&text, n)))
-                        .collect()
-                });
+                let figures = scrape(&url)
+                    .map(|metrics| names.iter().map(|n| (n.clone(), metrics.sum(n))).collect());
                 samples.push(Sample { at, figures });
                 std::thread::sleep(every.saturating_sub(at.elapsed()));
             }
@@ -447,31 +445,18 @@ impl Drop for Controller {
     }
 }
 
-/// `GET url`, its body (`None`: no answer, or not `2xx`).
-fn scrape(url: &str) -> Option<String> {
+/// `GET url` of a `/metrics` (`None`: no answer, or not `2xx`). Its figures are read with
+/// [`Scrape::sum`]: `name` alone sums over its label sets, `name{label="value"}` over those
+/// with that label; a missing series fails the test, for it is a renamed metric or a wrong
+/// name, not a 0.
+fn scrape(url: &str) -> Option<Scrape> {
     let out = Command::new("curl")
         .args(["-fsS", "--max-time", "5", url])
         .output()
         .ok()?;
     out.status
         .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// The sum of the series of `name` in a metrics exposition (`name` alone: over its label
-/// sets; `name{...}`: that label set only); a missing series fails the test.
-fn sum_of(text: &str, name: &str) -> f64 {
-    let values: Vec<f64> = text
-        .lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .collect();
-    // A series that is not there is a renamed metric or a wrong name, not a 0.
-    assert!(!values.is_empty(), "no series {name} in:\n{text}");
-    values.iter().sum()
+        .then(|| Scrape::new(String::from_utf8_lossy(&out.stdout)))
 }
 
 /// One scrape of a [`Sampler`]: when it started, and the figures asked for (`None`: the

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""The crates' floors, checked from `cargo metadata`: each crate depends (normal and build
+dependencies) only on the workspace crates below it, and the bottom ones on none of the
+heavy parts. The compiler then keeps every import pointing down. `make lint` runs it.
+
+    nad-model            the vocabulary; no Kubernetes client or runtime, no Wasm, no async
+    nad-core             indexes and the pure step; no Wasm, no async runtime
+    nad-plugin-runtime   the Wasm runtime; no Kubernetes client
+    nad-service-controller  the controller and the CLI: everything above
+"""
+import json
+import subprocess
+import sys
+
+# Workspace crates each one may depend on, and outside crates it must not.
+FLOORS = {
+    "nad-model": (set(), {"kube", "kube-runtime", "kube-client", "wasmtime", "wasmtime-wasi", "tokio"}),
+    "nad-core": ({"nad-model"}, {"wasmtime", "wasmtime-wasi", "tokio"}),
+    "nad-plugin-runtime": ({"nad-model"}, {"kube", "kube-runtime", "kube-client"}),
+    "nad-service-controller": ({"nad-model", "nad-core", "nad-plugin-runtime"}, set()),
+}
+
+
+def main() -> int:
+    meta = json.loads(
+        subprocess.run(
+            ["cargo", "metadata", "--format-version", "1", "--no-deps", "--locked"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    workspace = {p["name"] for p in meta["packages"]}
+    missing = set(FLOORS) - workspace
+    if missing:
+        print(f"check-layers: no such crates: {sorted(missing)}", file=sys.stderr)
+        return 1
+    failures = []
+    for package in meta["packages"]:
+        name = package["name"]
+        deps = {d["name"] for d in package["dependencies"] if d["kind"] in (None, "build")}
+        if name in FLOORS:
+            allowed, banned = FLOORS[name]
+            for dep in sorted(deps & workspace - allowed):
+                failures.append(f"{name} depends on {dep}, which is not below it")
+            for dep in sorted(deps & banned):
+                failures.append(f"{name} depends on {dep}, which its floor keeps out")
+        elif "nad-service-controller" in deps and not package["manifest_path"].split("/")[-3] == "testing":
+            failures.append(f"{name} depends on the controller crate")
+    for failure in failures:
+        print(f"check-layers: {failure}", file=sys.stderr)
+    if not failures:
+        print("check-layers: nad-model < nad-core, nad-plugin-runtime < nad-service-controller: ok")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
