@@ -50,8 +50,15 @@ pub async fn run(
     );
     let caches_ready = signal_when_synced(&shared, services.clone(), slices.clone(), ready);
     let api = reconcile::Api::new(client, reporter);
-    let stores = (slices, plugins.plugins.clone());
-    let ctx = Arc::new(Context::new(api, shared, stores, settings, caches_ready));
+    let plugins = plugins.plugins.clone();
+    let ctx = Arc::new(Context::new(
+        api,
+        shared,
+        slices,
+        plugins,
+        settings,
+        caches_ready,
+    ));
 
     // A reconcile mostly waits for its slice write; the plugin calls and planning run on the
     // blocking pool. Five at once, as upstream's EndpointSlice controller, keeps two cores

@@ -5,7 +5,12 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
-use crate::cli::LogFormat;
+/// How log lines are written: text for a terminal, JSON for a log pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
 
 /// The Kubernetes client logs every failed request at ERROR, under this target; the controller
 /// logs each failure once, in its own terms, so these lines are off unless the filter names

@@ -225,16 +225,19 @@ fn ask_some<P: Policy + ?Sized>(
     answered: &[Answer],
     id: &PolicyId,
 ) -> Result<Vec<Decision>, P::Error> {
-    let known = |c: &Candidate| {
-        answered
-            .iter()
-            .find_map(|a| a.for_candidate(c, id))
-            .cloned()
-    };
+    let known: Vec<Option<Decision>> = only
+        .iter()
+        .map(|c| {
+            answered
+                .iter()
+                .find_map(|a| a.for_candidate(c, id))
+                .cloned()
+        })
+        .collect();
     let unknown: Vec<&Candidate> = only
         .iter()
-        .copied()
-        .filter(|c| known(c).is_none())
+        .zip(&known)
+        .filter_map(|(c, known)| known.is_none().then_some(*c))
         .collect();
     let mut asked = if unknown.is_empty() {
         Vec::new()
@@ -242,13 +245,12 @@ fn ask_some<P: Policy + ?Sized>(
         policy.decide(target, Pods::Some(&unknown))?
     }
     .into_iter();
-    Ok(only
-        .iter()
-        .map(|c| {
-            known(c)
-                .or_else(|| asked.next())
-                .unwrap_or_else(|| Decision::Exclude(String::new()))
-        })
+    // One decision per pod asked about (the policy's contract; the Wasm runtime checks it):
+    // a pod without one is left out, as a policy that says nothing of it would have it.
+    let unanswered = || Decision::Exclude("the policy gave no decision".to_owned());
+    Ok(known
+        .into_iter()
+        .map(|known| known.or_else(|| asked.next()).unwrap_or_else(unanswered))
         .collect())
 }
 

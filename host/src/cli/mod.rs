@@ -2,7 +2,7 @@
 
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
 mod explain;
 pub mod plugin;
@@ -11,6 +11,7 @@ mod registry;
 pub use explain::{ExplainArgs, explain};
 pub use registry::RegistryArgs;
 
+pub use crate::telemetry::LogFormat;
 use crate::{
     plugin::FailurePolicy,
     reconcile::slices::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, MAX_ENDPOINTS_PER_SLICE},
@@ -73,12 +74,6 @@ impl Command {
             Command::Probe(args) => (args.log_format, args.log_filter.clone()),
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Debug, Clone, clap::Args)]

@@ -35,7 +35,7 @@ use anyhow::Context as _;
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
 use kube::Client;
 
-use crate::cli::LogFormat;
+use crate::telemetry::LogFormat;
 
 /// `nad-service-controller probe`'s flags.
 #[derive(Debug, Clone, clap::Args)]

@@ -77,7 +77,8 @@ impl Context {
     pub fn new(
         api: Api,
         shared: Shared,
-        (slices, plugins): (Store<EndpointSlice>, Arc<SharedPlugins>),
+        slices: Store<EndpointSlice>,
+        plugins: Arc<SharedPlugins>,
         settings: Settings,
         caches_ready: tokio::sync::watch::Receiver<bool>,
     ) -> Self {
@@ -214,13 +215,8 @@ impl Context {
             concurrent_syncs: 1,
         };
         let plugins = Arc::new(SharedPlugins::new(plugins));
-        let ctx = Context::new(
-            Api::new(client, test_reporter()),
-            shared,
-            (slices, plugins),
-            settings,
-            caches_ready,
-        );
+        let api = Api::new(client, test_reporter());
+        let ctx = Context::new(api, shared, slices, plugins, settings, caches_ready);
         (ctx, writer, ready)
     }
 

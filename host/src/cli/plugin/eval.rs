@@ -10,7 +10,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use anyhow::bail;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::{files::Zones, source::Loaded};
+use super::source::Loaded;
 use crate::{
     index::PodRecord,
     input::{
@@ -31,7 +31,11 @@ use crate::{
 /// Pod annotations the host itself reads: never expected among a plugin's declared keys.
 const HOST_ANNOTATIONS: [&str; 2] = [network_status::ANNOTATION, "k8s.v1.cni.cncf.io/networks"];
 
-/// A Service, its pods and the nodes' zones, as `plugin eval` reads them from files.
+/// Each node, by name, with its zone label if it has one.
+pub type Zones = Vec<(String, Option<String>)>;
+
+/// A Service, its pods and the nodes' zones: from files (`plugin eval`) or the cluster
+/// (`explain`).
 pub struct Case {
     pub target: Arc<ServiceTarget>,
     /// In the order of the file.

@@ -14,7 +14,7 @@ use crate::{
     input::target::{self, ServiceTarget, Target},
 };
 
-use super::eval::Case;
+use super::eval::{Case, Zones};
 
 /// A Service, its pods and (optionally) the nodes, each from its file.
 pub fn case(service: &Path, pods: &Path, nodes: Option<&Path>) -> anyhow::Result<Case> {
@@ -123,8 +123,6 @@ fn pod_records(path: &Path, target: &ServiceTarget) -> anyhow::Result<Vec<Arc<Po
         })
         .collect())
 }
-
-pub type Zones = Vec<(String, Option<String>)>;
 
 /// Each node's zone, from the nodes file if there is one.
 fn node_zones(path: Option<&Path>) -> anyhow::Result<Option<Zones>> {
