@@ -269,7 +269,7 @@ async fn told(
         let pod = observation.candidates[*index].name();
         tracing::debug!(%pod, reason, "excluded by the policy");
     }
-    problems.extend(plan.problems.iter().map(|r| Problem::new(*r)));
+    problems.extend(plan.problems().into_iter().map(Problem::new));
     let findings = std::mem::take(&mut plan.findings);
     report::findings(ctx, service, key, &plan.target, findings).await;
     (plan, problems)
@@ -285,10 +285,10 @@ async fn placed(
     problems: BTreeSet<Problem>,
 ) -> Result<Done, Error> {
     let (plan, mut problems) = told(ctx, service, key, plan, problems).await;
+    let node_retry = plan.node_retry();
     let Plan {
         desired,
         mut changes,
-        node_retry,
         changed_at,
         target,
         ..

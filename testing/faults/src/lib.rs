@@ -692,7 +692,7 @@ impl Scene {
     }
 }
 
-pub use node_sim::eventually;
+pub use nad_test_kit::wait::eventually;
 
 /// The expected endpoint of a pod's `macvlan` address.
 pub fn endpoint(pod: &Pod, ready: bool) -> (String, String, bool, bool, bool) {

@@ -25,6 +25,7 @@ use kube::{
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
+use nad_test_kit::wait::eventually;
 use serde_json::{Value, json};
 
 pub const NETWORKS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
@@ -523,9 +524,6 @@ fn mac(ip: IpAddr) -> String {
     let b: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
     format!("02:42:{}", b.join(":"))
 }
-
-/// Polls until something holds, for at most a while (the test kit's).
-pub use nad_test_kit::wait::eventually;
 
 /// Label of the namespaces whose pods the simulator plays: the pod agent (testing/pod-agent),
 /// which runs real pods on the same control plane, leaves them alone.

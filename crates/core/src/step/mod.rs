@@ -99,13 +99,21 @@ pub struct Plan {
     pub desired: Desired,
     pub changes: Changes,
     pub findings: Vec<Finding>,
-    /// The Service problems of its input (its findings' reasons).
-    pub problems: BTreeSet<Reason>,
     pub remembered: Option<Remembered>,
-    /// Pods on nodes not known yet: try again soon.
-    pub node_retry: bool,
     /// When the earliest change this plan applies happened.
     pub changed_at: Option<Timestamp>,
+}
+
+impl Plan {
+    /// The Service problems of its input: its findings' reasons.
+    pub fn problems(&self) -> BTreeSet<Reason> {
+        self.findings.iter().filter_map(Finding::reason).collect()
+    }
+
+    /// Pods on nodes not known yet: try again soon.
+    pub fn node_retry(&self) -> bool {
+        self.verdicts.observation.needs_retry()
+    }
 }
 
 /// Plans one Service: asks the policy about the pods that need it, turns the decisions into
@@ -162,8 +170,6 @@ pub fn step<P: Policy + ?Sized>(
         )
     };
     let plan = Box::new(Plan {
-        problems: findings.iter().filter_map(Finding::reason).collect(),
-        node_retry: verdicts.observation.needs_retry(),
         verdicts,
         desired,
         changes,

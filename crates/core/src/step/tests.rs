@@ -255,7 +255,7 @@ fn a_full_plan_asks_about_every_candidate_once_and_remembers_the_included() {
     assert_eq!(plan.verdicts.excluded.len(), 1);
     assert_eq!(included(&plan.remembered), ["a", "c"]);
     assert_eq!(plan.remembered.as_ref().unwrap().by, Some(id("table")));
-    assert!(plan.findings.is_empty() && plan.problems.is_empty() && !plan.node_retry);
+    assert!(plan.findings.is_empty() && plan.problems().is_empty() && !plan.node_retry());
 }
 
 #[test]
@@ -409,7 +409,7 @@ fn a_missing_network_keeps_the_slices_it_had_when_nothing_is_on_it() {
         panic!()
     };
     assert!(plan.changes.is_empty());
-    assert_eq!(plan.problems, BTreeSet::from([Reason::NetworkNotFound]));
+    assert_eq!(plan.problems(), BTreeSet::from([Reason::NetworkNotFound]));
     assert_eq!(plan.findings, [Finding::NetworkNotFound(missing.clone())]);
 
     // With endpoints on it, they are published, and the network still reported.
@@ -417,7 +417,7 @@ fn a_missing_network_keeps_the_slices_it_had_when_nothing_is_on_it() {
     snap.missing = Some(missing);
     let plan = written(step(snap, &mut Table::per_pod(&["a"]), 100));
     assert_eq!(addresses(&plan).len(), 1);
-    assert_eq!(plan.problems, BTreeSet::from([Reason::NetworkNotFound]));
+    assert_eq!(plan.problems(), BTreeSet::from([Reason::NetworkNotFound]));
 }
 
 #[test]
@@ -438,8 +438,8 @@ fn input_problems_are_found_and_counted() {
     ))
     .unwrap();
     let plan = written(step(snap, &mut Table::per_pod(&["a", "d"]), 100));
-    assert!(plan.node_retry, "d waits for its node");
-    assert_eq!(plan.problems, BTreeSet::from([Reason::InvalidProbe]));
+    assert!(plan.node_retry(), "d waits for its node");
+    assert_eq!(plan.problems(), BTreeSet::from([Reason::InvalidProbe]));
     assert!(matches!(&plan.findings[0], Finding::PodSkipped { pod, .. } if pod == "d"));
 
     // On a known node, d claims a's address: the older pod keeps it.
@@ -447,7 +447,7 @@ fn input_problems_are_found_and_counted() {
     let mut snap = snapshot(&pods, vec![], taken(Scope::Full));
     snap.candidates = Candidates::of(all);
     let plan = written(step(snap, &mut Table::per_pod(&["a", "d"]), 100));
-    assert_eq!(plan.problems, BTreeSet::from([Reason::DuplicateAddress]));
+    assert_eq!(plan.problems(), BTreeSet::from([Reason::DuplicateAddress]));
     assert_eq!(addresses(&plan).len(), 1);
 }
 
