@@ -128,7 +128,7 @@ fn candidate(i: usize) -> Candidate {
     .expect("a valid pod");
     Candidate {
         pod: Arc::new(PodRecord::from_pod(&pod, &Keys::all())),
-        ips: vec![ip.parse().expect("an IPv4 address")],
+        ips: [ip.parse().expect("an IPv4 address")].into(),
         zone: Some(zone),
     }
 }
@@ -156,14 +156,10 @@ fn views(plugin: &Plugin, n: usize) -> Vec<wit::Pod> {
 fn view_all(candidate: &Candidate) -> wit::Pod {
     let pod = &candidate.pod;
     nad_test_kit::wit::pod(&pod.name)
-        .namespace(&pod.namespace)
-        .uid(&pod.uid)
-        .labels(pod.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .annotations(
-            pod.annotations
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str())),
-        )
+        .namespace(&*pod.namespace)
+        .uid(pod.uid.to_string())
+        .labels(pod.labels().iter().map(|(k, v)| (&**k, &**v)))
+        .annotations(pod.annotations().iter().map(|(k, v)| (&**k, &**v)))
         .phase(wit::PodPhase::Running)
         .ready(candidate.is_ready())
         .terminating(candidate.is_terminating())

@@ -67,7 +67,7 @@ fn candidate(p: PodSpec<'_>) -> Candidate {
     .unwrap();
     Candidate {
         pod: Arc::new(PodRecord::from_pod(&pod, &Keys::all())),
-        ips: vec!["192.168.2.4".parse().unwrap(), "fd00::4".parse().unwrap()],
+        ips: vec!["192.168.2.4".parse().unwrap(), "fd00::4".parse().unwrap()].into(),
         zone: Some("zone-a".into()),
     }
 }
@@ -311,7 +311,7 @@ fn pods_carry_their_network_readiness_and_only_the_declared_conditions() {
         };
         Candidate {
             pod: Arc::new(PodRecord::from_pod(&pod, &keys)),
-            ips: vec!["192.168.2.4".parse().unwrap()],
+            ips: vec!["192.168.2.4".parse().unwrap()].into(),
             zone: None,
         }
     };

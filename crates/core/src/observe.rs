@@ -72,17 +72,17 @@ pub fn candidates<'a>(
 ) -> Observation {
     let mut observation = Observation::default();
     for pod in pods {
-        if pod.namespace != target.namespace {
+        if *pod.namespace != *target.namespace {
             continue;
         }
         let skip = |reason: SkipReason| Skipped {
-            pod: pod.name.clone(),
+            pod: pod.name.to_string(),
             reason,
         };
         let attachment = match &pod.attachments {
-            Err(StatusError::Missing) => continue,
+            Err(e) if **e == StatusError::Missing => continue,
             Err(e) => {
-                observation.unreadable.push(skip(e.clone().into()));
+                observation.unreadable.push(skip((**e).clone().into()));
                 continue;
             }
             Ok(_) => match pod.attachment(&target.network) {
@@ -108,8 +108,8 @@ pub fn candidates<'a>(
         };
         if !attachment.unusable.is_empty() {
             observation.ignored_ips.push(IgnoredIps {
-                pod: pod.name.clone(),
-                unusable: attachment.unusable.clone(),
+                pod: pod.name.to_string(),
+                unusable: attachment.unusable.to_vec(),
             });
         }
         observation.candidates.push(Candidate {
@@ -221,8 +221,8 @@ pub(crate) mod tests {
         assert_eq!(got.candidates[0].zone, None);
         assert_eq!(got.candidates[1].zone.as_deref(), Some("zone-1"));
         assert_eq!(
-            got.candidates[1].ips,
-            vec!["192.168.2.2".parse::<std::net::IpAddr>().unwrap()]
+            *got.candidates[1].ips,
+            ["192.168.2.2".parse::<std::net::IpAddr>().unwrap()]
         );
         assert!(got.skipped.is_empty());
         assert!(!got.needs_retry());
@@ -279,8 +279,8 @@ pub(crate) mod tests {
         let got = candidates(&target("team-a/macvlan"), &pods, |_| None);
         assert_eq!(got.candidates.len(), 1);
         assert_eq!(
-            got.candidates[0].ips,
-            vec!["192.168.2.1".parse::<std::net::IpAddr>().unwrap()]
+            *got.candidates[0].ips,
+            ["192.168.2.1".parse::<std::net::IpAddr>().unwrap()]
         );
         let left_out: Vec<_> = got.ignored_ips[0]
             .unusable

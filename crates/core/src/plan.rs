@@ -83,11 +83,11 @@ pub fn endpoint_key(endpoint: &Endpoint) -> EndpointKey {
 
 fn endpoint(target: &ServiceTarget, candidate: &Candidate, ip: &IpAddr, c: Conditions) -> Endpoint {
     let pod = &candidate.pod;
-    let subdomain_matches = pod.subdomain.as_deref() == Some(target.name.as_str());
+    let subdomain_matches = pod.subdomain() == Some(target.name.as_str());
     let hostname = pod
-        .hostname
-        .clone()
-        .filter(|h| subdomain_matches && !h.is_empty());
+        .hostname()
+        .filter(|h| subdomain_matches && !h.is_empty())
+        .map(str::to_owned);
     Endpoint {
         addresses: vec![ip.to_string()],
         conditions: Some(EndpointConditions {
@@ -102,9 +102,9 @@ fn endpoint(target: &ServiceTarget, candidate: &Candidate, ip: &IpAddr, c: Condi
             .map(str::to_owned),
         target_ref: Some(ObjectReference {
             kind: Some("Pod".to_owned()),
-            namespace: Some(pod.namespace.clone()),
-            name: Some(pod.name.clone()),
-            uid: Some(pod.uid.clone()).filter(|u| !u.is_empty()),
+            namespace: Some(pod.namespace.to_string()),
+            name: Some(pod.name.to_string()),
+            uid: Some(pod.uid.to_string()).filter(|u| !u.is_empty()),
             ..ObjectReference::default()
         }),
         zone: candidate.zone.clone(),
@@ -643,7 +643,7 @@ mod tests {
     fn aged(name: &str, ips: &[&str], created: Option<&str>) -> Candidate {
         let mut c = candidate(name, ips, json!({"containers": []}));
         let mut pod = (*c.pod).clone();
-        pod.created = created.map(|t| t.parse().unwrap());
+        pod.created = nad_model::pod::Stamp::of(created.map(|t| t.parse().unwrap()));
         c.pod = Arc::new(pod);
         c
     }

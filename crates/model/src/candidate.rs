@@ -10,7 +10,7 @@ use crate::pod::{Phase, PodRecord};
 #[derive(Debug, Clone)]
 pub struct Candidate {
     pub pod: Arc<PodRecord>,
-    pub ips: Vec<IpAddr>,
+    pub ips: Box<[IpAddr]>,
     /// The node's zone label, when the pod is scheduled and the node has one.
     pub zone: Option<String>,
 }
@@ -34,8 +34,8 @@ impl Candidate {
     }
 
     /// When the pod was created; the older of two pods claiming one address keeps it.
-    pub fn created(&self) -> Option<&Timestamp> {
-        self.pod.created.as_ref()
+    pub fn created(&self) -> Option<Timestamp> {
+        self.pod.created.get()
     }
 
     pub fn phase(&self) -> Phase {

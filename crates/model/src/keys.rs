@@ -2,7 +2,9 @@
 //! plugins declare in their `plugin-info` and `condition-keys` (`*` keeps all). Network
 //! readiness conditions are always kept (see [`crate::input::network_ready`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+
+use crate::intern::Name;
 
 /// A set of label or annotation keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,21 +56,13 @@ impl KeySet {
             (KeySet::Only(mine), KeySet::Only(theirs)) => theirs.is_subset(mine),
         }
     }
-
-    /// The entries of `map` whose keys are in this set, in key order. A boxed slice, not a
-    /// map: a pod keeps one or two entries, and a `BTreeMap` node holds room for eleven
-    /// (about 540 bytes a pod, 80 MB at 150 000 pods).
-    pub fn keep(&self, map: Option<&BTreeMap<String, String>>) -> Kept {
-        map.into_iter()
-            .flatten()
-            .filter(|(k, _)| self.contains(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    }
 }
 
 /// Label or annotation entries a pod record keeps, sorted by key.
-pub type Kept = Box<[(String, String)]>;
+///
+/// A list, not a map: a pod keeps one or two entries, and a `BTreeMap` node holds room for
+/// eleven (about 540 bytes a pod, 80 MB at 150 000 pods).
+pub type Kept = Box<[(Name, Name)]>;
 
 /// The label and annotation keys, and the condition types, the index keeps of each pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -124,8 +118,5 @@ mod tests {
         assert_eq!(keys.annotations, KeySet::All);
         assert_eq!(keys.conditions, KeySet::only(["Scheduled"]));
         assert!(Keys::all().covers(&keys));
-        let map = BTreeMap::from([("app".into(), "web".into()), ("x".into(), "y".into())]);
-        assert_eq!(keys.labels.keep(Some(&map)).len(), 1);
-        assert_eq!(KeySet::All.keep(Some(&map)).len(), 2);
     }
 }

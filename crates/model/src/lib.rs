@@ -6,6 +6,7 @@
 //!   a network (the Multus `network-status` annotation), which addresses the EndpointSlice API
 //!   accepts, the network-readiness condition;
 //! - [`pod`], [`keys`]: a pod reduced to what planning and plugins read;
+//! - [`intern`]: values many pods share, kept once;
 //! - [`candidate`]: a pod attached to a Service's network, as its policy is asked about it;
 //! - [`decision`]: the policy's answer, and the endpoint conditions it sets;
 //! - [`probe`]: the probe a Service asks the network prober for (`isim.dev/probe`);
@@ -15,6 +16,7 @@
 pub mod candidate;
 pub mod decision;
 pub mod input;
+pub mod intern;
 pub mod keys;
 pub mod labels;
 pub mod pod;

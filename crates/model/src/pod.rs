@@ -5,16 +5,25 @@
 //! labels, annotations and conditions are only those the loaded plugins declared ([`Keys`]),
 //! besides the network readiness conditions of the network prober.
 
-use std::net::IpAddr;
+use std::{collections::BTreeMap, net::IpAddr, sync::Arc};
 
-use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
+use k8s_openapi::{
+    api::core::v1::{Pod, PodSpec, PodStatus},
+    jiff::Timestamp,
+};
 use kube_core::ResourceExt;
 
 use crate::input::{
     network_ready::{self, Status},
-    network_status::{self, Attachment, Attachments, StatusError},
+    network_status::{self, Attachment, StatusError},
 };
-use crate::keys::{Kept, Keys};
+use crate::intern::{Interner, Name};
+use crate::keys::{Kept, KeySet, Keys};
+
+/// A pod's attachment to each network (`<namespace>/<name>`) it is on, or why its annotation
+/// cannot be read at all (then it is on no network).
+pub type Attachments =
+    Result<Box<[(Name, Result<Attachment, Box<StatusError>>)]>, Box<StatusError>>;
 
 /// `status.phase`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,54 +58,187 @@ impl Phase {
 }
 
 /// A named container port, for a Service's named `targetPort`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct NamedPort {
-    pub name: String,
+    pub name: Name,
     pub port: i32,
-    pub protocol: String,
+    pub protocol: Name,
 }
 
 /// One of a pod's `status.conditions` that the index keeps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeptCondition {
-    pub type_: String,
+    pub type_: Name,
     pub status: Status,
-    pub reason: String,
-    pub message: String,
+    pub reason: Name,
+    pub message: Box<str>,
 }
 
-/// What the controller knows of one pod.
+/// A pod's `metadata.uid`: the API server's UUIDs kept as their 16 bytes, anything else (a
+/// test's, another server's) as it was written.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum Uid {
+    Uuid([u8; 16]),
+    Other(Box<str>),
+}
+
+impl Uid {
+    /// `text` as a UUID when it is one in the canonical lowercase form (so that it reads back
+    /// exactly as written), else as written.
+    pub fn parse(text: &str) -> Self {
+        let hex: Vec<u8> = text.bytes().filter(|&b| b != b'-').collect();
+        let canonical = text.len() == 36
+            && [8, 13, 18, 23].iter().all(|&i| text.as_bytes()[i] == b'-')
+            && hex.len() == 32
+            && hex
+                .iter()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b));
+        if !canonical {
+            return Uid::Other(text.into());
+        }
+        let nibble = |b: u8| {
+            if b.is_ascii_digit() {
+                b - b'0'
+            } else {
+                b - b'a' + 10
+            }
+        };
+        let mut bytes = [0; 16];
+        for (i, pair) in hex.chunks_exact(2).enumerate() {
+            bytes[i] = nibble(pair[0]) << 4 | nibble(pair[1]);
+        }
+        Uid::Uuid(bytes)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        matches!(self, Uid::Other(text) if text.is_empty())
+    }
+}
+
+impl Default for Uid {
+    fn default() -> Self {
+        Uid::Other(Box::default())
+    }
+}
+
+impl std::fmt::Display for Uid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Uid::Other(text) => f.write_str(text),
+            Uid::Uuid(bytes) => {
+                for (i, b) in bytes.iter().enumerate() {
+                    if matches!(i, 4 | 6 | 8 | 10) {
+                        f.write_str("-")?;
+                    }
+                    write!(f, "{b:02x}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Uid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.to_string())
+    }
+}
+
+/// A Kubernetes timestamp in 8 bytes: whole seconds, as the API writes `metav1.Time`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Stamp(i64);
+
+impl Stamp {
+    pub const NONE: Stamp = Stamp(i64::MIN);
+
+    pub fn of(at: Option<Timestamp>) -> Self {
+        at.map_or(Stamp::NONE, |t| Stamp(t.as_second()))
+    }
+
+    pub fn get(self) -> Option<Timestamp> {
+        if self == Stamp::NONE {
+            return None;
+        }
+        Timestamp::from_second(self.0).ok()
+    }
+}
+
+impl std::fmt::Debug for Stamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.get())
+    }
+}
+
+/// What the pods of one template have in common, kept once for all of them: the kept labels
+/// and annotations, and the named ports.
+#[derive(Debug, Default, PartialEq, Eq, Hash)]
+pub struct Shared {
+    /// Only the keys the loaded plugins read.
+    pub labels: Kept,
+    /// Only the keys the loaded plugins read.
+    pub annotations: Kept,
+    /// Only the named ports.
+    pub ports: Box<[NamedPort]>,
+}
+
+/// What few pods have: `spec.hostname` and `spec.subdomain`, and the kept conditions (network
+/// readiness, which only Services with a network probe have written, and the types plugins
+/// read).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Extras {
+    pub hostname: Option<Box<str>>,
+    pub subdomain: Option<Name>,
+    /// Sorted by type.
+    pub conditions: Box<[KeptCondition]>,
+}
+
+/// What the controller knows of one pod. Kept for every pod in the cluster, so kept small:
+/// shared values are [`Name`]s from the index's [`Interners`], what a template's pods have in
+/// common is [`Shared`] whole, and what few pods have is boxed ([`Extras`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodRecord {
-    pub name: String,
-    pub namespace: String,
-    pub uid: String,
-    pub created: Option<Timestamp>,
+    pub name: Name,
+    pub namespace: Name,
+    pub uid: Uid,
+    pub created: Stamp,
     pub phase: Phase,
     /// The `Ready` condition is `True`.
     pub ready: bool,
     /// The pod has a `deletionTimestamp`.
     pub terminating: bool,
-    pub node_name: Option<String>,
-    pub hostname: Option<String>,
-    pub subdomain: Option<String>,
-    pub ports: Vec<NamedPort>,
-    /// Only the keys the loaded plugins read.
-    pub labels: Kept,
-    /// Only the keys the loaded plugins read.
-    pub annotations: Kept,
+    pub node_name: Option<Name>,
+    pub shared: Arc<Shared>,
+    pub extras: Option<Box<Extras>>,
     pub attachments: Attachments,
-    /// Network readiness conditions, and the types the loaded plugins read; sorted by type.
-    pub conditions: Box<[KeptCondition]>,
     /// When the pod last changed in a way that moves its endpoints, as Kubernetes' own
     /// EndpointSlice controller reads it: the `Ready` condition's last transition, else the
     /// creation. Becomes the slices' `endpoints.kubernetes.io/last-change-trigger-time`.
-    pub changed_at: Option<Timestamp>,
+    pub changed_at: Stamp,
+}
+
+/// The shared copies a pod index makes its records with.
+#[derive(Debug, Default)]
+pub struct Interners {
+    names: Interner<str>,
+    shared: Interner<Shared>,
+}
+
+impl Interners {
+    pub fn name(&mut self, value: &str) -> Name {
+        self.names.get(value)
+    }
 }
 
 impl PodRecord {
+    /// The record of `pod`, made with shared copies of its own (for a record not kept in an
+    /// index; the index makes its records with [`PodRecord::read`]).
     pub fn from_pod(pod: &Pod, keys: &Keys) -> Self {
-        let namespace = pod.namespace().unwrap_or_default();
+        Self::read(pod, keys, &mut Interners::default())
+    }
+
+    /// The record of `pod`, with `interners`' shared copies.
+    pub fn read(pod: &Pod, keys: &Keys, interners: &mut Interners) -> Self {
+        let namespace = interners.name(pod.metadata.namespace.as_deref().unwrap_or_default());
         let meta = &pod.metadata;
         let spec = pod.spec.as_ref();
         let status = pod.status.as_ref();
@@ -108,53 +250,32 @@ impl PodRecord {
             .and_then(|c| c.last_transition_time.as_ref())
             .map(|t| t.0)
             .or(created);
-        let ports = spec
-            .into_iter()
-            .flat_map(|s| &s.containers)
-            .flat_map(|c| c.ports.iter().flatten())
-            .filter_map(|p| {
-                Some(NamedPort {
-                    name: p.name.clone()?,
-                    port: p.container_port,
-                    protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_owned()),
-                })
-            })
-            .collect();
-        let mut conditions: Vec<KeptCondition> = status
-            .and_then(|s| s.conditions.as_ref())
-            .into_iter()
-            .flatten()
-            .filter(|c| {
-                network_ready::is_network_ready(&c.type_) || keys.conditions.contains(&c.type_)
-            })
-            .map(|c| KeptCondition {
-                type_: c.type_.clone(),
-                status: Status::parse(&c.status),
-                reason: c.reason.clone().unwrap_or_default(),
-                message: c.message.clone().unwrap_or_default(),
-            })
-            .collect();
-        conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
         let annotation = pod
             .annotations()
             .get(network_status::ANNOTATION)
             .map(String::as_str);
         PodRecord {
-            name: pod.name_any(),
-            uid: meta.uid.clone().unwrap_or_default(),
-            created,
+            name: pod.name_any().into(),
+            uid: Uid::parse(meta.uid.as_deref().unwrap_or_default()),
+            created: Stamp::of(created),
             phase: Phase::parse(status.and_then(|s| s.phase.as_deref())),
             ready: ready_condition.is_some_and(|c| c.status == "True"),
             terminating: meta.deletion_timestamp.is_some(),
-            node_name: spec.and_then(|s| s.node_name.clone()),
-            hostname: spec.and_then(|s| s.hostname.clone()),
-            subdomain: spec.and_then(|s| s.subdomain.clone()),
-            ports,
-            labels: keys.labels.keep(meta.labels.as_ref()),
-            annotations: keys.annotations.keep(meta.annotations.as_ref()),
-            attachments: network_status::attachments(annotation, &namespace),
-            conditions: conditions.into_boxed_slice(),
-            changed_at,
+            node_name: spec
+                .and_then(|s| s.node_name.as_deref())
+                .map(|n| interners.name(n)),
+            shared: shared(pod, keys, interners),
+            extras: extras(spec, status, keys, interners),
+            attachments: network_status::attachments(annotation, &namespace)
+                .map(|all| {
+                    all.into_iter()
+                        .map(|(network, attachment)| {
+                            (interners.name(&network), attachment.map_err(Box::new))
+                        })
+                        .collect()
+                })
+                .map_err(Box::new),
+            changed_at: Stamp::of(changed_at),
             namespace,
         }
     }
@@ -165,17 +286,17 @@ impl PodRecord {
             .as_ref()
             .into_iter()
             .flatten()
-            .map(|(network, _)| network.as_str())
+            .map(|(network, _)| &**network)
     }
 
     /// The pod's attachment to `network`: `None` when it is not attached.
-    pub fn attachment(&self, network: &str) -> Option<&Result<Attachment, StatusError>> {
+    pub fn attachment(&self, network: &str) -> Option<Result<&Attachment, &StatusError>> {
         self.attachments
             .as_ref()
             .ok()?
             .iter()
-            .find(|(n, _)| n == network)
-            .map(|(_, a)| a)
+            .find(|(n, _)| **n == *network)
+            .map(|(_, a)| a.as_ref().map_err(|e| &**e))
     }
 
     /// The pod's usable addresses on `network`.
@@ -188,10 +309,11 @@ impl PodRecord {
 
     /// The condition of type `condition_type`, when the index keeps it and the pod has it.
     pub fn condition(&self, condition_type: &str) -> Option<&KeptCondition> {
-        self.conditions
-            .binary_search_by(|c| c.type_.as_str().cmp(condition_type))
+        let conditions = self.conditions();
+        conditions
+            .binary_search_by(|c| (*c.type_).cmp(condition_type))
             .ok()
-            .map(|i| &self.conditions[i])
+            .map(|i| &conditions[i])
     }
 
     /// The pod's readiness on `network`, as the network prober wrote it.
@@ -199,13 +321,129 @@ impl PodRecord {
         self.condition(&network_ready::condition_type(network))
     }
 
+    pub fn hostname(&self) -> Option<&str> {
+        self.extras.as_ref()?.hostname.as_deref()
+    }
+
+    pub fn subdomain(&self) -> Option<&str> {
+        self.extras.as_ref()?.subdomain.as_deref()
+    }
+
+    /// Only the keys the loaded plugins read, sorted by key.
+    pub fn labels(&self) -> &[(Name, Name)] {
+        &self.shared.labels
+    }
+
+    /// Only the keys the loaded plugins read, sorted by key.
+    pub fn annotations(&self) -> &[(Name, Name)] {
+        &self.shared.annotations
+    }
+
+    /// Network readiness conditions, and the types the loaded plugins read; sorted by type.
+    pub fn conditions(&self) -> &[KeptCondition] {
+        self.extras.as_ref().map_or(&[], |e| &e.conditions)
+    }
+
     /// The container port named `name` with `protocol`.
     pub fn named_port(&self, name: &str, protocol: &str) -> Option<i32> {
-        self.ports
+        self.shared
+            .ports
             .iter()
-            .find(|p| p.name == name && p.protocol == protocol)
+            .find(|p| &*p.name == name && &*p.protocol == protocol)
             .map(|p| p.port)
     }
+}
+
+fn extras(
+    spec: Option<&PodSpec>,
+    status: Option<&PodStatus>,
+    keys: &Keys,
+    interners: &mut Interners,
+) -> Option<Box<Extras>> {
+    let extras = Extras {
+        hostname: spec.and_then(|s| s.hostname.as_deref()).map(Into::into),
+        subdomain: spec
+            .and_then(|s| s.subdomain.as_deref())
+            .map(|s| interners.name(s)),
+        conditions: conditions(status, keys, interners),
+    };
+    (extras != Extras::default()).then(|| Box::new(extras))
+}
+
+fn shared(pod: &Pod, keys: &Keys, interners: &mut Interners) -> Arc<Shared> {
+    let meta = &pod.metadata;
+    let shared = Shared {
+        labels: kept(&keys.labels, meta.labels.as_ref(), interners, true),
+        annotations: kept(
+            &keys.annotations,
+            meta.annotations.as_ref(),
+            interners,
+            false,
+        ),
+        ports: ports(pod.spec.as_ref(), interners),
+    };
+    interners.shared.get(shared)
+}
+
+fn ports(spec: Option<&PodSpec>, interners: &mut Interners) -> Box<[NamedPort]> {
+    let ports: Vec<NamedPort> = spec
+        .into_iter()
+        .flat_map(|s| &s.containers)
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            Some(NamedPort {
+                name: interners.name(p.name.as_deref()?),
+                port: p.container_port,
+                protocol: interners.name(p.protocol.as_deref().unwrap_or("TCP")),
+            })
+        })
+        .collect();
+    ports.into()
+}
+
+/// The entries of `map` whose keys are in `keys`, in key order; keys and (for labels, which
+/// pods of one template share) values shared.
+fn kept(
+    keys: &KeySet,
+    map: Option<&BTreeMap<String, String>>,
+    interners: &mut Interners,
+    shared_values: bool,
+) -> Kept {
+    let entries: Vec<(Name, Name)> = map
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| keys.contains(k))
+        .map(|(k, v)| {
+            let value = if shared_values {
+                interners.name(v)
+            } else {
+                Name::from(v.as_str())
+            };
+            (interners.name(k), value)
+        })
+        .collect();
+    entries.into()
+}
+
+fn conditions(
+    status: Option<&PodStatus>,
+    keys: &Keys,
+    interners: &mut Interners,
+) -> Box<[KeptCondition]> {
+    let mut conditions: Vec<KeptCondition> = status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| network_ready::is_network_ready(&c.type_) || keys.conditions.contains(&c.type_))
+        .map(|c| KeptCondition {
+            type_: interners.name(&c.type_),
+            status: Status::parse(&c.status),
+            reason: interners.name(c.reason.as_deref().unwrap_or_default()),
+            message: c.message.as_deref().unwrap_or_default().into(),
+        })
+        .collect();
+    conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+    conditions.into_boxed_slice()
 }
 
 #[cfg(test)]
@@ -241,22 +479,22 @@ mod tests {
         };
         let record = PodRecord::from_pod(&pod, &keys);
         assert_eq!(
-            (
-                record.name.as_str(),
-                record.namespace.as_str(),
-                record.uid.as_str()
-            ),
+            (&*record.name, &*record.namespace, &*record.uid.to_string()),
             ("p", "ns", "u")
         );
         assert_eq!(record.phase, Phase::Running);
         assert!(record.ready && !record.terminating);
         assert_eq!(record.node_name.as_deref(), Some("n1"));
         assert_eq!(record.named_port("http", "TCP"), Some(80));
-        assert_eq!(record.ports.len(), 1, "only named ports are looked up");
-        assert_eq!(&*record.labels, [("app".to_owned(), "web".to_owned())]);
         assert_eq!(
-            &*record.annotations,
-            [("isim.dev/weight".to_owned(), "3".to_owned())]
+            record.shared.ports.len(),
+            1,
+            "only named ports are looked up"
+        );
+        assert_eq!(record.labels(), [("app".into(), "web".into())]);
+        assert_eq!(
+            record.annotations(),
+            [("isim.dev/weight".into(), "3".into())]
         );
         assert_eq!(
             record.networks().collect::<Vec<_>>(),
@@ -271,7 +509,7 @@ mod tests {
             Some(Err(StatusError::NoIps { .. }))
         ));
         assert!(record.attachment("ns/other").is_none());
-        let types: Vec<&str> = record.conditions.iter().map(|c| c.type_.as_str()).collect();
+        let types: Vec<&str> = record.conditions().iter().map(|c| &*c.type_).collect();
         assert_eq!(
             types,
             ["Scheduled", "network-ready.isim.dev/ns.macvlan"],
@@ -279,10 +517,10 @@ mod tests {
         );
         let network = record.network_readiness("ns/macvlan").unwrap();
         assert_eq!(network.status, Status::False);
-        assert_eq!(network.reason, "ConnectFailed");
+        assert_eq!(&*network.reason, "ConnectFailed");
         assert!(record.network_readiness("ns/bad").is_none());
         assert_eq!(
-            record.changed_at.map(|t| t.to_string()).as_deref(),
+            record.changed_at.get().map(|t| t.to_string()).as_deref(),
             Some("2026-01-01T00:00:05Z"),
             "the Ready condition's last transition"
         );
@@ -297,16 +535,73 @@ mod tests {
         .unwrap();
         let record = PodRecord::from_pod(&pod, &Keys::default());
         assert!(matches!(
-            record.attachments,
+            record.attachments.as_ref().map_err(|e| &**e),
             Err(StatusError::Unreadable(_))
         ));
         assert_eq!(record.networks().count(), 0);
         assert!(record.terminating && !record.ready);
         assert_eq!(record.phase, Phase::Unknown);
         assert_eq!(
-            record.changed_at.map(|t| t.to_string()).as_deref(),
+            record.changed_at.get().map(|t| t.to_string()).as_deref(),
             Some("2026-01-01T00:00:00Z"),
             "no Ready condition: the creation"
+        );
+    }
+
+    #[test]
+    fn api_server_uids_are_kept_as_bytes_and_read_back_as_written() {
+        for text in [
+            "6f1c2a3b-4d5e-4f60-8a7b-00000000002a",
+            "u",
+            "",
+            "6F1C2A3B-4D5E-4F60-8A7B-00000000002A",
+        ] {
+            assert_eq!(Uid::parse(text).to_string(), text);
+        }
+        assert!(matches!(
+            Uid::parse("6f1c2a3b-4d5e-4f60-8a7b-00000000002a"),
+            Uid::Uuid(_)
+        ));
+        assert!(matches!(
+            Uid::parse("6F1C2A3B-4D5E-4F60-8A7B-00000000002A"),
+            Uid::Other(_)
+        ));
+        assert!(matches!(
+            Uid::parse("6f1c2a3b-4d5e-4f60-8a7b-00000000002"),
+            Uid::Other(_)
+        ));
+        assert!(Uid::parse("").is_empty() && !Uid::parse("u").is_empty());
+    }
+
+    #[test]
+    fn records_of_one_template_share_their_names_labels_and_ports() {
+        let pod = |name: &str| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns", "labels": {"app": "web"}},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c",
+                    "ports": [{"name": "http", "containerPort": 80}]}]},
+            }))
+            .unwrap()
+        };
+        let keys = Keys {
+            labels: KeySet::only(["app"]),
+            ..Keys::default()
+        };
+        let mut interners = Interners::default();
+        let (a, b) = (
+            PodRecord::read(&pod("a"), &keys, &mut interners),
+            PodRecord::read(&pod("b"), &keys, &mut interners),
+        );
+        assert!(Arc::ptr_eq(&a.namespace, &b.namespace));
+        assert!(Arc::ptr_eq(
+            a.node_name.as_ref().unwrap(),
+            b.node_name.as_ref().unwrap()
+        ));
+        assert!(Arc::ptr_eq(&a.shared, &b.shared));
+        assert_eq!(a.named_port("http", "TCP"), Some(80));
+        assert!(
+            a.extras.is_none(),
+            "no hostname, subdomain or kept condition: no extras"
         );
     }
 }

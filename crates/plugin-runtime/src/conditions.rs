@@ -42,14 +42,14 @@ pub struct PodCondition {
 impl From<&KeptCondition> for PodCondition {
     fn from(c: &KeptCondition) -> Self {
         PodCondition {
-            type_: c.type_.clone(),
+            type_: c.type_.to_string(),
             status: match c.status {
                 Status::True => ConditionStatus::True,
                 Status::False => ConditionStatus::False,
                 Status::Unknown => ConditionStatus::Unknown,
             },
-            reason: c.reason.clone(),
-            message: c.message.clone(),
+            reason: c.reason.to_string(),
+            message: c.message.to_string(),
         }
     }
 }

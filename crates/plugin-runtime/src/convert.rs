@@ -28,12 +28,15 @@ fn all(map: &BTreeMap<String, String>) -> Vec<wit::KeyValue> {
         .collect()
 }
 
-fn only(map: &[(String, String)], keep: impl Fn(&str) -> bool) -> Vec<wit::KeyValue> {
+fn only<K: AsRef<str>, V: AsRef<str>>(
+    map: &[(K, V)],
+    keep: impl Fn(&str) -> bool,
+) -> Vec<wit::KeyValue> {
     map.iter()
-        .filter(|(key, _)| keep(key))
+        .filter(|(key, _)| keep(key.as_ref()))
         .map(|(key, value)| wit::KeyValue {
-            key: key.clone(),
-            value: value.clone(),
+            key: key.as_ref().to_owned(),
+            value: value.as_ref().to_owned(),
         })
         .collect()
 }
@@ -69,11 +72,11 @@ pub fn service_view(target: &ServiceTarget) -> wit::Service {
 pub fn pod_view(candidate: &Candidate, plugin: &Plugin) -> wit::Pod {
     let pod = &candidate.pod;
     wit::Pod {
-        name: pod.name.clone(),
-        namespace: pod.namespace.clone(),
-        uid: pod.uid.clone(),
-        labels: only(&pod.labels, |k| plugin.reads_label(k)),
-        annotations: only(&pod.annotations, |k| plugin.reads_annotation(k)),
+        name: pod.name.to_string(),
+        namespace: pod.namespace.to_string(),
+        uid: pod.uid.to_string(),
+        labels: only(pod.labels(), |k| plugin.reads_label(k)),
+        annotations: only(pod.annotations(), |k| plugin.reads_annotation(k)),
         phase: match candidate.phase() {
             Phase::Pending => wit::PodPhase::Pending,
             Phase::Running => wit::PodPhase::Running,
@@ -106,7 +109,7 @@ pub fn conditions_view<'a>(
         view.network
             .push(pod.condition(&network_type).map(PodCondition::from));
         view.declared.push(
-            pod.conditions
+            pod.conditions()
                 .iter()
                 .filter(|c| plugin.reads_condition(&c.type_))
                 .map(PodCondition::from)

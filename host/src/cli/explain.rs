@@ -155,7 +155,7 @@ fn pod_records(pods: &[Pod]) -> Vec<Arc<PodRecord>> {
 /// Each pod's readiness condition on `network`, for the pods that have one.
 fn network_readiness(pods: &[Arc<PodRecord>], network: &str) -> BTreeMap<String, KeptCondition> {
     pods.iter()
-        .filter_map(|p| Some((p.name.clone(), p.network_readiness(network)?.clone())))
+        .filter_map(|p| Some((p.name.to_string(), p.network_readiness(network)?.clone())))
         .collect()
 }
 
@@ -450,7 +450,7 @@ impl Report<'_> {
                     }),
                 };
                 pod["networkReady"] = self.network_ready.get(&row.name).map_or(Value::Null, |c| {
-                    json!({"status": c.status.as_str(), "reason": c.reason, "message": c.message})
+                    json!({"status": c.status.as_str(), "reason": &*c.reason, "message": &*c.message})
                 });
                 pod
             })

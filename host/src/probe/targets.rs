@@ -89,7 +89,7 @@ pub fn targets<'a>(
         .collect();
     let pods: HashMap<(&str, &str), &PodRecord> = pods
         .iter()
-        .map(|p| ((p.namespace.as_str(), p.name.as_str()), &**p))
+        .map(|p| ((&*p.namespace, &*p.name), &**p))
         .collect();
     let mut targets: BTreeMap<TargetKey, Target> = BTreeMap::new();
     let mut unprobed = Vec::new();
@@ -118,7 +118,11 @@ pub fn targets<'a>(
             else {
                 continue; // not a pod of this node
             };
-            let key = (namespace.clone(), pod.name.clone(), service.network.clone());
+            let key = (
+                namespace.clone(),
+                pod.name.to_string(),
+                service.network.clone(),
+            );
             let (checks, missing) = resolve(&spec.check, &published_ports, service, pod);
             if let Some(reason) = missing {
                 unprobed.push(Unprobed {
@@ -177,7 +181,7 @@ fn endpoint_addresses(endpoint: &Endpoint) -> Vec<IpAddr> {
 /// readiness the pod carries on that network, if any.
 fn new_target(pod: &PodRecord, network: &str, timing: Timing) -> Target {
     Target {
-        uid: pod.uid.clone(),
+        uid: pod.uid.to_string(),
         addresses: Vec::new(),
         checks: Vec::new(),
         timing,

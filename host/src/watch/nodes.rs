@@ -29,7 +29,10 @@ pub fn watch(api: Api<Node>, shared: Shared) -> impl Stream<Item = ObjectRef<Ser
                 let networks: BTreeSet<NetworkKey> = read(&shared.pods)
                     .iter()
                     .filter(|p| p.node_name.as_deref().is_some_and(|n| changed.contains(n)))
-                    .flat_map(|p| p.networks().map(|n| (p.namespace.clone(), n.to_owned())))
+                    .flat_map(|p| {
+                        p.networks()
+                            .map(|n| (p.namespace.to_string(), n.to_owned()))
+                    })
                     .collect();
                 let networks: Vec<NetworkKey> = networks.into_iter().collect();
                 let services = read(&shared.networks).on(&networks);

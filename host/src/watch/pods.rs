@@ -344,7 +344,7 @@ mod tests {
             assert_eq!(moved, [key("api")], "api's policy includes api-b");
             let begun = shared.book.lock().begin(&key("api"), &[]).unwrap();
             assert_eq!(begun.answered.len(), 1, "the reconcile reuses the answer");
-            assert_eq!(begun.answered[0].pod.name, "api-b");
+            assert_eq!(&*begun.answered[0].pod.name, "api-b");
             assert!(
                 shared
                     .book

@@ -9,14 +9,21 @@
 //! list are removed. What a relist concerns comes out at `InitDone` only ([`RelistGate`]).
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    borrow::Borrow,
+    collections::{BTreeSet, HashMap, HashSet},
+    hash::BuildHasher,
     sync::Arc,
 };
 
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
 use kube::{ResourceExt, runtime::watcher::Event};
 
-use super::{keys::Keys, pod::PodRecord};
+use hashbrown::{DefaultHashBuilder, HashTable};
+
+use super::{
+    keys::Keys,
+    pod::{Interners, PodRecord},
+};
 use crate::{input::network_status::StatusError, relist::RelistGate};
 
 pub type PodKey = (String, String);
@@ -38,15 +45,64 @@ pub struct PodChange {
 #[derive(Debug, Default)]
 pub struct PodIndex {
     keys: Keys,
-    pods: HashMap<PodKey, Arc<PodRecord>>,
-    by_network: HashMap<NetworkKey, BTreeMap<String, Arc<PodRecord>>>,
+    interners: Interners,
+    /// By namespace and name, found by hashing them ([`Self::hash`]): the key is the record's
+    /// own, not a copy.
+    pods: HashTable<Arc<PodRecord>>,
+    hasher: DefaultHashBuilder,
+    by_network: HashMap<NetworkKey, BTreeSet<ByName>>,
     unreadable: HashMap<PodKey, String>,
-    relisting: Option<HashSet<PodKey>>,
+    /// During a relist, the records it delivered, by address: a record from before the relist
+    /// is alive while it is indexed, so no record the relist made can have its address.
+    relisting: Option<HashSet<usize>>,
     gate: RelistGate<NetworkKey>,
     synced: bool,
     /// Per network, a number that changes whenever its pods do (see [`Self::generation`]).
     generations: HashMap<NetworkKey, u64>,
     changes: u64,
+}
+
+/// A record in a network's set, ordered and found by the pod's name: the name is not kept a
+/// second time as a key.
+#[derive(Debug)]
+struct ByName(Arc<PodRecord>);
+
+impl PartialEq for ByName {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for ByName {}
+
+impl PartialOrd for ByName {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ByName {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.name.cmp(&other.0.name)
+    }
+}
+
+impl Borrow<str> for ByName {
+    fn borrow(&self) -> &str {
+        &self.0.name
+    }
+}
+
+fn hash(hasher: &DefaultHashBuilder, namespace: &str, name: &str) -> u64 {
+    hasher.hash_one((namespace, name))
+}
+
+fn is<'a>(namespace: &'a str, name: &'a str) -> impl Fn(&Arc<PodRecord>) -> bool + 'a {
+    move |r| *r.namespace == *namespace && *r.name == *name
+}
+
+fn address(record: &Arc<PodRecord>) -> usize {
+    Arc::as_ptr(record) as usize
 }
 
 impl PodIndex {
@@ -90,7 +146,7 @@ impl PodIndex {
         self.by_network
             .get(&(namespace.to_owned(), network.to_owned()))
             .into_iter()
-            .flat_map(BTreeMap::values)
+            .flat_map(|pods| pods.iter().map(|p| &p.0))
     }
 
     /// A number that changes whenever a pod on the network is added, changed or removed, so
@@ -108,12 +164,13 @@ impl PodIndex {
     }
 
     pub fn get(&self, namespace: &str, name: &str) -> Option<&Arc<PodRecord>> {
-        self.pods.get(&(namespace.to_owned(), name.to_owned()))
+        self.pods
+            .find(hash(&self.hasher, namespace, name), is(namespace, name))
     }
 
     /// Every pod (for a node's zone change).
     pub fn iter(&self) -> impl Iterator<Item = &Arc<PodRecord>> {
-        self.pods.values()
+        self.pods.iter()
     }
 
     /// Pods whose annotation cannot be read, with the reason.
@@ -126,17 +183,16 @@ impl PodIndex {
         let mut affected = Vec::new();
         match event {
             Event::Apply(pod) | Event::InitApply(pod) => {
-                let record = PodRecord::from_pod(pod, &self.keys);
-                let key = (record.namespace.clone(), record.name.clone());
+                let record = Arc::new(PodRecord::read(pod, &self.keys, &mut self.interners));
+                let key = (record.namespace.to_string(), record.name.to_string());
                 change.unreadable = self.note_readability(&key, &record);
                 if let (Event::InitApply(_), Some(seen)) = (event, self.relisting.as_mut()) {
-                    seen.insert(key.clone());
+                    seen.insert(address(&record));
                 }
                 let now = Timestamp::now();
-                let record = Arc::new(record);
-                let before = self.insert(key.clone(), record.clone());
-                let at = match (&before, record.changed_at) {
-                    (Some(before), Some(at)) if before.changed_at != Some(at) => at,
+                let before = self.insert(record.clone());
+                let at = match (&before, record.changed_at.get()) {
+                    (Some(before), Some(at)) if before.changed_at != record.changed_at => at,
                     (None, Some(at)) => at,
                     _ => now,
                 };
@@ -146,24 +202,14 @@ impl PodIndex {
             Event::Delete(pod) => {
                 let key = (pod.namespace().unwrap_or_default(), pod.name_any());
                 self.unreadable.remove(&key);
-                let before = self.remove(&key);
+                let before = self.remove(&key.0, &key.1);
                 affected.extend(networks_of(&key.0, before.as_deref(), None));
                 change.pod = Some((key.1, Timestamp::now()));
             }
             Event::Init => self.relisting = Some(HashSet::new()),
             Event::InitDone => {
                 if let Some(seen) = self.relisting.take() {
-                    let gone: Vec<PodKey> = self
-                        .pods
-                        .keys()
-                        .filter(|k| !seen.contains(*k))
-                        .cloned()
-                        .collect();
-                    for key in gone {
-                        self.unreadable.remove(&key);
-                        let before = self.remove(&key);
-                        affected.extend(networks_of(&key.0, before.as_deref(), None));
-                    }
+                    affected.extend(self.remove_unlisted(&seen));
                 }
                 self.synced = true;
             }
@@ -176,6 +222,23 @@ impl PodIndex {
         affected.dedup();
         change.networks = affected;
         change
+    }
+
+    /// Removes the pods a relist did not deliver (deleted while the watch was down); returns
+    /// the networks they were on.
+    fn remove_unlisted(&mut self, seen: &HashSet<usize>) -> Vec<NetworkKey> {
+        let gone: Vec<PodKey> = self
+            .iter()
+            .filter(|record| !seen.contains(&address(record)))
+            .map(|record| (record.namespace.to_string(), record.name.to_string()))
+            .collect();
+        let mut affected = Vec::new();
+        for key in gone {
+            self.unreadable.remove(&key);
+            let before = self.remove(&key.0, &key.1);
+            affected.extend(networks_of(&key.0, before.as_deref(), None));
+        }
+        affected
     }
 
     fn note_readability(
@@ -194,32 +257,40 @@ impl PodIndex {
                     return None;
                 }
                 self.unreadable.insert(key.clone(), text);
-                Some((key.clone(), e.clone()))
+                Some((key.clone(), (**e).clone()))
             }
         }
     }
 
-    fn insert(&mut self, key: PodKey, record: Arc<PodRecord>) -> Option<Arc<PodRecord>> {
-        let before = self.remove(&key);
+    fn insert(&mut self, record: Arc<PodRecord>) -> Option<Arc<PodRecord>> {
+        let before = self.remove(&record.namespace, &record.name);
         for network in record.networks() {
-            let network = (key.0.clone(), network.to_owned());
+            let network = (record.namespace.to_string(), network.to_owned());
             self.changed(network.clone());
             self.by_network
                 .entry(network)
                 .or_default()
-                .insert(key.1.clone(), record.clone());
+                .insert(ByName(record.clone()));
         }
-        self.pods.insert(key, record);
+        let hasher = &self.hasher;
+        self.pods
+            .insert_unique(hash(hasher, &record.namespace, &record.name), record, |r| {
+                hash(hasher, &r.namespace, &r.name)
+            });
         before
     }
 
-    fn remove(&mut self, key: &PodKey) -> Option<Arc<PodRecord>> {
-        let before = self.pods.remove(key)?;
+    fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<PodRecord>> {
+        let (before, _) = self
+            .pods
+            .find_entry(hash(&self.hasher, namespace, name), is(namespace, name))
+            .ok()?
+            .remove();
         for network in before.networks() {
-            let network_key = (key.0.clone(), network.to_owned());
+            let network_key = (namespace.to_owned(), network.to_owned());
             self.changed(network_key.clone());
             if let Some(pods) = self.by_network.get_mut(&network_key) {
-                pods.remove(&key.1);
+                pods.remove(name);
                 if pods.is_empty() {
                     self.by_network.remove(&network_key);
                 }
@@ -268,7 +339,7 @@ mod tests {
     fn names(index: &PodIndex, net: &str) -> Vec<String> {
         index
             .on_network("ns", net)
-            .map(|p| p.name.clone())
+            .map(|p| p.name.to_string())
             .collect()
     }
 

@@ -119,7 +119,7 @@ fn pods() -> Vec<Arc<PodRecord>> {
 }
 
 fn observation(pods: &[Arc<PodRecord>], names: &[&str]) -> Observation {
-    let named = pods.iter().filter(|p| names.contains(&p.name.as_str()));
+    let named = pods.iter().filter(|p| names.contains(&&*p.name));
     observe::candidates(&target(), named, |_| Some(None))
 }
 

@@ -91,8 +91,8 @@ fn list(unusable: &[Unusable]) -> String {
 /// A pod's usable addresses on one network, plus the entries left out (reported, not used).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attachment {
-    pub ips: Vec<IpAddr>,
-    pub unusable: Vec<Unusable>,
+    pub ips: Box<[IpAddr]>,
+    pub unusable: Box<[Unusable]>,
 }
 
 /// Normalises an attachment name to `<namespace>/<name>`: Multus reports networks as
@@ -249,7 +249,10 @@ fn attachment_in(
             }
         });
     }
-    Ok(Some(Attachment { ips, unusable }))
+    Ok(Some(Attachment {
+        ips: ips.into(),
+        unusable: unusable.into(),
+    }))
 }
 
 #[cfg(test)]
@@ -276,8 +279,8 @@ mod tests {
         assert_eq!(
             got,
             Some(Attachment {
-                ips: vec![ip("192.168.2.4"), ip("fd00::4")],
-                unusable: vec![]
+                ips: [ip("192.168.2.4"), ip("fd00::4")].into(),
+                unusable: Box::default()
             })
         );
     }
@@ -333,7 +336,7 @@ mod tests {
         let got = attachment(Some(raw), "default", "default/m")
             .unwrap()
             .unwrap();
-        assert_eq!(got.ips, vec![ip("192.168.2.1"), ip("192.168.2.2")]);
+        assert_eq!(*got.ips, [ip("192.168.2.1"), ip("192.168.2.2")]);
     }
 
     #[test]
@@ -371,8 +374,8 @@ mod tests {
             assert_eq!(
                 attachment(Some(&raw), "default", "default/m"),
                 Ok(Some(Attachment {
-                    ips: vec![ip("192.168.2.7")],
-                    unusable: vec![]
+                    ips: [ip("192.168.2.7")].into(),
+                    unusable: Box::default()
                 })),
                 "{raw}"
             );
@@ -425,7 +428,7 @@ mod tests {
         let got = attachment(Some(&raw), "default", "default/m")
             .unwrap()
             .unwrap();
-        assert_eq!(got.ips, vec![ip("192.168.2.7")]);
+        assert_eq!(*got.ips, [ip("192.168.2.7")]);
         let rules: Vec<_> = got.unusable.iter().map(Unusable::rule).collect();
         assert_eq!(
             rules,

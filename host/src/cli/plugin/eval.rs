@@ -269,16 +269,16 @@ fn rows(case: &Case, verdicts: &Verdicts, skipped_for_node: &BTreeMap<&str, Stri
     case.pods
         .iter()
         .map(|pod| {
-            let decided = (pod.namespace == target.namespace)
-                .then(|| decisions.get(pod.name.as_str()).cloned())
+            let decided = (*pod.namespace == *target.namespace)
+                .then(|| decisions.get(&*pod.name).cloned())
                 .flatten();
             let verdict = decided.unwrap_or_else(|| {
                 let (why, reason) = not_candidate(pod, target, skipped_for_node);
                 Verdict::Skipped(why, reason)
             });
             Row {
-                namespace: pod.namespace.clone(),
-                name: pod.name.clone(),
+                namespace: pod.namespace.to_string(),
+                name: pod.name.to_string(),
                 verdict,
             }
         })
@@ -352,7 +352,7 @@ fn not_candidate(
     target: &ServiceTarget,
     skipped_for_node: &BTreeMap<&str, String>,
 ) -> (NotCandidate, String) {
-    if pod.namespace != target.namespace {
+    if *pod.namespace != *target.namespace {
         return (
             NotCandidate::OtherNamespace,
             format!(
@@ -362,7 +362,7 @@ fn not_candidate(
             ),
         );
     }
-    if let Some(reason) = skipped_for_node.get(pod.name.as_str()) {
+    if let Some(reason) = skipped_for_node.get(&*pod.name) {
         return (NotCandidate::NodeMissing, reason.clone());
     }
     match &pod.attachments {
@@ -374,9 +374,9 @@ fn not_candidate(
                 "not a candidate (the host left it out)".to_owned(),
             ),
             None if !pod
-                .annotations
+                .annotations()
                 .iter()
-                .any(|(k, _)| k == network_status::ANNOTATION) =>
+                .any(|(k, _)| &**k == network_status::ANNOTATION) =>
             {
                 (
                     NotCandidate::NoAnnotation,
@@ -410,14 +410,14 @@ fn not_candidate(
 fn undeclared(observation: &Observation, plugin: &plugin::Plugin) -> Undeclared {
     let mut found = Undeclared::default();
     for candidate in &observation.candidates {
-        for (key, _) in candidate.pod.labels.iter() {
+        for (key, _) in candidate.pod.labels() {
             if !plugin.reads_label(key) {
-                *found.labels.entry(key.clone()).or_default() += 1;
+                *found.labels.entry(key.to_string()).or_default() += 1;
             }
         }
-        for (key, _) in candidate.pod.annotations.iter() {
-            if !plugin.reads_annotation(key) && !HOST_ANNOTATIONS.contains(&key.as_str()) {
-                *found.annotations.entry(key.clone()).or_default() += 1;
+        for (key, _) in candidate.pod.annotations() {
+            if !plugin.reads_annotation(key) && !HOST_ANNOTATIONS.contains(&&**key) {
+                *found.annotations.entry(key.to_string()).or_default() += 1;
             }
         }
     }

@@ -1,0 +1,150 @@
+//! Heap per cached pod: what the pod index and the shared observations keep of each pod.
+//!
+//! Feeds the index the pods of the scalability envelope's shape (`make bench-scale`: 15 pods a
+//! Service, 100 Services a network, the Multus network-status of a primary and one secondary
+//! network, the default plugin's kept labels) as one relist, then observes every network once,
+//! as the Services of a network share one observation. Counted by `dhat`'s heap statistics
+//! (bytes asked of the allocator and live blocks; the allocator's own rounding and headers come
+//! on top, about 8 to 16 bytes a block with glibc). Not timed. `NSC_BENCH_PODS` sets the number
+//! of pods (default 15 000); JSON goes to `$NSC_BENCH_OUT` when set.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a measuring tool: failing loudly is right
+
+use std::net::Ipv4Addr;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::watcher::Event;
+use nad_core::{
+    index::{KeySet, Keys, NodeZones, PodIndex},
+    observe,
+};
+use nad_model::input::target::{self, ServiceTarget, Target};
+use serde_json::json;
+
+#[global_allocator]
+static ALLOCATOR: dhat::Alloc = dhat::Alloc;
+
+const NAMESPACE: &str = "bench-envelope";
+const PODS_PER_SERVICE: usize = 15;
+const PODS_PER_NETWORK: usize = 1_500;
+const NODES: usize = 4;
+
+fn address(base: Ipv4Addr, i: usize) -> String {
+    let offset = (i / 254) * 256 + i % 254 + 1;
+    Ipv4Addr::from(u32::from(base) + u32::try_from(offset).unwrap()).to_string()
+}
+
+/// Pod `i` as the envelope benchmark creates it, after the node simulator started it.
+fn pod(i: usize) -> Pod {
+    let service = format!("svc-{:05}", i / PODS_PER_SERVICE);
+    let network = format!("net-{:02}", i / PODS_PER_NETWORK);
+    let (primary, secondary) = (
+        address(Ipv4Addr::new(10, 0, 0, 0), i),
+        address(Ipv4Addr::new(10, 128, 0, 0), i),
+    );
+    let status = json!([
+        {"name": "sim-default", "interface": "eth0", "ips": [primary], "default": true, "dns": {}},
+        {"name": format!("{NAMESPACE}/{network}"), "interface": "net1", "ips": [secondary], "dns": {}},
+    ]);
+    let condition = |type_: &str| json!({"type": type_, "status": "True", "lastTransitionTime": "2026-12-01T10:00:00Z"});
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": format!("{service}-{:02}", i % PODS_PER_SERVICE),
+            "namespace": NAMESPACE,
+            "uid": format!("6f1c2a3b-4d5e-4f60-8a7b-{i:012x}"),
+            "creationTimestamp": "2026-12-01T10:00:00Z",
+            "labels": {"app": service, "pod-template-hash": "5d8c7f9b6"},
+            "annotations": {
+                "k8s.v1.cni.cncf.io/networks": network,
+                "k8s.v1.cni.cncf.io/network-status": status.to_string(),
+            },
+        },
+        "spec": {
+            "nodeName": format!("sim-node-{}", i % NODES),
+            "containers": [{"name": "web", "image": "nginx:1.27",
+                            "ports": [{"name": "http", "containerPort": 8080}]}],
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": primary,
+            "podIPs": [{"ip": primary}],
+            "conditions": [condition("PodScheduled"), condition("Initialized"),
+                           condition("ContainersReady"), condition("Ready")],
+        },
+    }))
+    .unwrap()
+}
+
+fn target(network: usize) -> ServiceTarget {
+    let service = serde_json::from_value(json!({
+        "metadata": {"name": "svc", "namespace": NAMESPACE, "uid": "s",
+                     "annotations": {"isim.dev/network": format!("net-{network:02}")}},
+        "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
+    }))
+    .unwrap();
+    match target::classify(&service) {
+        Target::Managed(target) => (*target).clone(),
+        other => panic!("not a managed Service: {other:?}"),
+    }
+}
+
+fn heap() -> (usize, usize) {
+    let stats = dhat::HeapStats::get();
+    (stats.curr_bytes, stats.curr_blocks)
+}
+
+fn main() {
+    let _profiler = dhat::Profiler::builder().testing().build();
+    let pods: usize = std::env::var("NSC_BENCH_PODS")
+        .ok()
+        .map_or(15_000, |v| v.parse().expect("NSC_BENCH_PODS is a number"));
+    let networks = pods.div_ceil(PODS_PER_NETWORK);
+    // The default plugin's declared label keys.
+    let keys = Keys {
+        labels: KeySet::only(["app.kubernetes.io/name", "app"]),
+        ..Keys::default()
+    };
+    let mut index = PodIndex::new(keys);
+    let mut zones = NodeZones::default();
+    for n in 0..NODES {
+        let node = serde_json::from_value(json!({"metadata": {"name": format!("sim-node-{n}")}}));
+        zones.on_event(&Event::Apply(node.unwrap()));
+    }
+    let (bytes, blocks) = heap();
+    index.on_event(&Event::Init);
+    for i in 0..pods {
+        index.on_event(&Event::InitApply(pod(i)));
+    }
+    index.on_event(&Event::InitDone);
+    let (indexed_bytes, indexed_blocks) = heap();
+    let observed: Vec<_> = (0..networks)
+        .map(|n| observe::from_index(&index, &zones, &target(n)))
+        .collect();
+    let (observed_bytes, observed_blocks) = heap();
+    assert_eq!(index.len(), pods);
+    assert_eq!(
+        observed.iter().map(|o| o.candidates.len()).sum::<usize>(),
+        pods
+    );
+    #[allow(clippy::cast_precision_loss)]
+    let per_pod = |b: usize, a: usize| (b - a) as f64 / pods as f64;
+    let result = json!({
+        "pods": pods,
+        "networks": networks,
+        "index_bytes_per_pod": per_pod(indexed_bytes, bytes),
+        "index_blocks_per_pod": per_pod(indexed_blocks, blocks),
+        "observation_bytes_per_pod": per_pod(observed_bytes, indexed_bytes),
+        "observation_blocks_per_pod": per_pod(observed_blocks, indexed_blocks),
+    });
+    println!(
+        "{pods} pods on {networks} networks: the index keeps {:.0} bytes a pod in {:.1} blocks; \
+         the shared observations {:.0} bytes a pod in {:.1} blocks",
+        result["index_bytes_per_pod"].as_f64().unwrap(),
+        result["index_blocks_per_pod"].as_f64().unwrap(),
+        result["observation_bytes_per_pod"].as_f64().unwrap(),
+        result["observation_blocks_per_pod"].as_f64().unwrap(),
+    );
+    if let Ok(out) = std::env::var("NSC_BENCH_OUT") {
+        std::fs::write(&out, serde_json::to_string_pretty(&result).unwrap()).unwrap();
+    }
+}
