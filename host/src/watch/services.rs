@@ -12,7 +12,7 @@ use kube::{
     },
 };
 
-use super::{Shared, backoff, relist::RelistGate, strip::strip_meta, write};
+use super::{Shared, backoff, list::streamed, relist::RelistGate, strip::strip_meta, write};
 use crate::index::ServiceNetworks;
 
 /// Services to reconcile, as the Controller's main stream: every Service added or changed.
@@ -24,7 +24,7 @@ pub fn watch(
 ) -> impl Stream<Item = Result<Service, watcher::Error>> + Send {
     let mut health = shared.health("services");
     let mut gate = RelistGate::default();
-    watcher(api, watcher::Config::default())
+    streamed(api, watcher::Config::default(), "services")
         .backoff(backoff())
         .modify(|s: &mut Service| strip_meta(&mut s.metadata))
         .reflect(writer)
