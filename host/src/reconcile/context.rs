@@ -71,6 +71,18 @@ pub struct Context {
     api: Api,
     settings: Settings,
     caches_ready: tokio::sync::watch::Receiver<bool>,
+    /// Steps (snapshot, plugin calls, planning) that run at once: no more than the cores,
+    /// whatever `concurrent_syncs` is. A step is CPU-bound and holds its working set (the
+    /// plugin's instance and records, the plan), so more at once would only add memory; the
+    /// other syncs wait for their writes meanwhile, which is what more syncs are for.
+    planning: Arc<tokio::sync::Semaphore>,
+}
+
+/// How many steps run at once with `concurrent_syncs`: at most the cores the process may use
+/// (a cgroup's CPU quota counts).
+fn planners(concurrent_syncs: u16) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    usize::from(concurrent_syncs).clamp(1, cores.max(1))
 }
 
 impl Context {
@@ -88,9 +100,18 @@ impl Context {
             candidates: Arc::default(),
             plugins,
             api,
+            planning: Arc::new(tokio::sync::Semaphore::new(planners(
+                settings.concurrent_syncs,
+            ))),
             settings,
             caches_ready,
         }
+    }
+
+    /// A turn to take a snapshot and run the step on it (see `planning` for why turns); it
+    /// ends when the permit is dropped. The semaphore is never closed, so there always is one.
+    pub async fn planning_turn(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.planning.clone().acquire_owned().await.ok()
     }
 
     pub fn book(&self) -> MutexGuard<'_, Book> {
@@ -235,5 +256,18 @@ fn test_reporter() -> Reporter {
     Reporter {
         controller: "test".into(),
         instance: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::planners;
+
+    #[test]
+    fn steps_at_once_are_the_syncs_up_to_the_cores() {
+        let cores = std::thread::available_parallelism().unwrap().get();
+        assert_eq!(planners(1), 1);
+        assert_eq!(planners(64), cores.min(64));
+        assert_eq!(planners(0), 1, "at least one");
     }
 }

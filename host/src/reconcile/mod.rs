@@ -161,8 +161,10 @@ pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> 
     Action::requeue(delay)
 }
 
-/// Snapshot, step, effects.
+/// Snapshot, step, effects. The snapshot and the step wait for a planning turn; the effects
+/// (writes, Events) do not hold it.
 async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Done, Error> {
+    let turn = ctx.planning_turn().await;
     let key = ObjectRef::from_obj(service);
     let existing = ctx.slices_of(&key);
     let Some(begun) = ctx.book().begin(&key, &existing) else {
@@ -185,12 +187,16 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Done, Err
     services.published(namespace, &key.name, Some(count(published)));
     let target = match step::admit(service) {
         Ok(target) => target,
-        Err(release) => return released(ctx, service, &key, &existing, release).await,
+        Err(release) => {
+            drop(turn);
+            return released(ctx, service, &key, &existing, release).await;
+        }
     };
     let policy = PluginPolicy::new(ctx.plugins(), &target);
     let snapshot = ctx.snapshot(target, existing.clone(), begun);
     let max = ctx.settings().max_endpoints_per_slice;
     let (step, record) = run_step(snapshot, policy, max).await?;
+    drop(turn);
     let problems = report::policy(ctx, service, &record).await;
     match step? {
         Step::Unchanged { remembered } => {
