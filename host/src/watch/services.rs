@@ -12,7 +12,7 @@ use kube::{
     },
 };
 
-use super::{Shared, backoff, list::streamed, relist::RelistGate, strip::strip_meta, write};
+use super::{Shared, backoff, list::streamed, relist::RelistGate, strip::strip_service, write};
 use crate::index::ServiceNetworks;
 
 /// Services to reconcile, as the Controller's main stream: every Service added or changed.
@@ -26,7 +26,7 @@ pub fn watch(
     let mut gate = RelistGate::default();
     streamed(api, watcher::Config::default(), "services")
         .backoff(backoff())
-        .modify(|s: &mut Service| strip_meta(&mut s.metadata))
+        .modify(strip_service)
         .reflect(writer)
         .filter_map(move |item| {
             let changed = match health.observe(item) {
