@@ -54,7 +54,7 @@ impl Observed {
         key: &str,
         build: impl FnOnce(&Observation) -> T,
     ) -> Arc<T> {
-        let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut views = self.views();
         let kept = views.iter().find(|(k, _)| k == key);
         if let Some(view) = kept.and_then(|(_, view)| view.clone().downcast::<T>().ok()) {
             return view;
@@ -63,6 +63,20 @@ impl Observed {
         views.retain(|(k, _)| k != key);
         views.push((key.to_owned(), built.clone()));
         built
+    }
+
+    /// Whether a view is kept.
+    fn has_views(&self) -> bool {
+        !self.views().is_empty()
+    }
+
+    /// Forgets the views kept: a reconcile that holds one keeps it until it is done.
+    fn drop_views(&self) {
+        self.views().clear();
+    }
+
+    fn views(&self) -> std::sync::MutexGuard<'_, Vec<(String, View)>> {
+        self.views.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -75,9 +89,28 @@ impl Deref for Observed {
 }
 
 /// The latest [`Observed`] of each network.
-#[derive(Debug, Default)]
+///
+/// The observations are compact (a pointer to each pod's record and its addresses), but the
+/// views plugins build of them hold each pod's strings again, some 500 bytes a pod: kept for
+/// every network they would be most of the controller's memory at 150 000 pods. So views are
+/// kept for the most recently observed networks only, up to `view_budget` candidates in all;
+/// another network's Services build their views again when their turn comes.
+#[derive(Debug)]
 pub struct CandidateCache {
     entries: Mutex<HashMap<NetworkKey, Entry>>,
+    view_budget: usize,
+    /// A clock of observations, for the least recently observed network.
+    ticks: std::sync::atomic::AtomicU64,
+}
+
+/// Candidates whose views are kept at most ([`CandidateCache`]): 20 000 pods' views are about
+/// 10 MB, and hold one network of 10 000 pods whose 100 Services then share them.
+pub const VIEW_BUDGET: usize = 20_000;
+
+impl Default for CandidateCache {
+    fn default() -> Self {
+        CandidateCache::with_view_budget(VIEW_BUDGET)
+    }
 }
 
 #[derive(Debug)]
@@ -85,9 +118,18 @@ struct Entry {
     /// The network's pod generation and the zones' generation it was observed at.
     made_at: (u64, u64),
     observed: Arc<Observed>,
+    used: u64,
 }
 
 impl CandidateCache {
+    pub fn with_view_budget(view_budget: usize) -> Self {
+        CandidateCache {
+            entries: Mutex::default(),
+            view_budget,
+            ticks: std::sync::atomic::AtomicU64::default(),
+        }
+    }
+
     /// The Service's candidates: the network's, observed again only if a pod on it or a zone
     /// changed since.
     pub fn observe(
@@ -101,10 +143,20 @@ impl CandidateCache {
             pods.generation(&target.namespace, &target.network),
             zones.generation(),
         );
-        if let Some(entry) = self.entries().get(&key)
-            && entry.made_at == generation
-        {
-            return entry.observed.clone();
+        let tick = self
+            .ticks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let kept = self
+            .entries()
+            .get_mut(&key)
+            .filter(|entry| entry.made_at == generation)
+            .map(|entry| {
+                entry.used = tick;
+                entry.observed.clone()
+            });
+        if let Some(observed) = kept {
+            self.keep_views_within_budget(&key);
+            return observed;
         }
         // Observed outside the lock: two Services of one network may both observe it after a
         // change, but Services of other networks never wait for it.
@@ -112,9 +164,35 @@ impl CandidateCache {
         let entry = Entry {
             made_at: generation,
             observed: observed.clone(),
+            used: tick,
         };
-        self.entries().insert(key, entry);
+        self.entries().insert(key.clone(), entry);
+        self.keep_views_within_budget(&key);
         observed
+    }
+
+    /// Drops the views of the least recently observed networks (never `current`'s) until the
+    /// networks with views kept have at most `view_budget` candidates, `current`'s counted.
+    fn keep_views_within_budget(&self, current: &NetworkKey) {
+        let entries = self.entries();
+        let size = |e: &Entry| e.observed.candidates.len();
+        let mut with_views: Vec<(&NetworkKey, &Entry)> = entries
+            .iter()
+            .filter(|(k, e)| *k != current && e.observed.has_views())
+            .collect();
+        let mut kept = entries.get(current).map_or(0, size)
+            + with_views.iter().map(|(_, e)| size(e)).sum::<usize>();
+        if kept <= self.view_budget {
+            return;
+        }
+        with_views.sort_by_key(|(_, e)| e.used);
+        for (_, entry) in with_views {
+            if kept <= self.view_budget {
+                break;
+            }
+            entry.observed.drop_views();
+            kept -= size(entry);
+        }
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<NetworkKey, Entry>> {
@@ -177,6 +255,55 @@ mod tests {
         assert!(
             !Arc::ptr_eq(&after, &rezoned),
             "a node changed: observed again"
+        );
+    }
+
+    #[test]
+    fn views_are_kept_for_the_most_recently_observed_networks_within_the_budget() {
+        let mut pods = PodIndex::new(Keys::default());
+        let zones = NodeZones::default();
+        let other = r#"[{"name":"team-a/other","interface":"net1","ips":["192.0.2.9"]}]"#;
+        pods.on_event(&Event::Apply(pod("a", "192.0.2.1")));
+        let mut b = pod("b", "192.0.2.2");
+        b.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("k8s.v1.cni.cncf.io/network-status".into(), other.into());
+        pods.on_event(&Event::Apply(b));
+        let cache = CandidateCache::with_view_budget(1);
+        let built = std::sync::atomic::AtomicUsize::new(0);
+        let view = |observed: &Observed| {
+            observed.view("plugin", |o| {
+                built.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                o.candidates.len()
+            })
+        };
+        let (macvlan, other) = (target("team-a/macvlan"), target("team-a/other"));
+        view(&cache.observe(&pods, &zones, &macvlan));
+        view(&cache.observe(&pods, &zones, &macvlan));
+        assert_eq!(
+            built.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "shared"
+        );
+        let held = view(&cache.observe(&pods, &zones, &other));
+        assert_eq!(built.load(std::sync::atomic::Ordering::Relaxed), 2);
+        view(&cache.observe(&pods, &zones, &macvlan));
+        assert_eq!(
+            built.load(std::sync::atomic::Ordering::Relaxed),
+            3,
+            "over the budget of one pod, the older network's view was dropped"
+        );
+        assert_eq!(*held, 1, "a view in use stays with its user");
+        let roomy = CandidateCache::with_view_budget(2);
+        view(&roomy.observe(&pods, &zones, &macvlan));
+        view(&roomy.observe(&pods, &zones, &other));
+        view(&roomy.observe(&pods, &zones, &macvlan));
+        assert_eq!(
+            built.load(std::sync::atomic::Ordering::Relaxed),
+            5,
+            "within the budget both are kept"
         );
     }
 }
