@@ -2,8 +2,10 @@
 # make bench-scale: the Kubernetes scalability envelope on the local control plane: 150 000
 # pods and 10 000 Services on 100 networks (host/benches/controller_envelope.rs). Not part of
 # `make bench`: setting up the pods alone takes about 12 minutes on 2 cores, the whole run about
-# 20. Its raw result goes to hack/bench/envelope.json (committed, so that `make bench` keeps
-# showing it), then BENCHMARKS.md and benchmarks.json are written again.
+# 20. After the controller, a plain client makes the cold start's slice writes again in a
+# scratch namespace (bench-envelope-plain, deleted afterwards): the API's own time for them. Its
+# raw result goes to hack/bench/envelope.json (committed, so that `make bench` keeps showing
+# it), then BENCHMARKS.md and benchmarks.json are written again.
 #
 # NSC_BENCH_KEEP=1 keeps the namespace and its pods afterwards; a run that finds them complete
 # skips the setup (stop the control plane with hack/local-down.sh to free the memory).

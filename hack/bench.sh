@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # make bench: measures the plugin boundary (Criterion), the controller at scale (the real local
-# control plane with the node simulator) and the network prober (on the local data plane, when
-# this machine can run it: root), then writes BENCHMARKS.md and benchmarks.json.
-# Takes about 10 minutes on 2 cores, plus the first build. Not part of `make test`.
+# control plane with the node simulator; beside it kube-controller-manager's own EndpointSlice
+# controller on the same pods) and the network prober (on the local data plane, when this
+# machine can run it: root), then writes BENCHMARKS.md and benchmarks.json, each target beside
+# the committed benchmarks.json's figure. The results record the commit measured (`-dirty` for
+# a work tree with changes) and the machine.
+# Takes about 12 minutes on 2 cores, plus the first build. Not part of `make test`.
 # Starts the local control plane if it is not running, and stops it afterwards unless it was.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

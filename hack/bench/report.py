@@ -6,12 +6,15 @@ host/benches/plugin_boundary.rs, the JSON that host/benches/controller_scale.rs 
 the scalability envelope's (host/benches/controller_envelope.rs, `make bench-scale`), kept in
 hack/bench/envelope.json because that run takes long and `make bench` does not repeat it.
 Without --criterion and --scale, those parts come from the benchmarks.json written last.
+Each target is shown beside the previous run's figure: the committed benchmarks.json
+(`git show HEAD:benchmarks.json`), or --previous.
 The analysis of the figures (hack/bench/analysis.md, written by people) is appended as is.
 Standard library only.
 """
 import argparse
 import datetime
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -152,6 +155,7 @@ def controller_section(s: dict) -> list[str]:
         f"| pod watch event | {pod_ev['p50_ms']:.1f} ms | {pod_ev['p95_ms']:.1f} ms | {pod_ev['p99_ms']:.1f} ms | {pod_ev['max_ms']:.1f} ms |",
         f"| status write's response | {write_ev['p50_ms']:.1f} ms | {write_ev['p95_ms']:.1f} ms | {write_ev['p99_ms']:.1f} ms | {write_ev['max_ms']:.1f} ms |",
         "",
+        *own_share_lines(lat),
         *reconcile_lines(lat),
         "### API writes per event",
         "",
@@ -170,6 +174,131 @@ def controller_section(s: dict) -> list[str]:
         f"{wide['cost']['cpu_seconds']:.2f} CPU seconds over {wide['cost']['wall_seconds']:.0f} s.",
         "",
     ]
+
+
+def ms_row(label: str, d: dict) -> str:
+    return f"| {label} | {d['p50_ms']:.1f} ms | {d['p95_ms']:.1f} ms | {d['p99_ms']:.1f} ms | {d['max_ms']:.1f} ms |"
+
+
+def own_share_lines(lat: dict) -> list[str]:
+    if "controller_own_share" not in lat:
+        return []
+    return [
+        "Where a flip's time goes, per flip of the same run: the API server's time from sending the",
+        "pod's status write to its watch event, and the rest (the flip's latency less that time, at",
+        "least 0): the controller's own share, since its slice write costs the API server about as much.",
+        "",
+        "| per flip | p50 | p95 | p99 | max |",
+        "|---|---:|---:|---:|---:|",
+        ms_row("flip latency: pod watch event → slice watch event", lat["pod_event_to_slice_event"]),
+        ms_row("API server: status write sent → pod watch event", lat["apiserver_status_write_to_pod_event"]),
+        ms_row("the controller's own share", lat["controller_own_share"]),
+        "",
+    ]
+
+
+def side_by_side_section(s: dict) -> list[str]:
+    side = s.get("side_by_side")
+    if not side:
+        return []
+    cold = side["services_created_to_slices_correct"]
+    ours, kcm = cold["ours"], cold["kube_controller_manager"]
+    flips, ratio = side["flips"], side["ours_over_kube_controller_manager"]
+    return [
+        "### Side by side with kube-controller-manager's EndpointSlice controller",
+        "",
+        f"The same {side['pods']:,} pods: {side['services']} ordinary selector Services (`kcm-svc-NNN`, primary",
+        f"network) beside {side['services']} of ours, on the controller of the 10 000-pod run (running and synced).",
+        "\"Services created → slices correct\": from the first of the Services' creates (16 at a time) until",
+        "that controller's slices show every Service's Ready pods, from a slice watch; ours measured first",
+        "(then removed), kube-controller-manager's second. The flips: one pod at a time, selected by one",
+        "Service of each, timed from the pod's watch event to each controller's slice's; at most one flip",
+        f"per {flips['min_period_ms']:.0f} ms, under kube-controller-manager's client rate limit.",
+        "",
+        *kcm_flag_lines(side),
+        "",
+        "| figure | ours | kube-controller-manager | ours / theirs |",
+        "|---|---:|---:|---:|",
+        f"| Services created → slices correct ({side['services']} x {side['pods'] // side['services']} pods) | "
+        f"{ours['seconds_to_correct_slices']:.2f} s | {kcm['seconds_to_correct_slices']:.2f} s | "
+        f"{ratio['services_created_to_slices_correct']:.2f} |",
+        f"| CPU meanwhile (kube-controller-manager: the whole process) | {ours['cpu_seconds']:.2f} s | "
+        f"{kcm['cpu_seconds']:.2f} s | |",
+        f"| slice writes (API server) | {ours['slice_writes']} | {kcm['slice_writes']} | |",
+        f"| Ready flip p50 ({flips['flips']} flips) | {flips['ours']['p50_ms']:.1f} ms | "
+        f"{flips['kube_controller_manager']['p50_ms']:.1f} ms | {ratio['flip_p50']:.2f} |",
+        f"| Ready flip p95 | {flips['ours']['p95_ms']:.1f} ms | {flips['kube_controller_manager']['p95_ms']:.1f} ms | "
+        f"{flips['ours']['p95_ms'] / flips['kube_controller_manager']['p95_ms']:.2f} |",
+        f"| Ready flip p99 | {flips['ours']['p99_ms']:.1f} ms | {flips['kube_controller_manager']['p99_ms']:.1f} ms | "
+        f"{ratio['flip_p99']:.2f} |",
+        "",
+        f"The API server's time from a flip's status write to its pod watch event, in these flips: "
+        f"p50 {flips['apiserver_status_write_to_pod_event']['p50_ms']:.1f} ms, "
+        f"p99 {flips['apiserver_status_write_to_pod_event']['p99_ms']:.1f} ms.",
+        "",
+    ]
+
+
+# kube-controller-manager's defaults (v1.37) for the flags that shape its EndpointSlice controller.
+KCM_DEFAULTS = {
+    "--endpointslice-updates-batch-period": "0s",
+    "--concurrent-service-endpoint-syncs": "5",
+    "--max-endpoints-per-slice": "100",
+    "--kube-api-qps": "20",
+    "--kube-api-burst": "30",
+}
+
+
+def kcm_settings(flags: list[str]) -> dict:
+    """Each flag of KCM_DEFAULTS: (its value, whether it is the default), from the command line."""
+    given = dict(f.split("=", 1) for f in flags if "=" in f)
+    return {name: (given.get(name, default), name not in given) for name, default in KCM_DEFAULTS.items()}
+
+
+def kcm_flag_lines(side: dict) -> list[str]:
+    flags = side.get("kube_controller_manager_flags") or []
+    settings = kcm_settings(flags)
+    shown = ", ".join(f"`{name}={value}`" + (" (default)" if default else "")
+                      for name, (value, default) in settings.items())
+    writes = side["services_created_to_slices_correct"]["kube_controller_manager"]["slice_writes"]
+    qps, burst = float(settings["--kube-api-qps"][0]), float(settings["--kube-api-burst"][0])
+    batch = settings["--endpointslice-updates-batch-period"][0]
+    return [
+        "kube-controller-manager runs with " + (", ".join(f"`{f}`" for f in flags) or "no flags recorded")
+        + f" (hack/local-up.sh); for its EndpointSlice controller that means {shown}.",
+        "No batching: each change is written at once." if batch in ("0", "0s") else
+        f"Changes are batched for {batch} before they are written.",
+        f"Its client's rate limit alone makes {writes} slice writes take at least "
+        f"{max(0.0, (writes - burst) / qps):.2f} s ({burst:.0f} at once, then {qps:.0f} a second).",
+    ]
+
+
+def side_by_side_targets(s: dict) -> list[dict]:
+    side = s.get("side_by_side")
+    if not side:
+        return []
+    cold = side["services_created_to_slices_correct"]
+    flips, ratio = side["flips"], side["ours_over_kube_controller_manager"]
+    scale = f"{side['services']} Services x {side['pods'] // side['services']} pods"
+    rows = []
+    for key, label in (("flip_p50", "p50"), ("flip_p99", "p99")):
+        pct = label + "_ms"
+        rows.append({
+            "id": f"kcm_{key}",
+            "target": f"Ready flip {label}, side by side with kube-controller-manager ({scale}): ours <= 1.0 x theirs",
+            "measured": f"{flips['ours'][pct]:.1f} ms vs {flips['kube_controller_manager'][pct]:.1f} ms ({ratio[key]:.2f}x)",
+            "met": ratio[key] <= 1.0,
+        })
+    r = ratio["services_created_to_slices_correct"]
+    rows.append({
+        "id": "kcm_services_created",
+        "target": f"Services created → slices correct, side by side with kube-controller-manager ({scale}): "
+        "ours <= 1.0 x theirs",
+        "measured": f"{cold['ours']['seconds_to_correct_slices']:.2f} s vs "
+        f"{cold['kube_controller_manager']['seconds_to_correct_slices']:.2f} s ({r:.2f}x)",
+        "met": r <= 1.0,
+    })
+    return rows
 
 
 def reconcile_lines(lat: dict) -> list[str]:
@@ -214,6 +343,7 @@ def envelope_section(e: dict) -> list[str]:
         f"| cold start: controller start until every Service's slice is correct | {cold['seconds_to_correct_slices']:.1f} s |",
         f"| slice writes during the cold start | {cold['slice_writes']:,} |",
         f"| the API server's own mean time per slice write (cold start) | {cold['apiserver_ms_per_slice_write']:.1f} ms |",
+        *plain_client_rows(e),
         f"| Ready flip, pod watch event → slice watch event ({flips['flips']} flips) | "
         f"p50 {ours['p50_ms']:.1f} ms, p99 {ours['p99_ms']:.1f} ms, max {ours['max_ms']:.1f} ms |",
         f"| the API server's floor: status write sent → its pod watch event | "
@@ -228,6 +358,18 @@ def envelope_section(e: dict) -> list[str]:
     ]
 
 
+def plain_client_rows(e: dict) -> list[str]:
+    plain = e.get("plain_client_writes")
+    if not plain:
+        return []
+    return [
+        f"| the same {plain['slice_writes']:,} slice writes by a plain client ({plain['concurrency']} at a time, "
+        f"as the controller's `--concurrent-syncs`; each a server-side apply that creates the slice, as the "
+        f"controller's are), after the controller stopped | {plain['seconds']:.1f} s |",
+        f"| the API server's own mean time per slice write (plain client) | {plain['apiserver_ms_per_slice_write']:.1f} ms |",
+    ]
+
+
 def control_plane_row(cold: dict) -> list[str]:
     cpu = cold.get("control_plane_cpu_seconds") or {}
     if not cpu:
@@ -239,9 +381,20 @@ def control_plane_row(cold: dict) -> list[str]:
 def envelope_targets(e: dict) -> list[dict]:
     cold, lat = e["cold_start"], e["flips"]["pod_event_to_slice_event"]
     scale = f"{cold['pods']:,} pods, {cold['services']:,} Services"
+    plain = e.get("plain_client_writes")
+    baseline = [] if not plain else [{
+        "id": "envelope_cold_start_vs_plain_client",
+        "target": f"envelope cold start <= 1.15 x the API's own time for the same writes "
+        f"({plain['slice_writes']:,} slice creates by a plain client, {plain['concurrency']} at a time), {scale}",
+        "before": "",
+        "measured": f"{cold['seconds_to_correct_slices']:.1f} s vs {plain['seconds']:.1f} s "
+        f"({cold['seconds_to_correct_slices'] / plain['seconds']:.2f}x)",
+        "met": cold["seconds_to_correct_slices"] <= 1.15 * plain["seconds"],
+    }]
     return [
         {"target": f"envelope cold start <= 60 s, {scale}", "before": "",
          "measured": f"{cold['seconds_to_correct_slices']:.1f} s", "met": cold["seconds_to_correct_slices"] <= 60},
+        *baseline,
         {"target": f"envelope Ready flip p99 <= 50 ms, {scale}", "before": "",
          "measured": f"p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms", "met": lat["p99_ms"] <= 50},
         {"target": f"envelope peak RSS <= 400 MiB, {scale}", "before": "",
@@ -288,6 +441,18 @@ def targets(plugin: dict, s: dict | None) -> list[dict]:
         "measured": f"p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms",
         "met": lat["p50_ms"] <= 10 and lat["p99_ms"] <= 25,
     })
+    own = s["event_latency"].get("controller_own_share")
+    if own:
+        api = s["event_latency"]["apiserver_status_write_to_pod_event"]
+        rows.append({
+            "id": "own_share",
+            "target": "the controller's own share of a Ready flip (flip latency less the same flip's API "
+            "write → watch time), 10 000 pods: p50 <= 2 ms, p99 <= 10 ms",
+            "before": "",
+            "measured": f"p50 {own['p50_ms']:.1f} ms, p99 {own['p99_ms']:.1f} ms (API write → watch: "
+            f"p50 {api['p50_ms']:.1f} ms, p99 {api['p99_ms']:.1f} ms)",
+            "met": own["p50_ms"] <= 2 and own["p99_ms"] <= 10,
+        })
     if "churn" in s:
         c = s["churn"]
         added, removed = c["added"]["controller_metric"], c["removed"]["controller_metric"]
@@ -331,7 +496,7 @@ def targets(plugin: dict, s: dict | None) -> list[dict]:
             f"{ev['services_on_the_network']} Services on the network)",
             "met": ev["per_service"] <= 1.0 + 1e-9,
         })
-    return rows
+    return rows + side_by_side_targets(s)
 
 
 def prober_targets(p: dict) -> list[dict]:
@@ -368,6 +533,62 @@ def prober_section(p: dict) -> list[str]:
     ]
 
 
+def git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout
+
+
+def previous_run(path: Path | None, fallback: Path) -> tuple[dict, str]:
+    """The run to compare with, and its commit: `path`, else the committed benchmarks.json, else
+    `fallback` (the --json file, before it is overwritten). A run that did not record its commit
+    is named by the commit that recorded it."""
+    if path:
+        text = path.read_text() if path.exists() else None
+    else:
+        text = git("show", "HEAD:benchmarks.json")
+        if text is None and fallback.exists():
+            text, path = fallback.read_text(), fallback
+    if not text:
+        return {}, ""
+    previous = json.loads(text)
+    commit = previous.get("commit") or (previous.get("controller") or {}).get("commit")
+    if not commit:
+        recorded = git("log", "-1", "--format=%h", "--", str(path or ROOT / "benchmarks.json"))
+        commit = f"{recorded.strip()}, which recorded it" if recorded and recorded.strip() else "?"
+    return previous, commit
+
+
+def with_previous(rows: list[dict], previous: dict) -> list[dict]:
+    """Each row with the previous run's figure for the same target (by id, else by its text)."""
+    before = {r.get("id") or r["target"]: r for r in previous.get("targets", [])}
+    by_text = {r["target"]: r for r in previous.get("targets", [])}
+    for row in rows:
+        match = before.get(row.get("id") or row["target"]) or by_text.get(row["target"])
+        row["previous"] = match["measured"] if match else ""
+    return rows
+
+
+def header(scale: dict | None, envelope: dict | None, machine: dict) -> list[str]:
+    commit = (scale or {}).get("commit", "?")
+    lines = [
+        f"Commit measured: `{commit}` (`make bench`)"
+        + (f"; the envelope: `{envelope.get('commit', '?')}` (`make bench-scale`)" if envelope else "")
+        + ". `-dirty`: the work tree had changes.",
+        "",
+        f"Machine: {machine.get('cores', '?')} cores ({machine.get('cpu', 'unknown CPU')}), "
+        f"{machine.get('memory_gib', '?')} GiB of memory. Kubernetes {(scale or {}).get('kubernetes', '?')} "
+        f"(the local control plane). Run on {datetime.date.today().isoformat()}.",
+    ]
+    other = (envelope or {}).get("machine")
+    if other and other != machine:
+        lines[-1] += (f" The envelope ran on {other.get('cores', '?')} cores ({other.get('cpu', '?')}), "
+                      f"{other.get('memory_gib', '?')} GiB.")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--criterion", type=Path)
@@ -376,9 +597,12 @@ def main() -> int:
     parser.add_argument("--prober", type=Path)
     parser.add_argument("--markdown", type=Path, default=ROOT / "BENCHMARKS.md")
     parser.add_argument("--json", type=Path, default=ROOT / "benchmarks.json")
+    parser.add_argument("--previous", type=Path,
+                        help="the benchmarks.json to compare with (default: the committed one)")
     args = parser.parse_args()
 
     last = json.loads(args.json.read_text()) if args.json.exists() else {}
+    previous, previous_commit = previous_run(args.previous, args.json)
     if args.criterion:
         criterion = criterion_results(args.criterion)
     else:
@@ -399,6 +623,7 @@ def main() -> int:
     plugin_lines, plugin = plugin_section(criterion)
     rows = targets(plugin, scale) + (envelope_targets(envelope) if envelope else [])
     rows += prober_targets(prober) if prober else []
+    rows = with_previous(rows, previous)
 
     md = [
         "# Benchmarks",
@@ -407,17 +632,15 @@ def main() -> int:
         "comes from `hack/bench/analysis.md`. Absolute times hold for this machine only; ratios",
         "and counts travel.",
         "",
-        f"Machine: {machine.get('cores', '?')} cores ({machine.get('cpu', 'unknown CPU')}), "
-        f"{machine.get('memory_gib', '?')} GiB of memory. Kubernetes {(scale or {}).get('kubernetes', '?')} "
-        f"(the local control plane). Run on {datetime.date.today().isoformat()}.",
+        *header(scale, envelope, machine),
         "",
         "## Targets",
         "",
-        "| target | before the rebuild | measured | met |",
-        "|---|---|---|---|",
+        f"| target | before the rebuild | measured | previous run (commit {previous_commit or '?'}) | met |",
+        "|---|---|---|---|---|",
     ]
     md += [
-        f"| {r['target']} | {r.get('before', '')} | {r['measured']} | {'yes' if r['met'] else '**no**'} |"
+        f"| {r['target']} | {r.get('before', '')} | {r['measured']} | {r['previous']} | {'yes' if r['met'] else '**no**'} |"
         for r in rows
     ]
     md += ["", "## Plugin boundary (Criterion: median of the samples)", ""] + plugin_lines
@@ -427,7 +650,7 @@ def main() -> int:
             "",
             f"Setting up the pods took {scale['setup_seconds']:.0f} s (not part of any figure).",
             "",
-        ] + controller_section(scale)
+        ] + controller_section(scale) + side_by_side_section(scale)
     if envelope:
         md += envelope_section(envelope)
     if prober:
@@ -437,6 +660,8 @@ def main() -> int:
         md += [analysis.read_text().rstrip(), ""]
     args.markdown.write_text("\n".join(md))
     args.json.write_text(json.dumps({
+        "commit": (scale or {}).get("commit"),
+        "previous_commit": previous_commit,
         "machine": machine,
         "targets": rows,
         "plugin_boundary": {"criterion": criterion, **plugin},

@@ -10,6 +10,10 @@
 //!    status write to its watch event.
 //! 3. Writes per flip, and the API server's own mean time per slice write in each phase.
 //! 4. The controller's peak RSS and CPU seconds.
+//! 5. The API's own time for the cold start's writes: after the controller stopped, a plain
+//!    client makes the same slice creates (copies of the controller's slices, applied as it
+//!    applies them) in a scratch namespace, as many at once as the controller's
+//!    `--concurrent-syncs`; the cold start is measured against it.
 //!
 //! Setting the pods up takes most of the run: each pod is one create (bound to a simulated node,
 //! its network-status already set) and one status write; the simulated nodes' heartbeats run
@@ -22,7 +26,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a measuring tool: failing loudly is right
 
 use std::{
-    collections::HashMap,
     net::Ipv4Addr,
     sync::{
         Arc, Mutex,
@@ -31,15 +34,16 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::{StreamExt, stream};
 use k8s_openapi::api::{
     core::v1::{Namespace, Pod, Service},
     discovery::v1::EndpointSlice,
 };
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, ListParams, PatchParams, PostParams, WatchEvent, WatchParams},
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent},
 };
+use nad_model::labels::MANAGED_BY;
 use node_sim::{SimNode, Simulator};
 use serde_json::{Value, json};
 
@@ -49,11 +53,14 @@ mod support;
 
 mod cluster;
 use cluster::{
-    Controller, Flip, Flips, apiserver_slice_write_time, apiserver_slice_writes, control_plane_cpu,
-    cpu_spent, env_usize, machine, progress, saw_pod, saw_slice, summary,
+    CONCURRENT_SYNCS, Controller, Flip, Flips, SliceTally, apiserver_slice_write_time,
+    apiserver_slice_writes, commit, control_plane_cpu, cpu_spent, env_usize, machine, progress,
+    saw_pod, saw_slice, summary, watch_from_now,
 };
 
 const NAMESPACE: &str = "bench-envelope";
+/// Where the plain client's slices go, out of the controller's sight.
+const SCRATCH: &str = "bench-envelope-plain";
 const SERVICES_PER_NETWORK: usize = 100;
 const PODS_PER_SERVICE: usize = 15;
 const NODES: usize = 4;
@@ -251,74 +258,6 @@ async fn remove_slices(client: &Client) {
     }
 }
 
-/// Watches `api` from now on, without listing its objects, handing each event to `on` on a
-/// task of its own (until the server ends the watch, after at most 290 s, or the task is
-/// aborted).
-async fn watch_from_now<K>(
-    api: Api<K>,
-    mut on: impl FnMut(WatchEvent<K>) + Send + 'static,
-) -> tokio::task::JoinHandle<()>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
-    let from = api
-        .list_metadata(&ListParams::default().limit(1))
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
-    tokio::spawn(async move {
-        let mut events = api
-            .watch(&WatchParams::default().timeout(290), &from)
-            .await
-            .unwrap()
-            .boxed();
-        while let Ok(Some(event)) = events.try_next().await {
-            on(event);
-        }
-    })
-}
-
-/// Ready endpoints per slice, from a watch started before the controller: `correct` counts the
-/// Services whose slices show all their pods ready.
-#[derive(Default)]
-struct SliceTally {
-    ready_by_slice: HashMap<String, (String, usize)>,
-    ready_by_service: HashMap<String, usize>,
-    correct: usize,
-}
-
-impl SliceTally {
-    fn apply(&mut self, slice: &EndpointSlice, deleted: bool) {
-        let Some(service) = slice.labels().get("kubernetes.io/service-name").cloned() else {
-            return;
-        };
-        let ready = if deleted {
-            0
-        } else {
-            slice
-                .endpoints
-                .iter()
-                .flatten()
-                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
-                .count()
-        };
-        let before = self
-            .ready_by_slice
-            .insert(slice.name_any(), (service.clone(), ready))
-            .map_or(0, |(_, n)| n);
-        let total = self.ready_by_service.entry(service).or_default();
-        let was_correct = *total == PODS_PER_SERVICE;
-        *total = *total + ready - before;
-        match (was_correct, *total == PODS_PER_SERVICE) {
-            (false, true) => self.correct += 1,
-            (true, false) => self.correct -= 1,
-            _ => {}
-        }
-    }
-}
-
 async fn cold_start(
     client: &Client,
     layout: Layout,
@@ -326,18 +265,13 @@ async fn cold_start(
     t: Instant,
 ) -> (Controller, Value) {
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), NAMESPACE);
-    let tally = Arc::new(Mutex::new(SliceTally::default()));
+    let want = (0..layout.services)
+        .map(|s| (Layout::service(s), PODS_PER_SERVICE))
+        .collect();
+    let tally = Arc::new(Mutex::new(SliceTally::new(MANAGED_BY, want)));
     let watching = watch_from_now(slices, {
         let tally = tally.clone();
-        move |event| {
-            let mut tally = tally.lock().unwrap();
-            match event {
-                WatchEvent::Added(s) | WatchEvent::Modified(s) => tally.apply(&s, false),
-                WatchEvent::Deleted(s) => tally.apply(&s, true),
-                WatchEvent::Bookmark(_) => {}
-                WatchEvent::Error(e) => panic!("the slice watch failed: {e:?}"),
-            }
-        }
+        move |event| tally.lock().unwrap().on(event)
     })
     .await;
     let time_before = apiserver_slice_write_time(client).await;
@@ -444,40 +378,13 @@ async fn flips(
         .await;
     let api_before = apiserver_slice_writes(client).await;
     let time_before = apiserver_slice_write_time(client).await;
-    let (mut ours, mut api_floor) = (Vec::new(), Vec::new());
+    let mut seen = Vec::with_capacity(2 * count);
     for i in 0..count {
         // Spread over the Services, networks and pods, deterministically.
         let name = Layout::pod((i * 7919) % layout.pods());
         for want in [false, true] {
-            flips.lock().unwrap().insert(
-                name.clone(),
-                Flip {
-                    want,
-                    sent: Some(Instant::now()),
-                    ..Flip::default()
-                },
-            );
-            sim.set_ready(NAMESPACE, &name, want).await.unwrap();
-            let deadline = Instant::now() + Duration::from_secs(30);
-            let (sent, pod_seen, slice_seen) = loop {
-                if let Some(Flip {
-                    sent: Some(a),
-                    pod_seen: Some(b),
-                    slice_seen: Some(c),
-                    ..
-                }) = flips.lock().unwrap().get(&name)
-                {
-                    break (*a, *b, *c);
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "{name}: Ready={want} not in its slice after 30 s"
-                );
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            };
-            flips.lock().unwrap().remove(&name);
-            ours.push(slice_seen.saturating_duration_since(pod_seen).as_secs_f64() * 1e3);
-            api_floor.push(pod_seen.saturating_duration_since(sent).as_secs_f64() * 1e3);
+            let ours = |f: &Flip| f.pod_seen.is_some() && f.slice_seen.is_some();
+            seen.push(cluster::flip(sim, NAMESPACE, &flips, &name, want, ours).await);
         }
         if (i + 1) % 100 == 0 {
             progress(
@@ -498,13 +405,104 @@ async fn flips(
     let api_writes = apiserver_slice_writes(client).await - api_before;
     json!({
         "flips": 2 * count,
-        "pod_event_to_slice_event": summary(ours),
-        "apiserver_status_write_to_pod_event": summary(api_floor),
+        "pod_event_to_slice_event": summary(seen.iter().map(Flip::latency_ms).collect()),
+        "apiserver_status_write_to_pod_event": summary(seen.iter().map(Flip::api_ms).collect()),
         "apiserver_ms_per_slice_write": api_mean_ms(time_before, apiserver_slice_write_time(client).await),
         "writes_per_flip": {
             "controller_metric": writes as f64 / flipped,
             "apiserver_request_total": api_writes as f64 / flipped,
         },
+    })
+}
+
+// ---- the API's own time for the same writes -----------------------------------------------------
+
+/// The controller's slices in `NAMESPACE` as it applies them: without what the API server adds
+/// (identity, versions, managed fields) and without owner references, whose owners (the
+/// Services) are not in the scratch namespace: the garbage collector would delete the copies.
+async fn slices_as_applied(client: &Client) -> Vec<EndpointSlice> {
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), NAMESPACE);
+    let mut params = ListParams::default().limit(500);
+    let mut slices = Vec::new();
+    loop {
+        let page = api.list(&params).await.unwrap();
+        for mut slice in page.items {
+            let name = slice.name_any();
+            slice.metadata = kube::api::ObjectMeta {
+                name: Some(name),
+                labels: slice.metadata.labels,
+                annotations: slice.metadata.annotations,
+                ..kube::api::ObjectMeta::default()
+            };
+            slices.push(slice);
+        }
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return slices,
+        }
+    }
+}
+
+/// Creates the scratch namespace afresh (removing what an interrupted run left).
+async fn scratch_namespace(client: &Client) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let _ = namespaces.delete(SCRATCH, &DeleteParams::default()).await;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while namespaces.get_opt(SCRATCH).await.unwrap().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "{SCRATCH} still there after 300 s"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let body = json!({"metadata": {"name": SCRATCH, "labels": {"nsc-test": "true"}}});
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(body).unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
+/// A plain kube client makes the cold start's slice writes, each a server-side apply that
+/// creates its slice (the controller's kind of write), `CONCURRENT_SYNCS` at a time, in the
+/// scratch namespace, which is deleted afterwards: the time the API takes for the writes alone.
+async fn plain_client_writes(client: &Client, t: Instant) -> Value {
+    let slices = slices_as_applied(client).await;
+    scratch_namespace(client).await;
+    let plain = support::client().await;
+    let api: Api<EndpointSlice> = Api::namespaced(plain, SCRATCH);
+    let params = PatchParams::apply("bench-plain-client");
+    let time_before = apiserver_slice_write_time(client).await;
+    let started = Instant::now();
+    let count = slices.len();
+    stream::iter(slices)
+        .map(|slice| {
+            let (api, params) = (api.clone(), params.clone());
+            async move {
+                api.patch(&slice.name_any(), &params, &Patch::Apply(&slice))
+                    .await
+                    .unwrap();
+            }
+        })
+        .buffer_unordered(CONCURRENT_SYNCS)
+        .collect::<()>()
+        .await;
+    let seconds = started.elapsed().as_secs_f64();
+    let time_after = apiserver_slice_write_time(client).await;
+    progress(
+        t,
+        format!("{SCRATCH}: a plain client made the {count} slice writes in {seconds:.1} s"),
+    );
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(SCRATCH, &DeleteParams::default())
+        .await;
+    json!({
+        "slice_writes": count,
+        "concurrency": CONCURRENT_SYNCS,
+        "seconds": seconds,
+        "apiserver_ms_per_slice_write": api_mean_ms(time_before, time_after),
     })
 }
 
@@ -535,7 +533,7 @@ async fn run() {
         ),
     );
     let sim = Arc::new(simulator(&client));
-    sim.ensure_nodes().await.unwrap();
+    cluster::revive_nodes(&client, &sim).await;
     let heartbeat = tokio::spawn({
         let sim = sim.clone();
         async move {
@@ -554,14 +552,18 @@ async fn run() {
     let flips = flips(&client, &sim, &controller, layout, flip_count, t).await;
     let cost = controller.cost();
     controller.stop();
+    progress(t, "the same slice writes by a plain client");
+    let plain = plain_client_writes(&client, t).await;
 
     let result = json!({
+        "commit": commit(),
         "machine": machine(),
         "kubernetes": version.git_version,
         "date": k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%d").to_string(),
         "setup_seconds": setup_seconds,
         "pods_per_service": PODS_PER_SERVICE,
         "cold_start": cold,
+        "plain_client_writes": plain,
         "flips": flips,
         "cost": cost,
     });

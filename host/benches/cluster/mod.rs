@@ -11,11 +11,25 @@ use std::{
     time::{Duration, Instant},
 };
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice};
-use kube::{Client, ResourceExt};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ListParams, WatchEvent, WatchParams},
+};
+use nad_model::labels::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL};
 use nad_test_kit::metrics::Scrape;
+use node_sim::Simulator;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// kube-controller-manager's EndpointSlice controller, as its slices' managed-by label says.
+pub const KCM_MANAGED_BY: &str = "endpointslice-controller.k8s.io";
+
+/// Services the controller reconciles at once, passed to it explicitly: the benchmarks that
+/// compare it with a plain client's writes or with kube-controller-manager (whose
+/// --concurrent-service-endpoint-syncs defaults to 5 too) use the same number.
+pub const CONCURRENT_SYNCS: usize = 5;
 
 pub fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -96,6 +110,7 @@ impl Controller {
                 &format!("--metrics-address={metrics}"),
                 &format!("--health-address={health}"),
                 &format!("--log-filter={filter}"),
+                &format!("--concurrent-syncs={CONCURRENT_SYNCS}"),
             ])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).unwrap())
@@ -185,6 +200,17 @@ impl Controller {
     }
 }
 
+/// A benchmark that fails (panics) leaves no controller behind: one still watching its namespace
+/// would rewrite what the next run removes.
+impl Drop for Controller {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// CPU seconds (user + system) process `pid` has used so far.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -208,6 +234,34 @@ pub fn control_plane_cpu(kubeconfig: &std::path::Path) -> Value {
     Value::Object(cpu)
 }
 
+/// The flags kube-controller-manager runs with that shape its EndpointSlice controller (from
+/// its command line; hack/local-up.sh records its PID beside the kubeconfig): a flag not listed
+/// has its default. Paths and keys are left out.
+pub fn kcm_flags(kubeconfig: &std::path::Path) -> Vec<String> {
+    let pid = kubeconfig
+        .parent()
+        .unwrap()
+        .join("pids/kube-controller-manager.pid");
+    let Some(cmdline) = std::fs::read_to_string(pid)
+        .ok()
+        .and_then(|pid| std::fs::read(format!("/proc/{}/cmdline", pid.trim())).ok())
+    else {
+        return Vec::new();
+    };
+    let relevant = [
+        "controllers",
+        "endpoint",
+        "kube-api",
+        "leader-elect",
+        "service-account-credentials",
+    ];
+    cmdline
+        .split(|&b| b == 0)
+        .map(|arg| String::from_utf8_lossy(arg).into_owned())
+        .filter(|arg| arg.starts_with("--") && relevant.iter().any(|r| arg.contains(r)))
+        .collect()
+}
+
 /// What each process of `after` spent since `before` (both from [`control_plane_cpu`]).
 pub fn cpu_spent(before: &Value, after: &Value) -> Value {
     let mut spent = serde_json::Map::new();
@@ -217,6 +271,47 @@ pub fn cpu_spent(before: &Value, after: &Value) -> Value {
         }
     }
     Value::Object(spent)
+}
+
+/// Registers the simulated nodes and marks them Ready, then, if they had gone without
+/// heartbeats (an earlier run's nodes), waits until kube-controller-manager's node lifecycle
+/// controller has seen them Ready: while it sees one NotReady it marks the pods on it not
+/// ready, pods this run creates among them. The API shows no sign of it having looked (with
+/// every node NotReady it taints none), so three of its passes (--node-monitor-period, 5 s)
+/// are waited.
+pub async fn revive_nodes(client: &Client, sim: &Simulator) {
+    let stale = stale_nodes(client).await;
+    sim.ensure_nodes().await.unwrap();
+    if stale {
+        tokio::time::sleep(Duration::from_secs(15)).await;
+    }
+}
+
+/// Whether a simulated node is there whose Ready condition is not True or older than 30 s (a
+/// live simulator renews it every 10 s).
+async fn stale_nodes(client: &Client) -> bool {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let simulated = ListParams::default().labels("node-sim.isim.dev/simulated=true");
+    let now = k8s_openapi::jiff::Timestamp::now();
+    nodes
+        .list(&simulated)
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .any(|node| {
+            let ready = node
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+            !ready.is_some_and(|c| {
+                c.status == "True"
+                    && c.last_heartbeat_time
+                        .as_ref()
+                        .is_some_and(|t| now.duration_since(t.0).as_secs() < 30)
+            })
+        })
 }
 
 /// Runs a benchmark's driver on a two-thread runtime. (`cargo bench` passes `--bench`; the
@@ -273,6 +368,28 @@ pub fn summary(mut ms: Vec<f64>) -> Value {
     })
 }
 
+/// The commit measured: `git rev-parse --short HEAD`, with `-dirty` when the work tree has
+/// changes (so a figure is never credited to a commit that did not have the code measured).
+pub fn commit() -> String {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .arg("-C")
+            .arg(env!("CARGO_MANIFEST_DIR"))
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let Some(head) = git(&["rev-parse", "--short", "HEAD"]) else {
+        return "unknown".into();
+    };
+    match git(&["status", "--porcelain"]) {
+        Some(changes) if changes.is_empty() => head,
+        _ => format!("{head}-dirty"),
+    }
+}
+
 pub fn machine() -> Value {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let mem_kib: f64 = meminfo
@@ -297,7 +414,7 @@ pub fn machine() -> Value {
 // ---- Ready flips ---------------------------------------------------------------------------------
 
 /// One awaited Ready flip: the state wanted, and when each step of it was seen.
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 pub struct Flip {
     pub want: bool,
     /// Before the status write was sent.
@@ -305,13 +422,43 @@ pub struct Flip {
     /// When its response came.
     pub written: Option<Instant>,
     pub pod_seen: Option<Instant>,
+    /// This controller's slice.
     pub slice_seen: Option<Instant>,
+    /// kube-controller-manager's slice, when a selector Service has the pod too.
+    pub kcm_seen: Option<Instant>,
+}
+
+impl Flip {
+    /// Milliseconds from `from` to `to`, both stamped.
+    pub fn ms(from: Option<Instant>, to: Option<Instant>) -> f64 {
+        to.unwrap()
+            .saturating_duration_since(from.unwrap())
+            .as_secs_f64()
+            * 1e3
+    }
+
+    /// Pod watch event to our slice's watch event: the flip's latency.
+    pub fn latency_ms(&self) -> f64 {
+        Self::ms(self.pod_seen, self.slice_seen)
+    }
+
+    /// Status write sent to the pod's watch event: what the API server takes for one write to
+    /// reach a watcher, measured on this very flip.
+    pub fn api_ms(&self) -> f64 {
+        Self::ms(self.sent, self.pod_seen)
+    }
+
+    /// The flip's latency less its write's API time (at least 0): the controller's own share,
+    /// since its slice write costs the API server about what the pod's status write did.
+    pub fn own_ms(&self) -> f64 {
+        (self.latency_ms() - self.api_ms()).max(0.0)
+    }
 }
 
 /// The flips awaited, by pod name, stamped by the benchmark's pod and slice watches.
 pub type Flips = Arc<Mutex<HashMap<String, Flip>>>;
 
-fn pod_ready(pod: &Pod) -> bool {
+pub fn pod_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -329,18 +476,167 @@ pub fn saw_pod(flips: &Flips, pod: &Pod, now: Instant) {
     }
 }
 
-/// A slice's watch event, seen at `now`: stamps the flips of the endpoints that show theirs.
+/// A slice's watch event, seen at `now`: stamps the flips of the endpoints that show theirs,
+/// as this controller's or kube-controller-manager's by the slice's managed-by label.
 pub fn saw_slice(flips: &Flips, slice: &EndpointSlice, now: Instant) {
+    let kcm = match slice.labels().get(MANAGED_BY_LABEL).map(String::as_str) {
+        Some(MANAGED_BY) => false,
+        Some(KCM_MANAGED_BY) => true,
+        _ => return,
+    };
     let mut flips = flips.lock().unwrap();
     for endpoint in slice.endpoints.iter().flatten() {
         let Some(name) = endpoint.target_ref.as_ref().and_then(|r| r.name.as_ref()) else {
             continue;
         };
-        if let Some(f) = flips.get_mut(name)
-            && f.slice_seen.is_none()
-            && endpoint.conditions.as_ref().and_then(|c| c.ready) == Some(f.want)
+        let Some(f) = flips.get_mut(name) else {
+            continue;
+        };
+        let shows = endpoint.conditions.as_ref().and_then(|c| c.ready) == Some(f.want);
+        let seen = if kcm {
+            &mut f.kcm_seen
+        } else {
+            &mut f.slice_seen
+        };
+        if shows && seen.is_none() {
+            *seen = Some(now);
+        }
+    }
+}
+
+/// Sets pod `name`'s Ready to `want` (awaited in `flips`, its send and response stamped), then
+/// waits until `done` holds for it: the flip as seen.
+pub async fn flip(
+    sim: &Simulator,
+    ns: &str,
+    flips: &Flips,
+    name: &str,
+    want: bool,
+    done: impl Fn(&Flip) -> bool,
+) -> Flip {
+    flips.lock().unwrap().insert(
+        name.to_owned(),
+        Flip {
+            want,
+            sent: Some(Instant::now()),
+            ..Flip::default()
+        },
+    );
+    sim.set_ready(ns, name, want).await.unwrap();
+    flips.lock().unwrap().get_mut(name).unwrap().written = Some(Instant::now());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
         {
-            f.slice_seen = Some(now);
+            let mut flips = flips.lock().unwrap();
+            if flips.get(name).is_some_and(&done) {
+                return flips.remove(name).unwrap();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: Ready={want} not in its slices after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+// ---- watching without a list -----------------------------------------------------------------
+
+/// Watches `api` from now on, without listing its objects, handing each event to `on` on a
+/// task of its own (until the server ends the watch, after at most 290 s, or the task is
+/// aborted).
+pub async fn watch_from_now<K>(
+    api: Api<K>,
+    mut on: impl FnMut(WatchEvent<K>) + Send + 'static,
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let from = api
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    tokio::spawn(async move {
+        let mut events = api
+            .watch(&WatchParams::default().timeout(290), &from)
+            .await
+            .unwrap()
+            .boxed();
+        while let Ok(Some(event)) = events.try_next().await {
+            on(event);
+        }
+    })
+}
+
+/// Ready endpoints per Service in the slices of one manager, kept from a slice watch:
+/// `correct` counts the Services of `want` whose slices show exactly their wanted number.
+pub struct SliceTally {
+    manager: &'static str,
+    want: HashMap<String, usize>,
+    ready_by_slice: HashMap<String, (String, usize)>,
+    ready_by_service: HashMap<String, usize>,
+    pub correct: usize,
+}
+
+impl SliceTally {
+    pub fn new(manager: &'static str, want: HashMap<String, usize>) -> Self {
+        Self {
+            manager,
+            want,
+            ready_by_slice: HashMap::new(),
+            ready_by_service: HashMap::new(),
+            correct: 0,
+        }
+    }
+
+    /// True once every Service of `want` is correct.
+    pub fn done(&self) -> bool {
+        self.correct == self.want.len()
+    }
+
+    pub fn on(&mut self, event: WatchEvent<EndpointSlice>) {
+        match event {
+            WatchEvent::Added(s) | WatchEvent::Modified(s) => self.apply(&s, false),
+            WatchEvent::Deleted(s) => self.apply(&s, true),
+            WatchEvent::Bookmark(_) => {}
+            WatchEvent::Error(e) => panic!("the slice watch failed: {e:?}"),
+        }
+    }
+
+    fn apply(&mut self, slice: &EndpointSlice, deleted: bool) {
+        if slice.labels().get(MANAGED_BY_LABEL).map(String::as_str) != Some(self.manager) {
+            return;
+        }
+        let Some(service) = slice.labels().get(SERVICE_NAME_LABEL).cloned() else {
+            return;
+        };
+        let Some(&want) = self.want.get(&service) else {
+            return;
+        };
+        let ready = if deleted {
+            0
+        } else {
+            slice
+                .endpoints
+                .iter()
+                .flatten()
+                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+                .count()
+        };
+        let before = self
+            .ready_by_slice
+            .insert(slice.name_any(), (service.clone(), ready))
+            .map_or(0, |(_, n)| n);
+        let total = self.ready_by_service.entry(service).or_default();
+        let was_correct = *total == want;
+        *total = *total + ready - before;
+        match (was_correct, *total == want) {
+            (false, true) => self.correct += 1,
+            (true, false) => self.correct -= 1,
+            _ => {}
         }
     }
 }
