@@ -22,6 +22,11 @@ export CRITERION_HOME="$target_dir/criterion"
 rm -rf "$CRITERION_HOME"
 $cargo bench --locked -p nad-service-controller --bench plugin_boundary
 
+echo "== heap per cached pod (pod index and observations, dhat)" >&2
+memory_json="$target_dir/bench/pod_memory.json"
+mkdir -p "$target_dir/bench"
+NSC_BENCH_OUT="$memory_json" $cargo bench --locked -p nad-core --bench pod_memory >&2
+
 echo "== 2/3 controller at scale, on the local control plane" >&2
 was_up=false
 if [[ -f .local/kubeconfig ]] && [[ -x .local/bin/kubectl ]] \
@@ -52,5 +57,5 @@ fi
 
 echo "== report" >&2
 python3 hack/bench/report.py --criterion "$target_dir/criterion" --scale "$scale_json" \
-  --prober "$prober_json" --markdown BENCHMARKS.md --json benchmarks.json
+  --prober "$prober_json" --memory "$memory_json" --markdown BENCHMARKS.md --json benchmarks.json
 sed -n '/^## Targets/,/^## Plugin/p' BENCHMARKS.md | head -n -1

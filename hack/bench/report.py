@@ -499,6 +499,33 @@ def targets(plugin: dict, s: dict | None) -> list[dict]:
     return rows + side_by_side_targets(s)
 
 
+def memory_targets(m: dict) -> list[dict]:
+    return [{
+        "id": "heap_per_pod",
+        "target": f"heap per cached pod <= 300 B ({m['pods']:,} pods of the envelope's shape; dhat)",
+        "before": "~1.5 KB (heaptrack, 15 000 pods)",
+        "measured": f"{m['index_bytes_per_pod']:.0f} B in {m['index_blocks_per_pod']:.1f} blocks "
+        f"(the shared observation: {m['observation_bytes_per_pod']:.0f} B more)",
+        "met": m["index_bytes_per_pod"] <= 300,
+    }]
+
+
+def memory_section(m: dict) -> list[str]:
+    return [
+        "## Heap per cached pod (crates/core/benches/pod_memory.rs)",
+        "",
+        f"{m['pods']:,} pods of the envelope's shape on {m['networks']} networks, fed to the pod index as "
+        "one relist, then each network observed once (the Services of a network share it). Bytes asked "
+        "of the allocator, counted by `dhat`; glibc's headers and rounding add some 8 to 16 bytes a block.",
+        "",
+        "| what | bytes a pod | blocks a pod |",
+        "|---|---:|---:|",
+        f"| the pod index (records, names, the network sets) | {m['index_bytes_per_pod']:.0f} | {m['index_blocks_per_pod']:.1f} |",
+        f"| the network's shared observation | {m['observation_bytes_per_pod']:.0f} | {m['observation_blocks_per_pod']:.1f} |",
+        "",
+    ]
+
+
 def prober_targets(p: dict) -> list[dict]:
     return [{
         "target": f"network prober: writes per 1 000 probes while nothing changes = 0 "
@@ -595,6 +622,7 @@ def main() -> int:
     parser.add_argument("--scale", type=Path)
     parser.add_argument("--envelope", type=Path, default=ROOT / "hack" / "bench" / "envelope.json")
     parser.add_argument("--prober", type=Path)
+    parser.add_argument("--memory", type=Path, help="the pod memory benchmark's JSON")
     parser.add_argument("--markdown", type=Path, default=ROOT / "BENCHMARKS.md")
     parser.add_argument("--json", type=Path, default=ROOT / "benchmarks.json")
     parser.add_argument("--previous", type=Path,
@@ -619,9 +647,14 @@ def main() -> int:
         prober = json.loads(args.prober.read_text()) if args.prober.exists() else None
     else:
         prober = last.get("prober")
+    if args.memory:
+        memory = json.loads(args.memory.read_text()) if args.memory.exists() else None
+    else:
+        memory = last.get("memory")
     machine = (scale or {}).get("machine") or {}
     plugin_lines, plugin = plugin_section(criterion)
-    rows = targets(plugin, scale) + (envelope_targets(envelope) if envelope else [])
+    rows = targets(plugin, scale) + (memory_targets(memory) if memory else [])
+    rows += envelope_targets(envelope) if envelope else []
     rows += prober_targets(prober) if prober else []
     rows = with_previous(rows, previous)
 
@@ -651,6 +684,8 @@ def main() -> int:
             f"Setting up the pods took {scale['setup_seconds']:.0f} s (not part of any figure).",
             "",
         ] + controller_section(scale) + side_by_side_section(scale)
+    if memory:
+        md += memory_section(memory)
     if envelope:
         md += envelope_section(envelope)
     if prober:
@@ -667,6 +702,7 @@ def main() -> int:
         "plugin_boundary": {"criterion": criterion, **plugin},
         "controller": scale,
         "envelope": envelope,
+        "memory": memory,
         "prober": prober,
     }, indent=2, ensure_ascii=False) + "\n")
     print(f"report: wrote {args.markdown} and {args.json}", file=sys.stderr)

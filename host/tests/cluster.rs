@@ -788,6 +788,20 @@ async fn with_nothing_changing_a_reconcile_writes_nothing() {
         .await
         .unwrap();
     env.reconciled_after(count).await;
+    // The API keeps whole seconds: a Ready re-set within the second it was set changes
+    // nothing, and no event comes. Re-set it in a later second, so that one does.
+    let set = env.api::<Pod>().get("web-b").await.unwrap();
+    let ready_since = set
+        .status
+        .and_then(|s| s.conditions)
+        .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"))
+        .and_then(|c| c.last_transition_time)
+        .unwrap()
+        .0;
+    eventually("a second after web-b became Ready", || async {
+        (k8s_openapi::jiff::Timestamp::now().as_second() > ready_since.as_second()).then_some(())
+    })
+    .await;
     let count = env.reconciles();
     env.sim.set_ready(&env.ns, "web-b", true).await.unwrap();
     env.reconciled_after(count).await;
