@@ -397,8 +397,8 @@ def envelope_targets(e: dict) -> list[dict]:
         *baseline,
         {"target": f"envelope Ready flip p99 <= 50 ms, {scale}", "before": "",
          "measured": f"p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms", "met": lat["p99_ms"] <= 50},
-        {"target": f"envelope peak RSS <= 400 MiB, {scale}", "before": "",
-         "measured": f"{e['cost']['peak_rss_mib']:.0f} MiB", "met": e["cost"]["peak_rss_mib"] <= 400},
+        {"target": f"envelope peak RSS <= 200 MiB, {scale}", "before": "",
+         "measured": f"{e['cost']['peak_rss_mib']:.0f} MiB", "met": e["cost"]["peak_rss_mib"] <= 200},
     ]
 
 
