@@ -11,11 +11,10 @@
 //! - [`plugin_dir`]: the plugin directory, rescanned for new, changed and removed plugins;
 //! - [`recovery`]: after an outage, the Services that failed meanwhile.
 //!
-//! Every watch lists by streaming, or by pages where the server cannot ([`list`]), retries on its own with a bounded backoff ([`health`]) and never ends; what a
+//! Every watch retries on its own with a bounded backoff ([`health`]) and never ends; what a
 //! relist triggers waits until the relist is complete ([`relist`]).
 
 pub mod health;
-pub mod list;
 pub mod networks;
 pub mod nodes;
 pub mod plugin_dir;

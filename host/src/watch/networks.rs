@@ -12,7 +12,7 @@ use kube::{
     runtime::{WatchStreamExt, reflector::ObjectRef, watcher},
 };
 
-use super::{Shared, backoff, list::streamed, read, write};
+use super::{Shared, backoff, read, write};
 
 const GROUP: &str = "k8s.cni.cncf.io";
 const VERSION: &str = "v1";
@@ -26,7 +26,7 @@ pub fn watch(client: Client, shared: Shared) -> impl Stream<Item = ObjectRef<Ser
         .flat_map(move |api| {
             let shared = shared.clone();
             let mut health = shared.health("networkattachmentdefinitions");
-            streamed(api, watcher::Config::default(), "networkattachmentdefinitions")
+            watcher(api, watcher::Config::default())
                 .backoff(backoff())
                 .filter_map(move |item| {
                     let changed = health

@@ -10,13 +10,13 @@ use kube::{
     runtime::{reflector::ObjectRef, watcher},
 };
 
-use super::{Shared, backoff, list::streamed, read, write};
+use super::{Shared, backoff, read, write};
 use crate::index::NetworkKey;
 use kube::runtime::WatchStreamExt;
 
 pub fn watch(api: Api<Node>, shared: Shared) -> impl Stream<Item = ObjectRef<Service>> + Send {
     let mut health = shared.health("nodes");
-    streamed(api, watcher::Config::default(), "nodes")
+    watcher(api, watcher::Config::default())
         .backoff(backoff())
         .filter_map(move |item| {
             let changed = health

@@ -16,9 +16,14 @@ use kube::{
 };
 use tokio::sync::{mpsc, watch};
 
-use super::{Shared, backoff, list::streamed, read, receiver_stream, screen::Screen, write};
+use super::{Shared, backoff, read, receiver_stream, screen::Screen, write};
 use crate::index::{Keys, NetworkKey, PodChange};
 use k8s_openapi::jiff::Timestamp;
+
+/// Pages of the initial list when the API server cannot stream it: each page is whole pods
+/// (managed fields and all) until they are reduced to records, and the allocator keeps the
+/// peak.
+const PAGE_SIZE: u32 = 100;
 
 pub fn watch(
     api: Api<Pod>,
@@ -31,13 +36,20 @@ pub fn watch(
     tokio::spawn(async move {
         let mut health = shared.health("pods");
         let mut keys_open = true;
+        // The initial list as a watch stream (Kubernetes' WatchList, on by default since 1.32)
+        // rather than pages: 150 000 pods arrive in 11 s instead of 87. A server that refuses
+        // it is listed page by page, as client-go's informers fall back.
+        let mut streaming = true;
         loop {
             let kept = keys.borrow_and_update().clone();
             write(&shared.pods).set_keys(kept.clone());
-            // Streamed: 150 000 pods arrive in 11 s instead of 87 in pages.
-            let mut events = streamed(api.clone(), watcher::Config::default(), "pods")
-                .backoff(backoff())
-                .boxed();
+            let config = watcher::Config::default().page_size(PAGE_SIZE);
+            let config = if streaming {
+                config.streaming_lists()
+            } else {
+                config
+            };
+            let mut events = watcher(api.clone(), config).backoff(backoff()).boxed();
             loop {
                 tokio::select! {
                     () = tx.closed() => return,
@@ -51,6 +63,11 @@ pub fn watch(
                     }
                     item = events.next() => {
                         let Some(item) = item else { return };
+                        if streaming && refuses_streaming(&item) {
+                            tracing::warn!("the API server does not stream lists (the WatchList feature is off); listing pods page by page");
+                            streaming = false;
+                            break;
+                        }
                         let Some(event) = health.observe(item) else { continue };
                         let change = write(&shared.pods).on_event(&event);
                         let (now, screened) = route(&shared, &change);
@@ -70,6 +87,19 @@ pub fn watch(
         }
     });
     receiver_stream(rx)
+}
+
+/// Whether the API server refused a streaming list: a server without the WatchList feature
+/// rejects `sendInitialEvents` as invalid.
+fn refuses_streaming<K>(item: &Result<watcher::Event<K>, watcher::Error>) -> bool {
+    match item {
+        Err(
+            watcher::Error::WatchStartFailed(kube::Error::Api(status))
+            | watcher::Error::WatchFailed(kube::Error::Api(status)),
+        )
+        | Err(watcher::Error::WatchError(status)) => matches!(status.code, 400 | 422),
+        _ => false,
+    }
 }
 
 /// A pod change to screen: the pod, when it changed, and the networks whose Services it
@@ -339,6 +369,20 @@ mod tests {
                 "api may have read web-c before it changed"
             );
         }
+    }
+
+    #[test]
+    fn a_refused_streaming_list_is_told_from_other_failures() {
+        let status = |code| kube::core::Status::failure("", "").with_code(code);
+        let refused: Result<watcher::Event<Pod>, _> = Err(watcher::Error::WatchStartFailed(
+            kube::Error::Api(Box::new(status(422))),
+        ));
+        assert!(refuses_streaming(&refused));
+        let forbidden: Result<watcher::Event<Pod>, _> = Err(watcher::Error::WatchStartFailed(
+            kube::Error::Api(Box::new(status(403))),
+        ));
+        assert!(!refuses_streaming(&forbidden));
+        assert!(!refuses_streaming::<Pod>(&Ok(watcher::Event::Init)));
     }
 
     #[test]

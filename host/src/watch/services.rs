@@ -12,7 +12,7 @@ use kube::{
     },
 };
 
-use super::{Shared, backoff, list::streamed, relist::RelistGate, strip::strip_service, write};
+use super::{Shared, backoff, relist::RelistGate, strip::strip_service, write};
 use crate::index::ServiceNetworks;
 
 /// Services to reconcile, as the Controller's main stream: every Service added or changed.
@@ -24,7 +24,7 @@ pub fn watch(
 ) -> impl Stream<Item = Result<Service, watcher::Error>> + Send {
     let mut health = shared.health("services");
     let mut gate = RelistGate::default();
-    streamed(api, watcher::Config::default(), "services")
+    watcher(api, watcher::Config::default())
         .backoff(backoff())
         .modify(strip_service)
         .reflect(writer)

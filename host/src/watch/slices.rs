@@ -14,7 +14,7 @@ use kube::{
     },
 };
 
-use super::{Shared, backoff, list::streamed, relist::RelistGate, strip::strip_meta, write};
+use super::{Shared, backoff, relist::RelistGate, strip::strip_meta, write};
 use crate::reconcile::{
     book::SharedBook,
     slices::{MANAGED_BY, MANAGED_BY_LABEL},
@@ -28,7 +28,7 @@ pub fn watch(
     let mut health = shared.health("endpointslices");
     let mut gate = RelistGate::default();
     let ours = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
-    streamed(api, ours, "endpointslices")
+    watcher(api, ours)
         .backoff(backoff())
         .modify(|s: &mut EndpointSlice| strip_meta(&mut s.metadata))
         .reflect(writer)
