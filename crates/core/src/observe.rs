@@ -38,7 +38,7 @@ pub struct IgnoredIps {
     pub unusable: Vec<Unusable>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Observation {
     /// Sorted by pod name: the order the plugin sees and the slices keep.
     pub candidates: Vec<Candidate>,
@@ -50,11 +50,46 @@ pub struct Observation {
 }
 
 impl Observation {
+    /// Brings the observation up to date after the `changed` pods changed (added, updated or
+    /// removed): their rows are replaced by those of `fresh`, the changed pods observed again.
+    /// Every list stays sorted by pod name, as [`from_index`] makes them.
+    pub fn patch(&mut self, changed: &[&str], fresh: Observation) {
+        remove_pods(&mut self.candidates, changed, Candidate::name);
+        remove_pods(&mut self.skipped, changed, |s| &s.pod);
+        remove_pods(&mut self.ignored_ips, changed, |i| &i.pod);
+        remove_pods(&mut self.unreadable, changed, |s| &s.pod);
+        insert_pods(&mut self.candidates, fresh.candidates, Candidate::name);
+        insert_pods(&mut self.skipped, fresh.skipped, |s| &s.pod);
+        insert_pods(&mut self.ignored_ips, fresh.ignored_ips, |i| &i.pod);
+        insert_pods(&mut self.unreadable, fresh.unreadable, |s| &s.pod);
+    }
+
     /// A skipped pod may become usable without an event on the Service (its node appears).
     pub fn needs_retry(&self) -> bool {
         self.skipped
             .iter()
             .any(|s| matches!(s.reason, SkipReason::NodeMissing { .. }))
+    }
+}
+
+/// Removes the rows of the `pods` from `rows`, sorted by pod name.
+fn remove_pods<T>(rows: &mut Vec<T>, pods: &[&str], name: impl Fn(&T) -> &str) {
+    for pod in pods {
+        let at = rows.partition_point(|row| name(row) < *pod);
+        let end = at
+            + rows[at..]
+                .iter()
+                .take_while(|row| name(row) == *pod)
+                .count();
+        rows.drain(at..end);
+    }
+}
+
+/// Inserts `new` rows into `rows`, both sorted by pod name, keeping the order.
+fn insert_pods<T>(rows: &mut Vec<T>, new: Vec<T>, name: impl Fn(&T) -> &str) {
+    for row in new {
+        let at = rows.partition_point(|kept| name(kept) <= name(&row));
+        rows.insert(at, row);
     }
 }
 
@@ -128,6 +163,23 @@ pub fn candidates<'a>(
 pub fn from_index(pods: &PodIndex, zones: &NodeZones, target: &ServiceTarget) -> Observation {
     let on_network = pods.on_network(&target.namespace, &target.network);
     candidates(target, on_network, zone_of(zones))
+}
+
+/// Brings `observation`, the network's candidates as [`from_index`] observed them, up to date
+/// after the `changed` pods changed: those pods observed again, not the network's every pod.
+pub fn refresh(
+    observation: &mut Observation,
+    changed: &[&str],
+    pods: &PodIndex,
+    zones: &NodeZones,
+    target: &ServiceTarget,
+) {
+    let on_network = changed
+        .iter()
+        .filter_map(|name| pods.get(&target.namespace, name))
+        .filter(|pod| pod.networks().any(|network| network == target.network));
+    let fresh = candidates(target, on_network, zone_of(zones));
+    observation.patch(changed, fresh);
 }
 
 /// The named pods among the Service's candidates (the pods a pod-scoped change names).

@@ -10,7 +10,7 @@
 
 use std::{
     borrow::Borrow,
-    collections::{BTreeSet, HashMap, HashSet},
+    collections::{BTreeSet, HashMap, HashSet, VecDeque},
     hash::BuildHasher,
     sync::Arc,
 };
@@ -25,6 +25,7 @@ use super::{
     pod::{Interners, PodRecord},
 };
 use crate::{input::network_status::StatusError, relist::RelistGate};
+use nad_model::intern::Name;
 
 pub type PodKey = (String, String);
 /// `(namespace, network)`.
@@ -57,9 +58,22 @@ pub struct PodIndex {
     relisting: Option<HashSet<usize>>,
     gate: RelistGate<NetworkKey>,
     synced: bool,
-    /// Per network, a number that changes whenever its pods do (see [`Self::generation`]).
-    generations: HashMap<NetworkKey, u64>,
+    /// Per network, a number that changes whenever its pods do (see [`Self::generation`]),
+    /// and the pods changed last.
+    generations: HashMap<NetworkKey, Recent>,
     changes: u64,
+}
+
+/// Pods changed on a network that are remembered by name ([`PodIndex::changed_since`]).
+const RECENT: usize = 16;
+
+/// One network's generation and its latest changes.
+#[derive(Debug, Default)]
+struct Recent {
+    generation: u64,
+    /// The pods changed after `complete_after`, each with its change's number, oldest first.
+    pods: VecDeque<(u64, Name)>,
+    complete_after: u64,
 }
 
 /// A record in a network's set, ordered and found by the pod's name: the name is not kept a
@@ -154,13 +168,43 @@ impl PodIndex {
     pub fn generation(&self, namespace: &str, network: &str) -> u64 {
         self.generations
             .get(&(namespace.to_owned(), network.to_owned()))
-            .copied()
-            .unwrap_or(0)
+            .map_or(0, |recent| recent.generation)
     }
 
-    fn changed(&mut self, network: NetworkKey) {
+    /// The pods of the network changed after its generation `since`, by name, when they are
+    /// few enough to be remembered: what was derived from the network's pods at `since` can
+    /// be brought up to date with these alone. `None` when more changed than are remembered.
+    pub fn changed_since(&self, namespace: &str, network: &str, since: u64) -> Option<Vec<Name>> {
+        let Some(recent) = self
+            .generations
+            .get(&(namespace.to_owned(), network.to_owned()))
+        else {
+            return Some(Vec::new());
+        };
+        if since < recent.complete_after {
+            return None;
+        }
+        let mut names: Vec<Name> = recent
+            .pods
+            .iter()
+            .filter(|(change, _)| *change > since)
+            .map(|(_, name)| name.clone())
+            .collect();
+        names.sort();
+        names.dedup();
+        Some(names)
+    }
+
+    fn changed(&mut self, network: NetworkKey, pod: &Name) {
         self.changes += 1;
-        self.generations.insert(network, self.changes);
+        let recent = self.generations.entry(network).or_default();
+        recent.generation = self.changes;
+        if recent.pods.len() == RECENT
+            && let Some((forgotten, _)) = recent.pods.pop_front()
+        {
+            recent.complete_after = forgotten;
+        }
+        recent.pods.push_back((self.changes, pod.clone()));
     }
 
     pub fn get(&self, namespace: &str, name: &str) -> Option<&Arc<PodRecord>> {
@@ -266,7 +310,7 @@ impl PodIndex {
         let before = self.remove(&record.namespace, &record.name);
         for network in record.networks() {
             let network = (record.namespace.to_string(), network.to_owned());
-            self.changed(network.clone());
+            self.changed(network.clone(), &record.name);
             self.by_network
                 .entry(network)
                 .or_default()
@@ -288,7 +332,7 @@ impl PodIndex {
             .remove();
         for network in before.networks() {
             let network_key = (namespace.to_owned(), network.to_owned());
-            self.changed(network_key.clone());
+            self.changed(network_key.clone(), &before.name);
             if let Some(pods) = self.by_network.get_mut(&network_key) {
                 pods.remove(name);
                 if pods.is_empty() {
@@ -404,6 +448,42 @@ mod tests {
                 .is_some(),
             "broken again after a fix"
         );
+    }
+
+    #[test]
+    fn the_pods_changed_since_a_generation_are_named_while_few_enough_are() {
+        let mut index = PodIndex::default();
+        let generation = |index: &PodIndex| index.generation("ns", "ns/a");
+        let since = |index: &PodIndex, at| {
+            index
+                .changed_since("ns", "ns/a", at)
+                .map(|names| names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+        };
+        assert_eq!(since(&index, 0), Some(vec![]), "a network never seen");
+        index.on_event(&Event::Apply(pod("p", Some(ON_A))));
+        let first = generation(&index);
+        index.on_event(&Event::Apply(pod("q", Some(ON_A))));
+        index.on_event(&Event::Apply(pod("p", Some(ON_A))));
+        index.on_event(&Event::Apply(pod("x", Some(ON_B))));
+        assert_eq!(since(&index, first), Some(vec!["p".into(), "q".into()]));
+        assert_eq!(since(&index, 0), Some(vec!["p".into(), "q".into()]));
+        assert_eq!(since(&index, generation(&index)), Some(vec![]));
+        index.on_event(&Event::Delete(pod("q", None)));
+        assert_eq!(
+            since(&index, first),
+            Some(vec!["p".into(), "q".into()]),
+            "gone"
+        );
+        let before = generation(&index);
+        for i in 0..RECENT {
+            index.on_event(&Event::Apply(pod(&format!("n{i:02}"), Some(ON_A))));
+        }
+        assert_eq!(
+            since(&index, first),
+            None,
+            "more changed than are remembered"
+        );
+        assert_eq!(since(&index, before).map(|n| n.len()), Some(RECENT));
     }
 
     #[test]
