@@ -22,6 +22,7 @@ use crate::{
     index::{NetworkKey, NodeZones, PodIndex},
     input::target::ServiceTarget,
 };
+use nad_model::intern::Name;
 
 /// A view of the candidates that a policy built once for all the Services of the network.
 type View = Arc<dyn Any + Send + Sync>;
@@ -122,7 +123,7 @@ enum Kept {
     /// Its observation, up to date.
     Current(Arc<Observed>),
     /// An observation a reconcile holds, and the pods changed since.
-    Held(Arc<Observed>, Vec<nad_model::intern::Name>),
+    Held(Arc<Observed>, Vec<Name>),
     /// Nothing that can be brought up to date.
     Stale,
 }
@@ -171,7 +172,6 @@ impl CandidateCache {
             // it after a change, but Services of other networks never wait for it.
             Kept::Held(held, changed) => {
                 let mut observation = held.observation.clone();
-                let changed: Vec<&str> = changed.iter().map(|name| &**name).collect();
                 observe::refresh(&mut observation, &changed, pods, zones, target);
                 observation
             }
@@ -213,7 +213,6 @@ impl CandidateCache {
                 return Kept::Held(entry.observed.clone(), changed);
             };
             // No reconcile holds it: a few pods' rows replaced, under the lock.
-            let changed: Vec<&str> = changed.iter().map(|name| &**name).collect();
             observe::refresh(&mut observed.observation, &changed, pods, zones, target);
             observed.drop_views();
             entry.made_at = generation;

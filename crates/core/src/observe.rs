@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use nad_model::intern::Name;
+
 pub use nad_model::candidate::Candidate;
 
 use crate::{
@@ -169,17 +171,18 @@ pub fn from_index(pods: &PodIndex, zones: &NodeZones, target: &ServiceTarget) ->
 /// after the `changed` pods changed: those pods observed again, not the network's every pod.
 pub fn refresh(
     observation: &mut Observation,
-    changed: &[&str],
+    changed: &[Name],
     pods: &PodIndex,
     zones: &NodeZones,
     target: &ServiceTarget,
 ) {
+    let changed: Vec<&str> = changed.iter().map(|name| &**name).collect();
     let on_network = changed
         .iter()
         .filter_map(|name| pods.get(&target.namespace, name))
         .filter(|pod| pod.networks().any(|network| network == target.network));
     let fresh = candidates(target, on_network, zone_of(zones));
-    observation.patch(changed, fresh);
+    observation.patch(&changed, fresh);
 }
 
 /// The named pods among the Service's candidates (the pods a pod-scoped change names).
