@@ -53,7 +53,7 @@ mod support;
 
 mod cluster;
 use cluster::{
-    CONCURRENT_SYNCS, Controller, Flip, Flips, SliceTally, apiserver_slice_write_time,
+    CONCURRENT_SYNCS, Controller, Flip, Flips, SliceTally, api_mean_ms, apiserver_slice_write_time,
     apiserver_slice_writes, commit, control_plane_cpu, cpu_spent, env_usize, machine, progress,
     saw_pod, saw_slice, summary, watch_from_now,
 };
@@ -326,15 +326,6 @@ async fn cold_start(
         "control_plane_cpu_seconds": control_plane,
     });
     (controller, result)
-}
-
-fn api_mean_ms(before: (f64, f64), after: (f64, f64)) -> f64 {
-    let count = after.1 - before.1;
-    if count > 0.0 {
-        (after.0 - before.0) / count * 1e3
-    } else {
-        0.0
-    }
 }
 
 /// Watches pods and slices from now on (no initial list), stamping each awaited state.

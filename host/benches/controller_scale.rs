@@ -51,9 +51,9 @@ mod support;
 
 mod cluster;
 use cluster::{
-    Controller, Flip, Flips, KCM_MANAGED_BY, SliceTally, apiserver_slice_writes, commit,
-    control_plane_cpu, env_usize, kcm_flags, machine, pod_ready, progress, saw_pod, saw_slice,
-    summary, watch_from_now,
+    Controller, Flip, Flips, KCM_MANAGED_BY, SliceTally, api_mean_ms, apiserver_slice_write_time,
+    apiserver_slice_writes, apiserver_status_write_time, commit, control_plane_cpu, env_usize,
+    kcm_flags, machine, pod_ready, progress, saw_pod, saw_slice, summary, watch_from_now,
 };
 
 const NETWORK: &str = "macvlan";
@@ -235,6 +235,9 @@ struct Counters {
     /// The reconciles' time (seconds) and number (the duration histogram's sum and count).
     reconciling: (f64, f64),
     api_writes: u64,
+    /// The API server's time for slice writes and for pod status writes: (seconds, requests).
+    api_slice_time: (f64, f64),
+    api_status_time: (f64, f64),
 }
 
 impl Counters {
@@ -248,6 +251,8 @@ impl Counters {
                 .await,
             reconciling: reconcile_time(controller).await,
             api_writes: apiserver_slice_writes(client).await,
+            api_slice_time: apiserver_slice_write_time(client).await,
+            api_status_time: apiserver_status_write_time(client).await,
         }
     }
 
@@ -260,6 +265,14 @@ impl Counters {
                 self.reconciling.1 - before.reconciling.1,
             ),
             api_writes: self.api_writes - before.api_writes,
+            api_slice_time: (
+                self.api_slice_time.0 - before.api_slice_time.0,
+                self.api_slice_time.1 - before.api_slice_time.1,
+            ),
+            api_status_time: (
+                self.api_status_time.0 - before.api_status_time.0,
+                self.api_status_time.1 - before.api_status_time.1,
+            ),
         }
     }
 }
@@ -311,6 +324,11 @@ async fn latency(
         "status_write_response_to_slice_event": ms(|f| Flip::ms(f.written, f.slice_seen)),
         "apiserver_status_write_to_pod_event": ms(Flip::api_ms),
         "controller_own_share": ms(Flip::own_ms),
+        // The API server's own time (its request duration histogram) for the flips' writes.
+        "apiserver_ms_per_write": {
+            "slice": api_mean_ms((0.0, 0.0), spent.api_slice_time),
+            "pod_status": api_mean_ms((0.0, 0.0), spent.api_status_time),
+        },
         "writes_per_flip": {
             "controller_metric": per_flip(spent.writes),
             "apiserver_request_total": per_flip(spent.api_writes),

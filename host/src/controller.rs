@@ -39,26 +39,18 @@ pub async fn run(
 ) {
     let shared = Shared::new(metrics.clone());
     let (services, service_writer) = reflector::store::<Service>();
-    let (slices, slice_writer) = reflector::store::<EndpointSlice>();
     let (service_stream, triggers) = watches(
         &client,
         &plugins,
         &metrics,
         &shared,
         settings.namespace.as_deref(),
-        (services.clone(), service_writer, slice_writer),
+        (services.clone(), service_writer),
     );
-    let caches_ready = signal_when_synced(&shared, services.clone(), slices.clone(), ready);
+    let caches_ready = signal_when_synced(&shared, services.clone(), ready);
     let api = reconcile::Api::new(client, reporter);
     let plugins = plugins.plugins.clone();
-    let ctx = Arc::new(Context::new(
-        api,
-        shared,
-        slices,
-        plugins,
-        settings,
-        caches_ready,
-    ));
+    let ctx = Arc::new(Context::new(api, shared, plugins, settings, caches_ready));
 
     // A reconcile mostly waits for its slice write; the plugin calls and planning run on the
     // blocking pool. Five at once, as upstream's EndpointSlice controller, keeps two cores
@@ -84,11 +76,7 @@ pub async fn run(
         .await;
 }
 
-type Stores = (
-    Store<Service>,
-    reflector::store::Writer<Service>,
-    reflector::store::Writer<EndpointSlice>,
-);
+type Stores = (Store<Service>, reflector::store::Writer<Service>);
 
 /// Every watch: the Controller's main stream (each Service added or changed) and, merged,
 /// everything else that asks for a reconcile.
@@ -98,7 +86,7 @@ fn watches(
     metrics: &Arc<Metrics>,
     shared: &Shared,
     namespace: Option<&str>,
-    (services, service_writer, slice_writer): Stores,
+    (services, service_writer): Stores,
 ) -> (
     impl futures::Stream<Item = Result<Service, kube::runtime::watcher::Error>> + Send + use<>,
     impl futures::Stream<Item = ObjectRef<Service>> + Send + use<>,
@@ -123,7 +111,7 @@ fn watches(
         service_writer,
         shared.clone(),
     );
-    let slice_triggers = watch::slices::watch(slice_api, slice_writer, shared.clone());
+    let slice_triggers = watch::slices::watch(slice_api, shared.clone());
     let screen = Screen {
         services: services.clone(),
         plugins: plugins.plugins.clone(),
@@ -164,17 +152,19 @@ fn watches(
 fn signal_when_synced(
     shared: &Shared,
     services: Store<Service>,
-    slices: Store<EndpointSlice>,
     ready: Readiness,
 ) -> tokio::sync::watch::Receiver<bool> {
     let (synced, caches_ready) = tokio::sync::watch::channel(false);
-    let (pods, zones) = (shared.pods.clone(), shared.zones.clone());
+    let (pods, zones, slices) = (
+        shared.pods.clone(),
+        shared.zones.clone(),
+        shared.slices.clone(),
+    );
     tokio::spawn(async move {
-        let stores = store_ready(&services).await && store_ready(&slices).await;
-        if !stores {
+        if !store_ready(&services).await {
             return;
         }
-        while !(read(&pods).is_synced() && read(&zones).is_synced()) {
+        while !(read(&pods).is_synced() && read(&zones).is_synced() && read(&slices).is_synced()) {
             if synced.is_closed() {
                 return;
             }

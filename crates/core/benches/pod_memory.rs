@@ -1,21 +1,24 @@
-//! Heap per cached pod: what the pod index and the shared observations keep of each pod.
+//! Heap per cached pod: what the pod index and the shared observations keep of each pod; and
+//! heap per cached slice: what the slice store keeps of each of this controller's slices,
+//! against the whole object a reflector store keeps.
 //!
 //! Feeds the index the pods of the scalability envelope's shape (`make bench-scale`: 15 pods a
 //! Service, 100 Services a network, the Multus network-status of a primary and one secondary
 //! network, the default plugin's kept labels) as one relist, then observes every network once,
-//! as the Services of a network share one observation. Counted by `dhat`'s heap statistics
-//! (bytes asked of the allocator and live blocks; the allocator's own rounding and headers come
-//! on top, about 8 to 16 bytes a block with glibc). Not timed. `NSC_BENCH_PODS` sets the number
+//! as the Services of a network share one observation. The pods' slices (one of 15 endpoints
+//! a Service, as the API server returns them) are fed to a [`SliceStore`], then kept whole.
+//! Counted by `dhat`'s heap statistics (bytes asked of the allocator and live blocks; the
+//! allocator's own rounding and headers come on top, about 8 to 16 bytes a block with glibc). Not timed. `NSC_BENCH_PODS` sets the number
 //! of pods (default 15 000); JSON goes to `$NSC_BENCH_OUT` when set.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a measuring tool: failing loudly is right
 
-use std::net::Ipv4Addr;
+use std::{collections::HashMap, net::Ipv4Addr, sync::Arc};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice};
 use kube::runtime::watcher::Event;
 use nad_core::{
-    index::{KeySet, Keys, NodeZones, PodIndex},
+    index::{KeySet, Keys, NodeZones, PodIndex, SliceStore},
     observe,
 };
 use nad_model::input::target::{self, ServiceTarget, Target};
@@ -75,6 +78,43 @@ fn pod(i: usize) -> Pod {
     .unwrap()
 }
 
+/// The slice of Service `s` as the API server returns it: its 15 pods, Ready.
+fn slice(s: usize) -> EndpointSlice {
+    let service = format!("svc-{s:05}");
+    let endpoints: Vec<_> = (s * PODS_PER_SERVICE..(s + 1) * PODS_PER_SERVICE)
+        .map(|i| {
+            json!({
+                "addresses": [address(Ipv4Addr::new(10, 128, 0, 0), i)],
+                "conditions": {"ready": true, "serving": true, "terminating": false},
+                "nodeName": format!("sim-node-{}", i % NODES),
+                "targetRef": {"kind": "Pod", "namespace": NAMESPACE,
+                              "name": format!("{service}-{:02}", i % PODS_PER_SERVICE),
+                              "uid": format!("6f1c2a3b-4d5e-4f60-8a7b-{i:012x}")},
+            })
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": format!("{service}-ipv4-0"),
+            "namespace": NAMESPACE,
+            "uid": format!("7a1c2a3b-4d5e-4f60-8a7b-{s:012x}"),
+            "resourceVersion": format!("{}", 1_000_000 + s),
+            "generation": 1,
+            "creationTimestamp": "2026-12-01T10:00:00Z",
+            "labels": {"kubernetes.io/service-name": service,
+                       "endpointslice.kubernetes.io/managed-by": "nad-service-controller.isim.dev",
+                       "service.kubernetes.io/headless": ""},
+            "annotations": {"endpoints.kubernetes.io/last-change-trigger-time": "2026-12-01T10:00:00Z"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": service,
+                                 "uid": format!("8b1c2a3b-4d5e-4f60-8a7b-{s:012x}"), "controller": true}],
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": endpoints,
+    }))
+    .unwrap()
+}
+
 fn target(network: usize) -> ServiceTarget {
     let service = serde_json::from_value(json!({
         "metadata": {"name": "svc", "namespace": NAMESPACE, "uid": "s",
@@ -91,6 +131,43 @@ fn target(network: usize) -> ServiceTarget {
 fn heap() -> (usize, usize) {
     let stats = dhat::HeapStats::get();
     (stats.curr_bytes, stats.curr_blocks)
+}
+
+/// Heap per slice of `services` slices (one a Service): kept by the slice store, and whole.
+fn slice_memory(services: usize) -> serde_json::Value {
+    let mut store = SliceStore::default();
+    let (before_slices, before_slice_blocks) = heap();
+    store.on_event(&Event::Init);
+    for s in 0..services {
+        store.on_event(&Event::InitApply(slice(s)));
+    }
+    store.on_event(&Event::InitDone);
+    let (stored_bytes, stored_blocks) = heap();
+    assert_eq!(
+        store.counts(),
+        (services, 0),
+        "every slice kept as a record"
+    );
+    // Whole, keyed by namespace and name: less than a reflector store, whose keys hold more.
+    let whole: HashMap<(String, String), Arc<EndpointSlice>> = (0..services)
+        .map(|s| {
+            let slice = slice(s);
+            let key = (NAMESPACE.to_owned(), slice.metadata.name.clone().unwrap());
+            (key, Arc::new(slice))
+        })
+        .collect();
+    let (whole_bytes, whole_blocks) = heap();
+    assert_eq!(whole.len(), services);
+    #[allow(clippy::cast_precision_loss)]
+    let per_slice = |b: usize, a: usize| (b - a) as f64 / services as f64;
+    json!({
+        "slices": services,
+        "endpoints_per_slice": PODS_PER_SERVICE,
+        "store_bytes_per_slice": per_slice(stored_bytes, before_slices),
+        "store_blocks_per_slice": per_slice(stored_blocks, before_slice_blocks),
+        "whole_bytes_per_slice": per_slice(whole_bytes, stored_bytes),
+        "whole_blocks_per_slice": per_slice(whole_blocks, stored_blocks),
+    })
 }
 
 fn main() {
@@ -128,7 +205,10 @@ fn main() {
     );
     #[allow(clippy::cast_precision_loss)]
     let per_pod = |b: usize, a: usize| (b - a) as f64 / pods as f64;
-    let result = json!({
+
+    let services = pods / PODS_PER_SERVICE;
+    let slices = slice_memory(services);
+    let mut result = json!({
         "pods": pods,
         "networks": networks,
         "index_bytes_per_pod": per_pod(indexed_bytes, bytes),
@@ -136,6 +216,10 @@ fn main() {
         "observation_bytes_per_pod": per_pod(observed_bytes, indexed_bytes),
         "observation_blocks_per_pod": per_pod(observed_blocks, indexed_blocks),
     });
+    let serde_json::Value::Object(slices) = slices else {
+        unreachable!("an object")
+    };
+    result.as_object_mut().unwrap().extend(slices);
     println!(
         "{pods} pods on {networks} networks: the index keeps {:.0} bytes a pod in {:.1} blocks; \
          the shared observations {:.0} bytes a pod in {:.1} blocks",
@@ -143,6 +227,14 @@ fn main() {
         result["index_blocks_per_pod"].as_f64().unwrap(),
         result["observation_bytes_per_pod"].as_f64().unwrap(),
         result["observation_blocks_per_pod"].as_f64().unwrap(),
+    );
+    println!(
+        "{services} slices of {PODS_PER_SERVICE} endpoints: the slice store keeps {:.0} bytes a \
+         slice in {:.1} blocks; whole, they take {:.0} bytes in {:.1} blocks",
+        result["store_bytes_per_slice"].as_f64().unwrap(),
+        result["store_blocks_per_slice"].as_f64().unwrap(),
+        result["whole_bytes_per_slice"].as_f64().unwrap(),
+        result["whole_blocks_per_slice"].as_f64().unwrap(),
     );
     if let Ok(out) = std::env::var("NSC_BENCH_OUT") {
         std::fs::write(&out, serde_json::to_string_pretty(&result).unwrap()).unwrap();

@@ -491,6 +491,38 @@ mod tests {
         assert!(is_managed_slice_of(s, "web") && !is_managed_slice_of(s, "other"));
     }
 
+    /// The slice cache keeps what this controller writes as records, not whole: every field
+    /// it sets reads back from one exactly.
+    #[test]
+    fn what_this_controller_writes_is_cached_as_a_record() {
+        use nad_model::slice::{SliceInterners, SliceRecord};
+        let mut endpoints = pods(0..30);
+        endpoints[3].hostname = Some("p0003".into());
+        endpoints[4].node_name = Some("node-a".into());
+        endpoints[4].zone = Some("zone-1".into());
+        endpoints[5].conditions = Some(EndpointConditions {
+            ready: Some(false),
+            serving: Some(true),
+            terminating: Some(true),
+        });
+        if let Some(pod) = endpoints[6].target_ref.as_mut() {
+            pod.uid = Some("6f1c2a3b-4d5e-4f60-8a7b-000000000006".into());
+        }
+        let at: Timestamp = "2026-12-01T10:00:00.5Z".parse().unwrap();
+        let changes = place(&target("team-a/m"), &desired(endpoints), &[], 100, Some(at));
+        let mut interners = SliceInterners::default();
+        for slice in stored(&changes.apply) {
+            let mut slice = (*slice).clone();
+            slice.metadata.generation = Some(1);
+            slice.metadata.creation_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    "2026-12-01T10:00:01Z".parse().unwrap(),
+                ));
+            let record = SliceRecord::of(&slice, &mut interners);
+            assert_eq!(record.map(|r| r.to_slice()), Some(slice));
+        }
+    }
+
     #[test]
     fn an_unchanged_input_writes_nothing() {
         let want = desired(pods(0..250));

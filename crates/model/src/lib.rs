@@ -11,6 +11,7 @@
 //! - [`decision`]: the policy's answer, and the endpoint conditions it sets;
 //! - [`probe`]: the probe a Service asks the network prober for (`isim.dev/probe`);
 //! - [`labels`]: what this controller writes on EndpointSlices;
+//! - [`slice`]: one of those slices as the slice cache keeps it;
 //! - [`reason`]: why a Service's slices do not follow its pods (Event reasons, metric labels).
 
 pub mod candidate;
@@ -22,3 +23,4 @@ pub mod labels;
 pub mod pod;
 pub mod probe;
 pub mod reason;
+pub mod slice;

@@ -56,6 +56,40 @@ pub async fn apiserver_slice_write_time(client: &Client) -> (f64, f64) {
     )
 }
 
+/// The API server's own time for pod status writes (the node simulator's) so far: (seconds in
+/// all, requests).
+pub async fn apiserver_status_write_time(client: &Client) -> (f64, f64) {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    let scrape = Scrape::new(text);
+    let series = |part: &str| {
+        ["PUT", "PATCH", "APPLY"]
+            .iter()
+            .map(|verb| {
+                format!(
+                    "apiserver_request_duration_seconds_{part}{{resource=\"pods\",subresource=\"status\",verb=\"{verb}\"}}"
+                )
+            })
+            .filter(|series| scrape.get(series).is_some())
+            .map(|series| scrape.sum(&series))
+            .sum()
+    };
+    (series("sum"), series("count"))
+}
+
+/// The mean time in milliseconds of the requests between two readings of a (seconds,
+/// requests) pair; 0 when there were none.
+pub fn api_mean_ms(before: (f64, f64), after: (f64, f64)) -> f64 {
+    let count = after.1 - before.1;
+    if count > 0.0 {
+        (after.0 - before.0) / count * 1e3
+    } else {
+        0.0
+    }
+}
+
 /// Sum of the API server's metric `name` over its EndpointSlice write series (a verb it has
 /// not served yet counts 0).
 async fn apiserver_slice_write_metric(client: &Client, name: &str) -> f64 {

@@ -9,10 +9,7 @@ use std::{
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{
     Client,
-    runtime::{
-        events::Reporter,
-        reflector::{ObjectRef, Store},
-    },
+    runtime::{events::Reporter, reflector::ObjectRef},
 };
 
 use super::{
@@ -64,7 +61,6 @@ impl Api {
 pub struct Context {
     /// The watches' state: the indexes, the bookkeeping, the recovery, the metrics.
     shared: Shared,
-    slices: Store<EndpointSlice>,
     /// Each network's candidates, shared by its Services.
     candidates: Arc<CandidateCache>,
     plugins: Arc<SharedPlugins>,
@@ -89,14 +85,12 @@ impl Context {
     pub fn new(
         api: Api,
         shared: Shared,
-        slices: Store<EndpointSlice>,
         plugins: Arc<SharedPlugins>,
         settings: Settings,
         caches_ready: tokio::sync::watch::Receiver<bool>,
     ) -> Self {
         Context {
             shared,
-            slices,
             candidates: Arc::default(),
             plugins,
             api,
@@ -156,11 +150,9 @@ impl Context {
     /// This controller's slices of the Service, from the cache.
     pub fn slices_of(&self, service: &ObjectRef<Service>) -> Vec<Arc<EndpointSlice>> {
         let namespace = service.namespace.as_deref().unwrap_or_default();
-        read(&self.shared.slice_names)
-            .of(namespace, &service.name)
-            .filter_map(|name| self.slices.get(&ObjectRef::new(name).within(namespace)))
-            .filter(|s| slices::is_managed_slice_of(s, &service.name))
-            .collect()
+        let mut slices = read(&self.shared.slices).of(namespace, &service.name);
+        slices.retain(|s| slices::is_managed_slice_of(s, &service.name));
+        slices
     }
 
     /// What the reconcile of `target` reads, once: the changed pods among its candidates now,
@@ -214,18 +206,13 @@ impl Context {
 
 #[cfg(test)]
 impl Context {
-    /// A context over empty caches, writing to `client`; the slice store's writer and the
-    /// sender of the caches' readiness (true) come with it.
+    /// A context over empty caches, writing to `client`; the sender of the caches' readiness
+    /// (true) comes with it.
     pub fn for_tests(
         client: Client,
         plugins: Plugins,
         zones: crate::index::NodeZones,
-    ) -> (
-        Self,
-        kube::runtime::reflector::store::Writer<EndpointSlice>,
-        tokio::sync::watch::Sender<bool>,
-    ) {
-        let (slices, writer) = kube::runtime::reflector::store::<EndpointSlice>();
+    ) -> (Self, tokio::sync::watch::Sender<bool>) {
         let (ready, caches_ready) = tokio::sync::watch::channel(true);
         let shared = Shared::new(Arc::default());
         *crate::watch::write(&shared.pods) = crate::index::PodIndex::new(plugins.keys());
@@ -237,8 +224,8 @@ impl Context {
         };
         let plugins = Arc::new(SharedPlugins::new(plugins));
         let api = Api::new(client, test_reporter());
-        let ctx = Context::new(api, shared, slices, plugins, settings, caches_ready);
-        (ctx, writer, ready)
+        let ctx = Context::new(api, shared, plugins, settings, caches_ready);
+        (ctx, ready)
     }
 
     pub fn shared(&self) -> &Shared {

@@ -17,11 +17,7 @@ use k8s_openapi::api::{
 use kube::{
     Client, ResourceExt,
     client::Body,
-    runtime::{
-        controller::Action,
-        reflector::{ObjectRef, store::Writer},
-        watcher::Event,
-    },
+    runtime::{controller::Action, reflector::ObjectRef, watcher::Event},
 };
 use nad_test_kit::metrics::Scrape;
 use serde_json::{Value, json};
@@ -128,7 +124,6 @@ async fn verify(mut handle: Handle<Request<Body>, Response<Body>>, calls: Vec<Ca
 /// A Context over in-memory caches and a mocked API.
 struct Harness {
     ctx: Arc<Context>,
-    slices: Writer<EndpointSlice>,
     handle: Option<Handle<Request<Body>, Response<Body>>>,
     _ready: tokio::sync::watch::Sender<bool>,
 }
@@ -138,11 +133,9 @@ impl Harness {
         let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let mut zones = NodeZones::default();
         zones.on_event(&Event::Apply(node("n1", "zone-a")));
-        let (ctx, slices, ready) =
-            Context::for_tests(Client::new(service, "default"), plugins, zones);
+        let (ctx, ready) = Context::for_tests(Client::new(service, "default"), plugins, zones);
         Harness {
             ctx: Arc::new(ctx),
-            slices,
             handle: Some(handle),
             _ready: ready,
         }
@@ -198,11 +191,9 @@ impl Harness {
         }
     }
 
-    /// A slice event as the slice watch handles it: the store, then the names by Service.
+    /// A slice event as the slice watch handles it.
     fn store_slice(&mut self, slice: EndpointSlice) {
-        let event = Event::Apply(slice);
-        self.slices.apply_watcher_event(&event);
-        write(&self.ctx.shared().slice_names).on_event(&event);
+        write(&self.ctx.shared().slices).on_event(&Event::Apply(slice));
     }
 
     /// The watch events of `sent` as the slice watch handles them: whether any of them asks

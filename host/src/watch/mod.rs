@@ -34,7 +34,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::{
-    index::{NetworkDefinitions, NodeZones, PodIndex, ServiceNetworks, SliceNames},
+    index::{NetworkDefinitions, NodeZones, PodIndex, ServiceNetworks, SliceStore},
     metrics::Metrics,
     reconcile::book::SharedBook,
 };
@@ -48,7 +48,7 @@ pub struct Shared {
     pub zones: Arc<RwLock<NodeZones>>,
     pub networks: Arc<RwLock<ServiceNetworks>>,
     pub definitions: Arc<RwLock<NetworkDefinitions>>,
-    pub slice_names: Arc<RwLock<SliceNames>>,
+    pub slices: Arc<RwLock<SliceStore>>,
     pub recovery: Arc<Recovery>,
     pub metrics: Arc<Metrics>,
 }

@@ -1,17 +1,13 @@
-//! The watch of this controller's slices: their store and names by Service, and the Services a slice event
-//! concerns. An event that shows exactly what this controller wrote adds nothing to check;
-//! anything else (a hand edit, a deletion by someone else) makes the owner place its
-//! decisions again (no input changed, so they stand).
+//! The watch of this controller's slices: their store by Service ([`crate::index::SliceStore`]),
+//! and the Services a slice event concerns. An event that shows exactly what this controller
+//! wrote adds nothing to check; anything else (a hand edit, a deletion by someone else) makes
+//! the owner place its decisions again (no input changed, so they stand).
 
 use futures::{Stream, StreamExt, future, stream};
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{
     Api, ResourceExt,
-    runtime::{
-        WatchStreamExt,
-        reflector::{ObjectRef, store::Writer},
-        watcher,
-    },
+    runtime::{WatchStreamExt, reflector::ObjectRef, watcher},
 };
 
 use super::{Shared, backoff, relist::RelistGate, strip::strip_meta, write};
@@ -22,7 +18,6 @@ use crate::reconcile::{
 
 pub fn watch(
     api: Api<EndpointSlice>,
-    writer: Writer<EndpointSlice>,
     shared: Shared,
 ) -> impl Stream<Item = ObjectRef<Service>> + Send {
     let mut health = shared.health("endpointslices");
@@ -31,10 +26,9 @@ pub fn watch(
     watcher(api, ours)
         .backoff(backoff())
         .modify(|s: &mut EndpointSlice| strip_meta(&mut s.metadata))
-        .reflect(writer)
         .filter_map(move |item| {
             let owners = health.observe(item).map_or_else(Vec::new, |event| {
-                write(&shared.slice_names).on_event(&event);
+                write(&shared.slices).on_event(&event);
                 let owners = owners(&shared.book, &event);
                 gate.pass(&event, owners)
             });

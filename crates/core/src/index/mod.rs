@@ -15,4 +15,4 @@ pub use networks::{Missing, NetworkDefinitions};
 pub use nodes::{NodeZones, ZONE_LABEL};
 pub use pods::{NetworkKey, PodChange, PodIndex};
 pub use services::ServiceNetworks;
-pub use slices::SliceNames;
+pub use slices::SliceStore;

@@ -1,95 +1,148 @@
-//! Which of this controller's slices belong to each Service, by name: the slices themselves
-//! stay in the slice watch's store. A reconcile finds its Service's slices here instead of
-//! scanning every slice, which at a cold start of 10 000 Services over 10 000 slices would be
-//! 10^8 label comparisons.
+//! This controller's slices, by the Service they are labelled with: the slice watch keeps them
+//! here instead of in a reflector store. A reconcile finds its Service's slices by Service
+//! instead of scanning every slice (at a cold start of 10 000 Services over 10 000 slices,
+//! 10^8 label comparisons), and each slice is kept as a [`SliceRecord`], about a fifth of the
+//! object, unless it holds something a record cannot say again (then whole).
 
-use std::collections::{BTreeSet, HashMap};
+use std::{collections::HashMap, sync::Arc};
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{ResourceExt, runtime::watcher::Event};
+use nad_model::slice::{SliceInterners, SliceRecord};
 
 use crate::slices::SERVICE_NAME_LABEL;
 
 /// `(namespace, name)`.
 type Key = (String, String);
 
-/// Slice names by the Service they are labelled with, fed by the slice watch after its store.
+/// A slice as the store keeps it.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // nearly every slice is a record: a box would add a block each
+enum Stored {
+    Reduced(SliceRecord),
+    /// Changed by someone else in a way a record cannot hold: kept as it was seen.
+    Whole(Arc<EndpointSlice>),
+}
+
+impl Stored {
+    fn name(&self) -> &str {
+        match self {
+            Stored::Reduced(record) => record.name(),
+            Stored::Whole(slice) => slice.metadata.name.as_deref().unwrap_or_default(),
+        }
+    }
+
+    fn get(&self) -> Arc<EndpointSlice> {
+        match self {
+            Stored::Reduced(record) => Arc::new(record.to_slice()),
+            Stored::Whole(slice) => Arc::clone(slice),
+        }
+    }
+}
+
+/// This controller's slices by Service, fed by the slice watch.
 #[derive(Debug, Default)]
-pub struct SliceNames {
-    names: Names,
-    /// During a relist, the names it has shown so far; they replace the others at `InitDone`,
-    /// when the store drops the slices the relist did not show. Until then both answer from
-    /// what they had.
-    relisting: Option<Names>,
+pub struct SliceStore {
+    slices: Slices,
+    /// During a relist, the slices it has shown so far; they replace the others at `InitDone`,
+    /// as a reflector store does. Until then the store answers from what it had.
+    relisting: Option<Slices>,
+    interners: SliceInterners,
+    synced: bool,
 }
 
 #[derive(Debug, Default)]
-struct Names {
-    by_service: HashMap<Key, BTreeSet<String>>,
+struct Slices {
+    /// The slices labelled with each Service, in name order: a few each, in a vector of their
+    /// own size (a B-tree node would hold room for eleven).
+    by_service: HashMap<Key, Vec<Stored>>,
     /// Each slice's Service, to move a slice whose label changed.
     service_of: HashMap<Key, String>,
 }
 
-impl Names {
-    fn insert(&mut self, slice: &EndpointSlice) {
+impl Slices {
+    fn insert(&mut self, slice: &EndpointSlice, interners: &mut SliceInterners) {
         self.remove(slice);
         let Some(service) = slice.labels().get(SERVICE_NAME_LABEL) else {
             return;
         };
         let namespace = slice.namespace().unwrap_or_default();
-        self.by_service
+        let stored = match SliceRecord::of(slice, interners) {
+            Some(record) => Stored::Reduced(record),
+            None => Stored::Whole(Arc::new(slice.clone())),
+        };
+        let slices = self
+            .by_service
             .entry((namespace.clone(), service.clone()))
-            .or_default()
-            .insert(slice.name_any());
+            .or_default();
+        let at = slices.partition_point(|s| s.name() < stored.name());
+        slices.insert(at, stored);
+        slices.shrink_to_fit();
         self.service_of
             .insert((namespace, slice.name_any()), service.clone());
     }
 
     fn remove(&mut self, slice: &EndpointSlice) {
-        let namespace = slice.namespace().unwrap_or_default();
-        let Some(service) = self
-            .service_of
-            .remove(&(namespace.clone(), slice.name_any()))
-        else {
+        let (namespace, name) = (slice.namespace().unwrap_or_default(), slice.name_any());
+        let Some(service) = self.service_of.remove(&(namespace.clone(), name.clone())) else {
             return;
         };
         let key = (namespace, service);
-        if let Some(names) = self.by_service.get_mut(&key) {
-            names.remove(&slice.name_any());
-            if names.is_empty() {
+        if let Some(slices) = self.by_service.get_mut(&key) {
+            slices.retain(|s| s.name() != name);
+            slices.shrink_to_fit();
+            if slices.is_empty() {
                 self.by_service.remove(&key);
             }
         }
     }
 }
 
-impl SliceNames {
-    /// Follows an event of the slice watch (after its store applied it).
+impl SliceStore {
+    /// Follows an event of the slice watch.
     pub fn on_event(&mut self, event: &Event<EndpointSlice>) {
+        let interners = &mut self.interners;
         match event {
-            Event::Init => self.relisting = Some(Names::default()),
+            Event::Init => self.relisting = Some(Slices::default()),
             Event::InitApply(slice) => match self.relisting.as_mut() {
-                Some(relisting) => relisting.insert(slice),
-                None => self.names.insert(slice),
+                Some(relisting) => relisting.insert(slice, interners),
+                None => self.slices.insert(slice, interners),
             },
-            Event::Apply(slice) => self.names.insert(slice),
-            Event::Delete(slice) => self.names.remove(slice),
+            Event::Apply(slice) => self.slices.insert(slice, interners),
+            Event::Delete(slice) => self.slices.remove(slice),
             Event::InitDone => {
                 if let Some(relisted) = self.relisting.take() {
-                    self.names = relisted;
+                    self.slices = relisted;
                 }
+                self.synced = true;
             }
         }
     }
 
-    /// The names of the slices labelled with the Service `namespace/service`, in order.
-    pub fn of(&self, namespace: &str, service: &str) -> impl Iterator<Item = &str> {
-        self.names
+    /// Whether the store has had its first list.
+    pub fn is_synced(&self) -> bool {
+        self.synced
+    }
+
+    /// The slices labelled with the Service `namespace/service`, in name order, as the API
+    /// server returned them.
+    pub fn of(&self, namespace: &str, service: &str) -> Vec<Arc<EndpointSlice>> {
+        self.slices
             .by_service
             .get(&(namespace.to_owned(), service.to_owned()))
             .into_iter()
             .flatten()
-            .map(String::as_str)
+            .map(Stored::get)
+            .collect()
+    }
+
+    /// How many slices are kept as records and how many whole.
+    pub fn counts(&self) -> (usize, usize) {
+        let all = self.slices.by_service.values().flatten();
+        all.fold((0, 0), |(reduced, whole), s| match s {
+            Stored::Reduced(_) => (reduced + 1, whole),
+            Stored::Whole(_) => (reduced, whole + 1),
+        })
     }
 }
 
@@ -100,51 +153,79 @@ mod tests {
 
     fn slice(name: &str, service: &str) -> EndpointSlice {
         serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "ns", "labels": {SERVICE_NAME_LABEL: service}},
-            "addressType": "IPv4", "endpoints": [],
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+                         "resourceVersion": "1", "labels": {SERVICE_NAME_LABEL: service},
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Service",
+                                              "name": service, "uid": "s"}]},
+            "addressType": "IPv4", "ports": [],
+            "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": true},
+                           "targetRef": {"kind": "Pod", "namespace": "ns", "name": "p"}}],
         }))
         .unwrap()
     }
 
-    fn of(names: &SliceNames, service: &str) -> Vec<String> {
-        names.of("ns", service).map(str::to_owned).collect()
+    fn of(store: &SliceStore, service: &str) -> Vec<String> {
+        store
+            .of("ns", service)
+            .iter()
+            .map(|s| s.name_any())
+            .collect()
     }
 
     #[test]
     fn slices_follow_their_service_label() {
-        let mut names = SliceNames::default();
-        names.on_event(&Event::Apply(slice("web-1", "web")));
-        names.on_event(&Event::Apply(slice("web-0", "web")));
-        names.on_event(&Event::Apply(slice("api-0", "api")));
-        assert_eq!(of(&names, "web"), ["web-0", "web-1"]);
-        names.on_event(&Event::Apply(slice("web-1", "api")));
-        assert_eq!(of(&names, "web"), ["web-0"]);
-        assert_eq!(of(&names, "api"), ["api-0", "web-1"]);
-        names.on_event(&Event::Delete(slice("web-0", "web")));
-        assert!(of(&names, "web").is_empty());
+        let mut store = SliceStore::default();
+        store.on_event(&Event::Apply(slice("web-1", "web")));
+        store.on_event(&Event::Apply(slice("web-0", "web")));
+        store.on_event(&Event::Apply(slice("api-0", "api")));
+        assert_eq!(of(&store, "web"), ["web-0", "web-1"]);
+        store.on_event(&Event::Apply(slice("web-1", "api")));
+        assert_eq!(of(&store, "web"), ["web-0"]);
+        assert_eq!(of(&store, "api"), ["api-0", "web-1"]);
+        store.on_event(&Event::Delete(slice("web-0", "web")));
+        assert!(of(&store, "web").is_empty());
         assert!(
-            !names
-                .names
+            !store
+                .slices
                 .by_service
                 .contains_key(&("ns".into(), "web".into()))
         );
     }
 
     #[test]
-    fn a_relist_replaces_the_names_when_it_is_done() {
-        let mut names = SliceNames::default();
-        names.on_event(&Event::Apply(slice("web-0", "web")));
-        names.on_event(&Event::Apply(slice("gone-0", "gone")));
-        names.on_event(&Event::Init);
-        names.on_event(&Event::InitApply(slice("web-0", "web")));
-        names.on_event(&Event::InitApply(slice("web-1", "web")));
+    fn a_relist_replaces_the_slices_when_it_is_done() {
+        let mut store = SliceStore::default();
+        store.on_event(&Event::Apply(slice("web-0", "web")));
+        store.on_event(&Event::Apply(slice("gone-0", "gone")));
+        store.on_event(&Event::Init);
+        store.on_event(&Event::InitApply(slice("web-0", "web")));
+        store.on_event(&Event::InitApply(slice("web-1", "web")));
         assert_eq!(
-            of(&names, "gone"),
+            of(&store, "gone"),
             ["gone-0"],
             "answers from what it had until done"
         );
-        names.on_event(&Event::InitDone);
-        assert_eq!(of(&names, "web"), ["web-0", "web-1"]);
-        assert!(of(&names, "gone").is_empty());
+        assert!(!store.is_synced());
+        store.on_event(&Event::InitDone);
+        assert!(store.is_synced());
+        assert_eq!(of(&store, "web"), ["web-0", "web-1"]);
+        assert!(of(&store, "gone").is_empty());
+    }
+
+    #[test]
+    fn a_slice_reads_back_as_seen_reduced_or_whole() {
+        let mut store = SliceStore::default();
+        let ours = slice("web-0", "web");
+        let mut edited = slice("web-1", "web");
+        edited.endpoints.as_mut().unwrap()[0].hints = Some(Default::default());
+        store.on_event(&Event::Apply(ours.clone()));
+        store.on_event(&Event::Apply(edited.clone()));
+        assert_eq!(store.counts(), (1, 1));
+        let kept: Vec<EndpointSlice> = store
+            .of("ns", "web")
+            .iter()
+            .map(|s| (**s).clone())
+            .collect();
+        assert_eq!(kept, [ours, edited]);
     }
 }
