@@ -12,14 +12,18 @@
 
 use std::{
     any::Any,
-    collections::HashMap,
     ops::Deref,
     sync::{Arc, Mutex, PoisonError},
 };
 
+use hashbrown::Equivalent;
+
 use super::observe::{self, Observation};
 use crate::{
-    index::{NetworkKey, NodeZones, PodIndex},
+    index::{
+        NetworkKey, NodeZones, PodIndex,
+        pair::{Pair, PairMap},
+    },
     input::target::ServiceTarget,
 };
 use nad_model::intern::Name;
@@ -102,7 +106,7 @@ impl Deref for Observed {
 /// another network's Services build their views again when their turn comes.
 #[derive(Debug)]
 pub struct CandidateCache {
-    entries: Mutex<HashMap<NetworkKey, Entry>>,
+    entries: Mutex<PairMap<Entry>>,
     view_budget: usize,
     /// A clock of observations, for the least recently observed network.
     ticks: std::sync::atomic::AtomicU64,
@@ -155,7 +159,7 @@ impl CandidateCache {
         zones: &NodeZones,
         target: &ServiceTarget,
     ) -> Arc<Observed> {
-        let key = (target.namespace.clone(), target.network.clone());
+        let key = Pair(&target.namespace, &target.network);
         let generation = (
             pods.generation(&target.namespace, &target.network),
             zones.generation(),
@@ -163,9 +167,9 @@ impl CandidateCache {
         let tick = self
             .ticks
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let observation = match self.kept(&key, generation, tick, pods, zones, target) {
+        let observation = match self.kept(key, generation, tick, pods, zones, target) {
             Kept::Current(observed) => {
-                self.keep_views_within_budget(&key);
+                self.keep_views_within_budget(key);
                 return observed;
             }
             // Copied and observed outside the lock: two Services of one network may both do
@@ -183,15 +187,15 @@ impl CandidateCache {
             observed: observed.clone(),
             used: tick,
         };
-        self.entries().insert(key.clone(), entry);
-        self.keep_views_within_budget(&key);
+        self.entries().insert(key.to_owned(), entry);
+        self.keep_views_within_budget(key);
         observed
     }
 
     /// The kept observation of the network, brought up to date in place when it can be.
     fn kept(
         &self,
-        key: &NetworkKey,
+        key: Pair<'_>,
         generation: (u64, u64),
         tick: u64,
         pods: &PodIndex,
@@ -199,7 +203,7 @@ impl CandidateCache {
         target: &ServiceTarget,
     ) -> Kept {
         let mut entries = self.entries();
-        let Some(entry) = entries.get_mut(key) else {
+        let Some(entry) = entries.get_mut(&key) else {
             return Kept::Stale;
         };
         if entry.made_at != generation {
@@ -223,18 +227,21 @@ impl CandidateCache {
 
     /// Drops the views of the least recently observed networks (never `current`'s) until the
     /// networks with views kept have at most `view_budget` candidates, `current`'s counted.
-    fn keep_views_within_budget(&self, current: &NetworkKey) {
+    fn keep_views_within_budget(&self, current: Pair<'_>) {
         let entries = self.entries();
         let size = |e: &Entry| e.observed.candidates.len();
-        let mut with_views: Vec<(&NetworkKey, &Entry)> = entries
-            .iter()
-            .filter(|(k, e)| *k != current && e.observed.has_views())
-            .collect();
-        let mut kept = entries.get(current).map_or(0, size)
-            + with_views.iter().map(|(_, e)| size(e)).sum::<usize>();
+        let others = || {
+            entries
+                .iter()
+                .filter(|(k, e)| !current.equivalent(*k) && e.observed.has_views())
+        };
+        // Summed first, without a vector: nearly every call is within the budget.
+        let mut kept =
+            entries.get(&current).map_or(0, size) + others().map(|(_, e)| size(e)).sum::<usize>();
         if kept <= self.view_budget {
             return;
         }
+        let mut with_views: Vec<(&NetworkKey, &Entry)> = others().collect();
         with_views.sort_by_key(|(_, e)| e.used);
         for (_, entry) in with_views {
             if kept <= self.view_budget {
@@ -245,7 +252,7 @@ impl CandidateCache {
         }
     }
 
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<NetworkKey, Entry>> {
+    fn entries(&self) -> std::sync::MutexGuard<'_, PairMap<Entry>> {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

@@ -55,7 +55,7 @@ impl Observation {
     /// Brings the observation up to date after the `changed` pods changed (added, updated or
     /// removed): their rows are replaced by those of `fresh`, the changed pods observed again.
     /// Every list stays sorted by pod name, as [`from_index`] makes them.
-    pub fn patch(&mut self, changed: &[&str], fresh: Observation) {
+    pub fn patch<S: AsRef<str>>(&mut self, changed: &[S], fresh: Observation) {
         remove_pods(&mut self.candidates, changed, Candidate::name);
         remove_pods(&mut self.skipped, changed, |s| &s.pod);
         remove_pods(&mut self.ignored_ips, changed, |i| &i.pod);
@@ -75,14 +75,11 @@ impl Observation {
 }
 
 /// Removes the rows of the `pods` from `rows`, sorted by pod name.
-fn remove_pods<T>(rows: &mut Vec<T>, pods: &[&str], name: impl Fn(&T) -> &str) {
+fn remove_pods<T, S: AsRef<str>>(rows: &mut Vec<T>, pods: &[S], name: impl Fn(&T) -> &str) {
     for pod in pods {
-        let at = rows.partition_point(|row| name(row) < *pod);
-        let end = at
-            + rows[at..]
-                .iter()
-                .take_while(|row| name(row) == *pod)
-                .count();
+        let pod = pod.as_ref();
+        let at = rows.partition_point(|row| name(row) < pod);
+        let end = at + rows[at..].iter().take_while(|row| name(row) == pod).count();
         rows.drain(at..end);
     }
 }
@@ -176,13 +173,12 @@ pub fn refresh(
     zones: &NodeZones,
     target: &ServiceTarget,
 ) {
-    let changed: Vec<&str> = changed.iter().map(|name| &**name).collect();
     let on_network = changed
         .iter()
         .filter_map(|name| pods.get(&target.namespace, name))
         .filter(|pod| pod.networks().any(|network| network == target.network));
     let fresh = candidates(target, on_network, zone_of(zones));
-    observation.patch(&changed, fresh);
+    observation.patch(changed, fresh);
 }
 
 /// The named pods among the Service's candidates (the pods a pod-scoped change names).

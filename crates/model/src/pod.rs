@@ -86,33 +86,39 @@ impl Uid {
     /// `text` as a UUID when it is one in the canonical lowercase form (so that it reads back
     /// exactly as written), else as written.
     pub fn parse(text: &str) -> Self {
-        let hex: Vec<u8> = text.bytes().filter(|&b| b != b'-').collect();
-        let canonical = text.len() == 36
-            && [8, 13, 18, 23].iter().all(|&i| text.as_bytes()[i] == b'-')
-            && hex.len() == 32
-            && hex
-                .iter()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b));
-        if !canonical {
-            return Uid::Other(text.into());
+        match uuid_bytes(text) {
+            Some(bytes) => Uid::Uuid(bytes),
+            None => Uid::Other(text.into()),
         }
-        let nibble = |b: u8| {
-            if b.is_ascii_digit() {
-                b - b'0'
-            } else {
-                b - b'a' + 10
-            }
-        };
-        let mut bytes = [0; 16];
-        for (i, pair) in hex.chunks_exact(2).enumerate() {
-            bytes[i] = nibble(pair[0]) << 4 | nibble(pair[1]);
-        }
-        Uid::Uuid(bytes)
     }
 
     pub fn is_empty(&self) -> bool {
         matches!(self, Uid::Other(text) if text.is_empty())
     }
+}
+
+/// The 16 bytes of a UUID in the canonical lowercase hyphenated form; `None` for any other text.
+fn uuid_bytes(text: &str) -> Option<[u8; 16]> {
+    const HYPHENS: [usize; 4] = [8, 13, 18, 23];
+    let text = text.as_bytes();
+    if text.len() != 36 || HYPHENS.iter().any(|&i| text[i] != b'-') {
+        return None;
+    }
+    let nibble = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    };
+    let mut digits = text
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !HYPHENS.contains(i))
+        .map(|(_, &b)| nibble(b));
+    let mut bytes = [0; 16];
+    for byte in &mut bytes {
+        *byte = digits.next()?? << 4 | digits.next()??;
+    }
+    Some(bytes)
 }
 
 impl Default for Uid {
@@ -566,10 +572,15 @@ mod tests {
             Uid::parse("6F1C2A3B-4D5E-4F60-8A7B-00000000002A"),
             Uid::Other(_)
         ));
-        assert!(matches!(
-            Uid::parse("6f1c2a3b-4d5e-4f60-8a7b-00000000002"),
-            Uid::Other(_)
-        ));
+        for not_canonical in [
+            "6f1c2a3b-4d5e-4f60-8a7b-00000000002",
+            "6f1c2a3b4-d5e-4f60-8a7b-00000000002a",
+            "6f1c2a3b-4d5e-4f60-8a7b-00000000002g",
+            "6f1c2a3b-4d5e-4f60-8a7b-0000000000é",
+        ] {
+            assert!(matches!(Uid::parse(not_canonical), Uid::Other(_)));
+            assert_eq!(Uid::parse(not_canonical).to_string(), not_canonical);
+        }
         assert!(Uid::parse("").is_empty() && !Uid::parse("u").is_empty());
     }
 

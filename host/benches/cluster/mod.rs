@@ -6,6 +6,7 @@
 use std::{
     collections::HashMap,
     net::{SocketAddr, TcpListener},
+    os::unix::process::CommandExt,
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -109,6 +110,8 @@ async fn apiserver_slice_write_metric(client: &Client, name: &str) -> f64 {
 /// The controller binary, started as `run` on one namespace, with its metrics on loopback.
 pub struct Controller {
     child: Child,
+    /// Its process group is gone (the group's id may be another's now).
+    stopped: bool,
     metrics: SocketAddr,
     pub started: Instant,
 }
@@ -126,7 +129,9 @@ impl Controller {
         let started = Instant::now();
         // `NSC_BENCH_PROFILE="perf record -g -o {log}.perf --"` runs the controller under a
         // profiler, `{log}` being its log file's path; RSS and CPU figures are then the
-        // profiler's process's.
+        // profiler's process's. The controller runs in a process group of its own, with the
+        // profiler if there is one, and is stopped by signalling the group: a profiler's
+        // wrapper script would not pass a signal on to it.
         let binary = env!("CARGO_BIN_EXE_nad-service-controller");
         let wrapper = std::env::var("NSC_BENCH_PROFILE")
             .unwrap_or_default()
@@ -148,10 +153,12 @@ impl Controller {
             ])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).unwrap())
+            .process_group(0)
             .spawn()
             .unwrap();
         Self {
             child,
+            stopped: false,
             metrics,
             started,
         }
@@ -221,27 +228,40 @@ impl Controller {
         })
     }
 
+    /// Stops it as Ctrl-C in a terminal would: SIGINT to its whole process group, which
+    /// profilers handle by writing out what they recorded. What is left after 60 s is killed.
     pub fn stop(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
+        self.signal_group("-INT");
+        let deadline = Instant::now() + Duration::from_secs(60);
         while self.child.try_wait().unwrap().is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = self.child.kill();
+        self.kill_group();
+    }
+
+    /// Sends `signal` to every process of its group (the group's id is the child's).
+    fn signal_group(&self, signal: &str) {
+        let _ = Command::new("kill")
+            .args([signal, "--", &format!("-{}", self.child.id())])
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    fn kill_group(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.signal_group("-KILL");
         let _ = self.child.wait();
+        self.stopped = true;
     }
 }
 
-/// A benchmark that fails (panics) leaves no controller behind: one still watching its namespace
-/// would rewrite what the next run removes.
+/// A benchmark that fails (panics) leaves no controller behind, nor a profiler's process: one
+/// still watching its namespace would rewrite what the next run removes.
 impl Drop for Controller {
     fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        self.kill_group();
     }
 }
 

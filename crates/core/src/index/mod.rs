@@ -5,6 +5,7 @@
 
 pub mod networks;
 pub mod nodes;
+pub mod pair;
 pub mod pods;
 pub mod services;
 pub mod slices;

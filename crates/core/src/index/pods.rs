@@ -22,6 +22,7 @@ use hashbrown::{DefaultHashBuilder, HashTable};
 
 use super::{
     keys::Keys,
+    pair::{Pair, PairMap},
     pod::{Interners, PodRecord},
 };
 use crate::{input::network_status::StatusError, relist::RelistGate};
@@ -51,7 +52,7 @@ pub struct PodIndex {
     /// own, not a copy.
     pods: HashTable<Arc<PodRecord>>,
     hasher: DefaultHashBuilder,
-    by_network: HashMap<NetworkKey, BTreeSet<ByName>>,
+    by_network: PairMap<BTreeSet<ByName>>,
     unreadable: HashMap<PodKey, String>,
     /// During a relist, the records it delivered, by address: a record from before the relist
     /// is alive while it is indexed, so no record the relist made can have its address.
@@ -60,7 +61,7 @@ pub struct PodIndex {
     synced: bool,
     /// Per network, a number that changes whenever its pods do (see [`Self::generation`]),
     /// and the pods changed last.
-    generations: HashMap<NetworkKey, Recent>,
+    generations: PairMap<Recent>,
     changes: u64,
 }
 
@@ -158,7 +159,7 @@ impl PodIndex {
         network: &str,
     ) -> impl Iterator<Item = &Arc<PodRecord>> {
         self.by_network
-            .get(&(namespace.to_owned(), network.to_owned()))
+            .get(&Pair(namespace, network))
             .into_iter()
             .flat_map(|pods| pods.iter().map(|p| &p.0))
     }
@@ -167,7 +168,7 @@ impl PodIndex {
     /// that what is derived from the network's pods can be kept until then.
     pub fn generation(&self, namespace: &str, network: &str) -> u64 {
         self.generations
-            .get(&(namespace.to_owned(), network.to_owned()))
+            .get(&Pair(namespace, network))
             .map_or(0, |recent| recent.generation)
     }
 
@@ -175,10 +176,7 @@ impl PodIndex {
     /// few enough to be remembered: what was derived from the network's pods at `since` can
     /// be brought up to date with these alone. `None` when more changed than are remembered.
     pub fn changed_since(&self, namespace: &str, network: &str, since: u64) -> Option<Vec<Name>> {
-        let Some(recent) = self
-            .generations
-            .get(&(namespace.to_owned(), network.to_owned()))
-        else {
+        let Some(recent) = self.generations.get(&Pair(namespace, network)) else {
             return Some(Vec::new());
         };
         if since < recent.complete_after {
@@ -195,9 +193,15 @@ impl PodIndex {
         Some(names)
     }
 
-    fn changed(&mut self, network: NetworkKey, pod: &Name) {
+    fn changed(&mut self, network: Pair<'_>, pod: &Name) {
         self.changes += 1;
-        let recent = self.generations.entry(network).or_default();
+        if !self.generations.contains_key(&network) {
+            self.generations
+                .insert(network.to_owned(), Recent::default());
+        }
+        let Some(recent) = self.generations.get_mut(&network) else {
+            return;
+        };
         recent.generation = self.changes;
         if recent.pods.len() == RECENT
             && let Some((forgotten, _)) = recent.pods.pop_front()
@@ -309,12 +313,17 @@ impl PodIndex {
     fn insert(&mut self, record: Arc<PodRecord>) -> Option<Arc<PodRecord>> {
         let before = self.remove(&record.namespace, &record.name);
         for network in record.networks() {
-            let network = (record.namespace.to_string(), network.to_owned());
-            self.changed(network.clone(), &record.name);
-            self.by_network
-                .entry(network)
-                .or_default()
-                .insert(ByName(record.clone()));
+            let network = Pair(&record.namespace, network);
+            self.changed(network, &record.name);
+            match self.by_network.get_mut(&network) {
+                Some(pods) => {
+                    pods.insert(ByName(record.clone()));
+                }
+                None => {
+                    let pods = BTreeSet::from([ByName(record.clone())]);
+                    self.by_network.insert(network.to_owned(), pods);
+                }
+            }
         }
         let hasher = &self.hasher;
         self.pods
@@ -331,12 +340,12 @@ impl PodIndex {
             .ok()?
             .remove();
         for network in before.networks() {
-            let network_key = (namespace.to_owned(), network.to_owned());
-            self.changed(network_key.clone(), &before.name);
-            if let Some(pods) = self.by_network.get_mut(&network_key) {
+            let network = Pair(namespace, network);
+            self.changed(network, &before.name);
+            if let Some(pods) = self.by_network.get_mut(&network) {
                 pods.remove(name);
                 if pods.is_empty() {
-                    self.by_network.remove(&network_key);
+                    self.by_network.remove(&network);
                 }
             }
         }

@@ -4,16 +4,14 @@
 //! 10^8 label comparisons), and each slice is kept as a [`SliceRecord`], about a fifth of the
 //! object, unless it holds something a record cannot say again (then whole).
 
-use std::{collections::HashMap, sync::Arc};
+use std::sync::Arc;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{ResourceExt, runtime::watcher::Event};
 use nad_model::slice::{SliceInterners, SliceRecord};
 
+use super::pair::{Pair, PairMap};
 use crate::slices::SERVICE_NAME_LABEL;
-
-/// `(namespace, name)`.
-type Key = (String, String);
 
 /// A slice as the store keeps it.
 #[derive(Debug)]
@@ -55,9 +53,10 @@ pub struct SliceStore {
 struct Slices {
     /// The slices labelled with each Service, in name order: a few each, in a vector of their
     /// own size (a B-tree node would hold room for eleven).
-    by_service: HashMap<Key, Vec<Stored>>,
-    /// Each slice's Service, to move a slice whose label changed.
-    service_of: HashMap<Key, String>,
+    /// By `(namespace, Service)`.
+    by_service: PairMap<Vec<Stored>>,
+    /// Each slice's Service by `(namespace, slice)`, to move a slice whose label changed.
+    service_of: PairMap<String>,
 }
 
 impl Slices {
@@ -66,28 +65,30 @@ impl Slices {
         let Some(service) = slice.labels().get(SERVICE_NAME_LABEL) else {
             return;
         };
-        let namespace = slice.namespace().unwrap_or_default();
+        let (namespace, name) = key_of(slice);
         let stored = match SliceRecord::of(slice, interners) {
             Some(record) => Stored::Reduced(record),
             None => Stored::Whole(Arc::new(slice.clone())),
         };
-        let slices = self
-            .by_service
-            .entry((namespace.clone(), service.clone()))
-            .or_default();
-        let at = slices.partition_point(|s| s.name() < stored.name());
-        slices.insert(at, stored);
-        slices.shrink_to_fit();
+        let key = Pair(namespace, service);
+        if !self.by_service.contains_key(&key) {
+            self.by_service.insert(key.to_owned(), Vec::new());
+        }
+        if let Some(slices) = self.by_service.get_mut(&key) {
+            let at = slices.partition_point(|s| s.name() < stored.name());
+            slices.insert(at, stored);
+            slices.shrink_to_fit();
+        }
         self.service_of
-            .insert((namespace, slice.name_any()), service.clone());
+            .insert(Pair(namespace, name).to_owned(), service.clone());
     }
 
     fn remove(&mut self, slice: &EndpointSlice) {
-        let (namespace, name) = (slice.namespace().unwrap_or_default(), slice.name_any());
-        let Some(service) = self.service_of.remove(&(namespace.clone(), name.clone())) else {
+        let (namespace, name) = key_of(slice);
+        let Some(service) = self.service_of.remove(&Pair(namespace, name)) else {
             return;
         };
-        let key = (namespace, service);
+        let key = Pair(namespace, &service);
         if let Some(slices) = self.by_service.get_mut(&key) {
             slices.retain(|s| s.name() != name);
             slices.shrink_to_fit();
@@ -96,6 +97,15 @@ impl Slices {
             }
         }
     }
+}
+
+/// A slice's namespace and name.
+fn key_of(slice: &EndpointSlice) -> (&str, &str) {
+    let meta = &slice.metadata;
+    (
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+    )
 }
 
 impl SliceStore {
@@ -129,7 +139,7 @@ impl SliceStore {
     pub fn of(&self, namespace: &str, service: &str) -> Vec<Arc<EndpointSlice>> {
         self.slices
             .by_service
-            .get(&(namespace.to_owned(), service.to_owned()))
+            .get(&Pair(namespace, service))
             .into_iter()
             .flatten()
             .map(Stored::get)
