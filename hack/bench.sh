@@ -4,7 +4,7 @@
 # controller on the same pods) and the network prober (on the local data plane, when this
 # machine can run it: root), then writes BENCHMARKS.md and benchmarks.json, each target beside
 # the committed benchmarks.json's figure. The results record the commit measured (`-dirty` for
-# a work tree with changes) and the machine.
+# a work tree with changes other than these report files) and the machine.
 # Takes about 12 minutes on 2 cores, plus the first build. Not part of `make test`.
 # Starts the local control plane if it is not running, and stops it afterwards unless it was.
 set -euo pipefail

@@ -633,7 +633,7 @@ def header(scale: dict | None, envelope: dict | None, machine: dict) -> list[str
     lines = [
         f"Commit measured: `{commit}` (`make bench`)"
         + (f"; the envelope: `{envelope.get('commit', '?')}` (`make bench-scale`)" if envelope else "")
-        + ". `-dirty`: the work tree had changes.",
+        + ". `-dirty`: the work tree had changes other than the report files.",
         "",
         f"Machine: {machine.get('cores', '?')} cores ({machine.get('cpu', 'unknown CPU')}), "
         f"{machine.get('memory_gib', '?')} GiB of memory. Kubernetes {(scale or {}).get('kubernetes', '?')} "

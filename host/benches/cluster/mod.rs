@@ -424,6 +424,8 @@ pub fn summary(mut ms: Vec<f64>) -> Value {
 
 /// The commit measured: `git rev-parse --short HEAD`, with `-dirty` when the work tree has
 /// changes (so a figure is never credited to a commit that did not have the code measured).
+/// The report files the benchmarks write themselves do not count: `make bench` after
+/// `make bench-scale` measures the same code.
 pub fn commit() -> String {
     let git = |args: &[&str]| {
         Command::new("git")
@@ -438,7 +440,16 @@ pub fn commit() -> String {
     let Some(head) = git(&["rev-parse", "--short", "HEAD"]) else {
         return "unknown".into();
     };
-    match git(&["status", "--porcelain"]) {
+    let status = [
+        "status",
+        "--porcelain",
+        "--",
+        ":(top)",
+        ":(top,exclude)BENCHMARKS.md",
+        ":(top,exclude)benchmarks.json",
+        ":(top,exclude)hack/bench/envelope.json",
+    ];
+    match git(&status) {
         Some(changes) if changes.is_empty() => head,
         _ => format!("{head}-dirty"),
     }
