@@ -19,7 +19,7 @@ use std::{
 
 use nad_service_controller::plugin::{
     Limits, MAX_PLUGIN_BYTES, PluginDir, Plugins, Runtime, Step,
-    oci::{LAYER_MEDIA_TYPES, OciRef, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryOptions},
+    oci::{Credentials, LAYER_MEDIA_TYPES, OciRef, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryOptions},
 };
 use registry::{Registry, free_port};
 
@@ -446,4 +446,152 @@ fn plugin_push_publishes_a_plugin_that_loads_and_prints_the_reference_to_pin() {
         err.contains("push to a repository or a tag, not a digest"),
         "{err}"
     );
+}
+
+/// A Docker config file in `dir` with `user:password` for `registry`, as `docker login` writes.
+fn docker_config(dir: &Path, registry: &str, user: &str, password: &str) -> PathBuf {
+    use base64::Engine as _;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    let path = dir.join(format!(
+        "config-{}-{user}-{password}.json",
+        registry.replace(':', "_")
+    ));
+    let config = serde_json::json!({"auths": {registry: {"auth": auth}}});
+    std::fs::write(&path, config.to_string()).unwrap();
+    path
+}
+
+fn credentials(path: &Path) -> Credentials {
+    Credentials::parse(&path.display().to_string(), &std::fs::read(path).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn a_registry_that_asks_for_a_password_serves_the_docker_configs_user_and_refuses_the_rest() {
+    let registry = Registry::start_with("htpasswd", &[("ci", "s3cret")]);
+    let files = Scratch::new("htpasswd-files");
+    let good = docker_config(&files.0, &registry.host, "ci", "s3cret");
+    let wrong = docker_config(&files.0, &registry.host, "ci", "guess");
+    let with = |config: Option<&Path>| {
+        let puller = puller(&registry, None);
+        puller.set_credentials(config.map(credentials)).unwrap();
+        puller
+    };
+
+    let authorised = with(Some(&good));
+    let reference = registry.reference("private/opt-out:1");
+    let digest = push(&authorised, &reference, OPT_OUT, PUSH_LAYER_MEDIA_TYPE).await;
+    let pinned = oci(&format!(
+        "{}@{digest}",
+        registry.reference("private/opt-out")
+    ));
+    let pulled = authorised.pull(&pinned).await.unwrap();
+    assert_eq!(pulled.component, OPT_OUT);
+
+    let anonymous = with(None).pull(&pinned).await.unwrap_err().to_string();
+    assert!(
+        anonymous.contains(&format!(
+            "the registry {} refused anonymous access to private/opt-out: give a credential for {} (--registry-config)",
+            registry.host, registry.host
+        )),
+        "{anonymous}"
+    );
+    let refused = with(Some(&wrong))
+        .pull(&pinned)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains(&format!(
+            "the registry {} refused the user name and password from {} for private/opt-out",
+            registry.host,
+            wrong.display()
+        )),
+        "{refused}"
+    );
+    let push_refused = with(Some(&wrong))
+        .push(
+            &oci(&reference),
+            OPT_OUT,
+            PUSH_LAYER_MEDIA_TYPE,
+            BTreeMap::new(),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        push_refused.contains("refused the user name and password"),
+        "{push_refused}"
+    );
+
+    // Credentials for another registry change nothing here: anonymous, and refused as such.
+    let elsewhere = docker_config(&files.0, "registry.example", "ci", "s3cret");
+    let other = with(Some(&elsewhere))
+        .pull(&pinned)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(other.contains("refused anonymous access"), "{other}");
+}
+
+#[tokio::test]
+async fn the_plugin_commands_speak_to_a_registry_with_the_docker_config_they_are_given() {
+    let registry = Registry::start_with("htpasswd-cli", &[("ci", "s3cret")]);
+    let files = Scratch::new("htpasswd-cli-files");
+    let good = docker_config(&files.0, &registry.host, "ci", "s3cret");
+    let wrong = docker_config(&files.0, &registry.host, "ci", "guess");
+    let authorised = puller(&registry, None);
+    authorised
+        .set_credentials(Some(credentials(&good)))
+        .unwrap();
+    let digest = push(
+        &authorised,
+        &registry.reference("private/opt-out:1"),
+        OPT_OUT,
+        PUSH_LAYER_MEDIA_TYPE,
+    )
+    .await;
+    let pinned = format!("{}@{digest}", registry.reference("private/opt-out"));
+    let cache = Scratch::new("htpasswd-cli-cache");
+    let flags = |config: &Path| {
+        vec![
+            "--plugin-registry-http".to_owned(),
+            registry.host.clone(),
+            "--plugin-cache-dir".to_owned(),
+            cache.0.display().to_string(),
+            "--registry-config".to_owned(),
+            config.display().to_string(),
+        ]
+    };
+    let inspect = |config: &Path| {
+        let mut args = vec!["plugin".to_owned(), "inspect".to_owned(), pinned.clone()];
+        args.extend(flags(config));
+        cli(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let (ok, _, err) = inspect(&wrong);
+    assert!(
+        !ok && err.contains("refused the user name and password"),
+        "{err}"
+    );
+    let (ok, out, err) = inspect(&good);
+    assert!(ok && out.contains("opt-out"), "{err}");
+    let file = files.0.join("opt-out.wasm");
+    std::fs::write(&file, OPT_OUT).unwrap();
+    let mut args = vec![
+        "plugin".to_owned(),
+        "push".to_owned(),
+        file.display().to_string(),
+        registry.reference("private/pushed:1"),
+    ];
+    args.extend(flags(&good));
+    let (ok, out, err) = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(ok, "{err}");
+    assert!(
+        out.trim()
+            .starts_with(&registry.reference("private/pushed@sha256:")),
+        "{out}"
+    );
+    let unreadable = files.0.join("not-json.json");
+    std::fs::write(&unreadable, "{").unwrap();
+    let (ok, _, err) = inspect(&unreadable);
+    assert!(!ok && err.contains("not a Docker config"), "{err}");
 }

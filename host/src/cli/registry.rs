@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
-use crate::plugin::oci::{Puller, RegistryOptions};
+use anyhow::Context as _;
+
+use crate::plugin::oci::{Credentials, Puller, RegistryOptions};
 
 /// Where a pulled plugin is cached: the user's cache directory, or (in a container, without
 /// one) `/var/cache/nad-service-controller/plugins`, which the Deployment mounts.
@@ -26,13 +28,26 @@ pub struct RegistryArgs {
     /// loopback; repeat the flag (or separate with commas) for several.
     #[arg(long, env = "NSC_PLUGIN_REGISTRY_HTTP", value_delimiter = ',')]
     pub plugin_registry_http: Vec<String>,
+
+    /// Registry credentials: a Docker config file (the format of `~/.docker/config.json` and
+    /// of a `kubernetes.io/dockerconfigjson` Secret). A registry it names is spoken to with
+    /// its credential only, never anonymously; the others anonymously. Read once, at start.
+    #[arg(long, env = "NSC_REGISTRY_CONFIG", value_name = "FILE")]
+    pub registry_config: Option<PathBuf>,
 }
 
 impl RegistryArgs {
     pub fn puller(&self) -> anyhow::Result<Puller> {
-        Puller::new(&RegistryOptions {
+        let puller = Puller::new(&RegistryOptions {
             http: self.plugin_registry_http.clone(),
             cache_dir: Some(self.plugin_cache_dir.clone()),
-        })
+        })?;
+        if let Some(path) = &self.registry_config {
+            let bytes = std::fs::read(path)
+                .with_context(|| format!("reading --registry-config {}", path.display()))?;
+            let credentials = Credentials::parse(&path.display().to_string(), &bytes)?;
+            puller.set_credentials(Some(credentials))?;
+        }
+        Ok(puller)
     }
 }

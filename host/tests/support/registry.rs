@@ -1,6 +1,6 @@
 //! The CNCF distribution registry (built from its Go module by `hack/tools.sh registry`),
-//! serving plain HTTP on a free loopback port from a storage directory of its own; stopped,
-//! and its directory removed, when dropped.
+//! serving plain HTTP on a free loopback port from a storage directory of its own, open to
+//! anyone or to the users of an htpasswd file; stopped, and its directory removed, when dropped.
 
 #![allow(dead_code)] // not every test binary uses every part
 
@@ -41,16 +41,33 @@ pub fn free_port() -> u16 {
 
 impl Registry {
     pub fn start(test: &str) -> Self {
+        Self::start_with(test, &[])
+    }
+
+    /// A registry that serves only the `users` (name, password), by HTTP basic auth checked
+    /// against an htpasswd file of bcrypt hashes; anyone when there are none.
+    pub fn start_with(test: &str, users: &[(&str, &str)]) -> Self {
         let dir = std::env::temp_dir().join(format!("nsc-registry-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("data")).unwrap();
         let host = format!("127.0.0.1:{}", free_port());
-        let config = format!(
+        let mut config = format!(
             "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: false\n\
              storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
              http:\n  addr: {host}\n  secret: nsc-test\n",
             dir.join("data").display()
         );
+        if !users.is_empty() {
+            let htpasswd: String = users
+                .iter()
+                .map(|(user, password)| format!("{user}:{}\n", bcrypt::hash(password, 4).unwrap()))
+                .collect();
+            std::fs::write(dir.join("htpasswd"), htpasswd).unwrap();
+            config += &format!(
+                "auth:\n  htpasswd:\n    realm: nsc-test\n    path: {}\n",
+                dir.join("htpasswd").display()
+            );
+        }
         std::fs::write(dir.join("config.yml"), config).unwrap();
         let mut registry = Registry {
             host,

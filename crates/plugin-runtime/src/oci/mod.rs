@@ -3,13 +3,19 @@
 //! and logged), the [`Puller`] fetches the manifest and its one Wasm layer with `oci-client`,
 //! checks both against their digests and the size limit (before downloading the layer), and
 //! keeps them on disk by digest ([`Cache`]): a pinned plugin that was pulled once loads again
-//! without the registry.
+//! without the registry. A registry the [`Credentials`] name is spoken to with its credential,
+//! never anonymously.
 
 mod artifact;
 mod cache;
+mod credentials;
 mod reference;
 
-use std::{path::PathBuf, time::Instant};
+use std::{
+    path::PathBuf,
+    sync::{Arc, PoisonError, RwLock},
+    time::Instant,
+};
 
 use futures::StreamExt as _;
 use oci_client::{
@@ -24,6 +30,7 @@ pub use artifact::{
     LAYER_MEDIA_TYPES, Layer, PUSH_CONFIG_MEDIA_TYPE, PUSH_LAYER_MEDIA_TYPE, wasm_layer,
 };
 pub use cache::Cache;
+pub use credentials::{Credential, Credentials, CredentialsError};
 pub use reference::{OciRef, SCHEME};
 
 use super::{MAX_PLUGIN_BYTES, pipeline::sha256_hex};
@@ -58,7 +65,10 @@ pub struct FetchError {
 
 /// Pulls plugin artifacts (and pushes them, for `plugin push`).
 pub struct Puller {
-    client: Client,
+    options: RegistryOptions,
+    /// The client and the credentials it was made for: a new client when they change, so
+    /// that no token of the old ones is used again.
+    state: RwLock<(Client, Option<Arc<Credentials>>)>,
     cache: Option<Cache>,
     limit: u64,
 }
@@ -76,24 +86,31 @@ impl Puller {
         // reqwest's rustls is built without a crypto provider: use ring, as kube does. A second
         // install (another Puller) is refused harmlessly.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let protocol = if options.http.is_empty() {
-            ClientProtocol::Https
-        } else {
-            ClientProtocol::HttpsExcept(options.http.clone())
-        };
-        let config = ClientConfig {
-            protocol,
-            connect_timeout: Some(std::time::Duration::from_secs(5)),
-            read_timeout: Some(std::time::Duration::from_secs(30)),
-            // A plugin is one manifest: an index is refused with a message of ours.
-            platform_resolver: None,
-            ..ClientConfig::default()
-        };
         Ok(Self {
-            client: Client::try_from(config)?,
+            options: options.clone(),
+            state: RwLock::new((client(options)?, None)),
             cache: options.cache_dir.clone().map(Cache::new),
             limit: MAX_PLUGIN_BYTES,
         })
+    }
+
+    /// Pulls and pushes with `credentials` from now on (`None`: anonymously everywhere).
+    pub fn set_credentials(&self, credentials: Option<Credentials>) -> anyhow::Result<()> {
+        let fresh = client(&self.options)?;
+        let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
+        *state = (fresh, credentials.map(Arc::new));
+        Ok(())
+    }
+
+    /// The client, and how to authenticate to `registry` with it.
+    fn session(&self, registry: &str) -> Result<(Client, Auth), String> {
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        let (client, credentials) = &*state;
+        let auth = match credentials {
+            None => Auth::anonymous(),
+            Some(credentials) => Auth::from(credentials, registry)?,
+        };
+        Ok((client.clone(), auth))
     }
 
     /// A puller whose size limit is `limit` bytes (tests of the limit).
@@ -110,14 +127,16 @@ impl Puller {
             message,
         };
         let started = Instant::now();
+        // Asked for only when the registry is: a cached pinned plugin loads without it.
+        let session = || self.session(reference.registry()).map_err(fail);
         let digest = match reference.digest() {
             Some(digest) => digest.to_owned(),
             None => {
-                let digest = self
-                    .client
-                    .fetch_manifest_digest(reference.reference(), &RegistryAuth::Anonymous)
+                let (client, auth) = session()?;
+                let digest = client
+                    .fetch_manifest_digest(reference.reference(), &auth.registry_auth)
                     .await
-                    .map_err(|e| fail(describe(&e, reference, "its tag")))?;
+                    .map_err(|e| fail(describe(&e, reference, "its tag", &auth)))?;
                 tracing::info!(
                     reference = %reference,
                     %digest,
@@ -130,15 +149,15 @@ impl Puller {
             return Ok(pulled);
         }
         let pinned = reference.at(&digest);
-        let (body, _) = self
-            .client
+        let (client, auth) = session()?;
+        let (body, _) = client
             .pull_manifest_raw(
                 &pinned,
-                &RegistryAuth::Anonymous,
+                &auth.registry_auth,
                 &artifact::MANIFEST_MEDIA_TYPES,
             )
             .await
-            .map_err(|e| fail(describe(&e, reference, &digest)))?;
+            .map_err(|e| fail(describe(&e, reference, &digest, &auth)))?;
         let actual = format!("sha256:{}", sha256_hex(&body));
         if actual != digest {
             return Err(fail(format!(
@@ -146,7 +165,10 @@ impl Puller {
             )));
         }
         let layer = wasm_layer(&body, self.limit).map_err(fail)?;
-        let component = self.download(&pinned, &layer).await.map_err(fail)?;
+        let component = self
+            .download(&client, &pinned, &layer)
+            .await
+            .map_err(fail)?;
         if let Some(cache) = &self.cache {
             for (digest, bytes) in [(&layer.digest, &component[..]), (&digest, &body[..])] {
                 if let Err(e) = cache.put(digest, bytes) {
@@ -185,9 +207,13 @@ impl Puller {
     }
 
     /// The layer's bytes, no more than its descriptor says, checked against its digest.
-    async fn download(&self, at: &oci_client::Reference, layer: &Layer) -> Result<Vec<u8>, String> {
-        let mut stream = self
-            .client
+    async fn download(
+        &self,
+        client: &Client,
+        at: &oci_client::Reference,
+        layer: &Layer,
+    ) -> Result<Vec<u8>, String> {
+        let mut stream = client
             .pull_blob_stream(at, layer.digest.as_str())
             .await
             .map_err(|e| describe_blob(&e, &layer.digest))?;
@@ -243,30 +269,89 @@ impl Puller {
             Some(_) => reference.reference().clone(),
             None => reference.at(&digest),
         };
-        let auth = RegistryAuth::Anonymous;
-        self.client
-            .store_auth_if_needed(target.resolve_registry(), &auth)
+        let (client, auth) = self.session(reference.registry()).map_err(fail)?;
+        client
+            .store_auth_if_needed(target.resolve_registry(), &auth.registry_auth)
             .await;
         for (data, digest) in [
             (layer.data.clone(), layer.sha256_digest()),
             (config.data.clone(), config.sha256_digest()),
         ] {
-            self.client
+            client
                 .push_blob(&target, data, &digest)
                 .await
-                .map_err(|e| fail(describe(&e, reference, &digest)))?;
+                .map_err(|e| fail(describe(&e, reference, &digest, &auth)))?;
         }
         let content_type = http::HeaderValue::from_static(OCI_IMAGE_MEDIA_TYPE);
-        self.client
+        client
             .push_manifest_raw(&target, body, content_type)
             .await
-            .map_err(|e| fail(describe(&e, reference, &digest)))?;
+            .map_err(|e| fail(describe(&e, reference, &digest, &auth)))?;
         Ok(digest)
     }
 }
 
+/// The client every registry is spoken to with (plain HTTP to those `options` name).
+fn client(options: &RegistryOptions) -> anyhow::Result<Client> {
+    let protocol = if options.http.is_empty() {
+        ClientProtocol::Https
+    } else {
+        ClientProtocol::HttpsExcept(options.http.clone())
+    };
+    let config = ClientConfig {
+        protocol,
+        connect_timeout: Some(std::time::Duration::from_secs(5)),
+        read_timeout: Some(std::time::Duration::from_secs(30)),
+        // A plugin is one manifest: an index is refused with a message of ours.
+        platform_resolver: None,
+        ..ClientConfig::default()
+    };
+    Ok(Client::try_from(config)?)
+}
+
+/// How one registry is spoken to: anonymously, or with a credential from a named source.
+struct Auth {
+    registry_auth: RegistryAuth,
+    /// The credential's source and kind (`Secret nsc/pull`, `user name and password`).
+    from: Option<(String, &'static str)>,
+}
+
+impl Auth {
+    fn anonymous() -> Self {
+        Auth {
+            registry_auth: RegistryAuth::Anonymous,
+            from: None,
+        }
+    }
+
+    /// The credential `credentials` has for `registry`; anonymous when it has none.
+    fn from(credentials: &Credentials, registry: &str) -> Result<Self, String> {
+        let Some(credential) = credentials.for_registry(registry) else {
+            return Ok(Auth::anonymous());
+        };
+        let registry_auth = match credential {
+            Credential::Basic { username, password } => {
+                RegistryAuth::Basic(username.clone(), password.clone())
+            }
+            Credential::RegistryToken(token) => RegistryAuth::Bearer(token.clone()),
+            Credential::IdentityToken(_) => {
+                return Err(format!(
+                    "{}: the credential for the registry {registry} is an identity token, which \
+                     this version cannot exchange yet: give a user name and password or a \
+                     registry token",
+                    credentials.source()
+                ));
+            }
+        };
+        Ok(Auth {
+            registry_auth,
+            from: Some((credentials.source().to_owned(), credential.kind())),
+        })
+    }
+}
+
 /// An `oci-client` error in an operator's terms; `what` is the digest or tag asked for.
-fn describe(e: &OciDistributionError, reference: &OciRef, what: &str) -> String {
+fn describe(e: &OciDistributionError, reference: &OciRef, what: &str, auth: &Auth) -> String {
     let (registry, repository) = (reference.registry(), reference.repository());
     match e {
         OciDistributionError::RequestError(e) if e.is_connect() => {
@@ -294,7 +379,7 @@ fn describe(e: &OciDistributionError, reference: &OciRef, what: &str) -> String 
                     format!("the registry {registry} has no blob {what} in {repository}")
                 }
                 Some(OciErrorCode::Unauthorized | OciErrorCode::Denied) => {
-                    unauthorized(registry, repository)
+                    unauthorized(registry, repository, auth)
                 }
                 _ => format!(
                     "the registry {registry} refused the request: {}",
@@ -311,7 +396,12 @@ fn describe(e: &OciDistributionError, reference: &OciRef, what: &str) -> String 
             format!("the registry {registry} has no manifest {what} in {repository}")
         }
         OciDistributionError::UnauthorizedError { .. }
-        | OciDistributionError::AuthenticationFailure(_) => unauthorized(registry, repository),
+        | OciDistributionError::AuthenticationFailure(_) => {
+            unauthorized(registry, repository, auth)
+        }
+        OciDistributionError::ServerError {
+            code: 401 | 403, ..
+        } => unauthorized(registry, repository, auth),
         OciDistributionError::ServerError { code, message, .. } => {
             let message: String = message.trim().chars().take(200).collect();
             format!("the registry {registry} answered HTTP {code}: {message}")
@@ -323,11 +413,17 @@ fn describe(e: &OciDistributionError, reference: &OciRef, what: &str) -> String 
     }
 }
 
-fn unauthorized(registry: &str, repository: &str) -> String {
-    format!(
-        "the registry {registry} refused anonymous access to {repository}: make the repository \
-         public, or copy the plugin to a registry the controller can read anonymously"
-    )
+fn unauthorized(registry: &str, repository: &str, auth: &Auth) -> String {
+    match &auth.from {
+        None => format!(
+            "the registry {registry} refused anonymous access to {repository}: give a \
+             credential for {registry} (--registry-config), or make the repository public"
+        ),
+        Some((source, kind)) => format!(
+            "the registry {registry} refused the {kind} from {source} for {repository}: check \
+             that credential, and that it may read (or, to push, write) {repository}"
+        ),
+    }
 }
 
 fn describe_blob(e: &OciDistributionError, digest: &str) -> String {
@@ -350,4 +446,38 @@ fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
         cause = next;
     }
     cause.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_registry_gets_its_own_credential_and_the_others_none() {
+        let credentials = Credentials::parse(
+            "Secret nsc/pull",
+            br#"{"auths": {"ids.example": {"identitytoken": "x"},
+                           "tokens.example": {"registrytoken": "t"},
+                           "users.example": {"username": "u", "password": "p"}}}"#,
+        )
+        .unwrap();
+        let auth = |registry| Auth::from(&credentials, registry);
+        let refused = auth("ids.example").err().unwrap_or_default();
+        assert!(
+            refused.starts_with(
+                "Secret nsc/pull: the credential for the registry ids.example is an identity token"
+            ),
+            "{refused}"
+        );
+        let bearer = auth("tokens.example").unwrap();
+        assert!(matches!(&bearer.registry_auth, RegistryAuth::Bearer(t) if t == "t"));
+        assert_eq!(
+            bearer.from,
+            Some(("Secret nsc/pull".to_owned(), "registry token"))
+        );
+        let basic = auth("users.example").unwrap().registry_auth;
+        assert!(matches!(basic, RegistryAuth::Basic(u, p) if u == "u" && p == "p"));
+        let other = auth("other.example").unwrap();
+        assert!(matches!(other.registry_auth, RegistryAuth::Anonymous) && other.from.is_none());
+    }
 }
