@@ -465,12 +465,38 @@ fn credentials(path: &Path) -> Credentials {
     Credentials::parse(&path.display().to_string(), &std::fs::read(path).unwrap()).unwrap()
 }
 
+/// A registry that serves only `ci:s3cret`, with a Docker config file of that user's right
+/// password and one of a wrong password.
+struct Private {
+    registry: Registry,
+    files: Scratch,
+    good: PathBuf,
+    wrong: PathBuf,
+}
+
+impl Private {
+    fn start(test: &str) -> Self {
+        let registry = Registry::start_with(test, &[("ci", "s3cret")]);
+        let files = Scratch::new(&format!("{test}-files"));
+        let good = docker_config(&files.0, &registry.host, "ci", "s3cret");
+        let wrong = docker_config(&files.0, &registry.host, "ci", "guess");
+        Private {
+            registry,
+            files,
+            good,
+            wrong,
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_registry_that_asks_for_a_password_serves_the_docker_configs_user_and_refuses_the_rest() {
-    let registry = Registry::start_with("htpasswd", &[("ci", "s3cret")]);
-    let files = Scratch::new("htpasswd-files");
-    let good = docker_config(&files.0, &registry.host, "ci", "s3cret");
-    let wrong = docker_config(&files.0, &registry.host, "ci", "guess");
+    let Private {
+        registry,
+        files,
+        good,
+        wrong,
+    } = Private::start("htpasswd");
     let with = |config: Option<&Path>| {
         let puller = puller(&registry, None);
         puller.set_credentials(config.map(credentials)).unwrap();
@@ -535,10 +561,12 @@ async fn a_registry_that_asks_for_a_password_serves_the_docker_configs_user_and_
 
 #[tokio::test]
 async fn the_plugin_commands_speak_to_a_registry_with_the_docker_config_they_are_given() {
-    let registry = Registry::start_with("htpasswd-cli", &[("ci", "s3cret")]);
-    let files = Scratch::new("htpasswd-cli-files");
-    let good = docker_config(&files.0, &registry.host, "ci", "s3cret");
-    let wrong = docker_config(&files.0, &registry.host, "ci", "guess");
+    let Private {
+        registry,
+        files,
+        good,
+        wrong,
+    } = Private::start("htpasswd-cli");
     let authorised = puller(&registry, None);
     authorised
         .set_credentials(Some(credentials(&good)))

@@ -24,6 +24,13 @@ impl Pair<'_> {
     }
 }
 
+/// The owned key a vacant entry is made with (`PairMap::entry_ref(&pair).or_default()`).
+impl From<&Pair<'_>> for (String, String) {
+    fn from(pair: &Pair<'_>) -> Self {
+        Pair::to_owned(*pair)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,5 +44,9 @@ mod tests {
         assert_eq!(map.get(&Pair("nsw", "eb")), Some(&2));
         assert_eq!(map.get(&Pair("ns", "we")), None);
         assert_eq!(map.get(&Pair("web", "ns")), None);
+        *map.entry_ref(&Pair("ns", "web")).or_default() += 10;
+        *map.entry_ref(&Pair("ns", "new")).or_default() += 3;
+        assert_eq!(map.get(&Pair("ns", "web")), Some(&11));
+        assert_eq!(map.get(&Pair("ns", "new")), Some(&3));
     }
 }

@@ -195,13 +195,7 @@ impl PodIndex {
 
     fn changed(&mut self, network: Pair<'_>, pod: &Name) {
         self.changes += 1;
-        if !self.generations.contains_key(&network) {
-            self.generations
-                .insert(network.to_owned(), Recent::default());
-        }
-        let Some(recent) = self.generations.get_mut(&network) else {
-            return;
-        };
+        let recent = self.generations.entry_ref(&network).or_default();
         recent.generation = self.changes;
         if recent.pods.len() == RECENT
             && let Some((forgotten, _)) = recent.pods.pop_front()
@@ -315,15 +309,10 @@ impl PodIndex {
         for network in record.networks() {
             let network = Pair(&record.namespace, network);
             self.changed(network, &record.name);
-            match self.by_network.get_mut(&network) {
-                Some(pods) => {
-                    pods.insert(ByName(record.clone()));
-                }
-                None => {
-                    let pods = BTreeSet::from([ByName(record.clone())]);
-                    self.by_network.insert(network.to_owned(), pods);
-                }
-            }
+            self.by_network
+                .entry_ref(&network)
+                .or_default()
+                .insert(ByName(record.clone()));
         }
         let hasher = &self.hasher;
         self.pods

@@ -71,14 +71,10 @@ impl Slices {
             None => Stored::Whole(Arc::new(slice.clone())),
         };
         let key = Pair(namespace, service);
-        if !self.by_service.contains_key(&key) {
-            self.by_service.insert(key.to_owned(), Vec::new());
-        }
-        if let Some(slices) = self.by_service.get_mut(&key) {
-            let at = slices.partition_point(|s| s.name() < stored.name());
-            slices.insert(at, stored);
-            slices.shrink_to_fit();
-        }
+        let slices = self.by_service.entry_ref(&key).or_default();
+        let at = slices.partition_point(|s| s.name() < stored.name());
+        slices.insert(at, stored);
+        slices.shrink_to_fit();
         self.service_of
             .insert(Pair(namespace, name).to_owned(), service.clone());
     }
