@@ -9,60 +9,17 @@
 #[path = "support/registry.rs"]
 mod registry;
 
-use std::{
-    collections::BTreeMap,
-    path::{Path, PathBuf},
-    process::Command,
-    sync::Arc,
-    time::Duration,
-};
+use std::{process::Command, sync::Arc, time::Duration};
 
 use nad_service_controller::plugin::{
     Limits, MAX_PLUGIN_BYTES, PluginDir, Plugins, Runtime, Step,
-    oci::{Credentials, LAYER_MEDIA_TYPES, OciRef, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryOptions},
+    oci::{LAYER_MEDIA_TYPES, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryOptions},
 };
-use registry::{Registry, free_port};
+use registry::{Registry, Scratch, cli, free_port, oci, puller, push};
 
 const DEFAULT: &[u8] = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));
 const OPT_OUT: &[u8] = include_bytes!(env!("NSC_EXAMPLE_OPT_OUT_WASM"));
 const BIN: &str = env!("CARGO_BIN_EXE_nad-service-controller");
-
-/// A directory of the test's own, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("nsc-oci-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn puller(registry: &Registry, cache: Option<&Path>) -> Puller {
-    Puller::new(&RegistryOptions {
-        http: vec![registry.host.clone()],
-        cache_dir: cache.map(Path::to_path_buf),
-    })
-    .unwrap()
-}
-
-fn oci(text: &str) -> OciRef {
-    OciRef::parse(text).unwrap()
-}
-
-async fn push(puller: &Puller, reference: &str, component: &[u8], media_type: &str) -> String {
-    puller
-        .push(&oci(reference), component, media_type, BTreeMap::new())
-        .await
-        .unwrap()
-}
 
 fn sha256(bytes: &[u8]) -> String {
     use sha2::Digest as _;
@@ -360,15 +317,6 @@ async fn an_unreachable_registry_keeps_the_last_good_version_serving() {
     tokio::time::sleep(Duration::from_millis(10)).await;
 }
 
-fn cli(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(BIN).args(args).output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn plugin_push_publishes_a_plugin_that_loads_and_prints_the_reference_to_pin() {
     let registry = Registry::start("cli");
@@ -446,180 +394,4 @@ fn plugin_push_publishes_a_plugin_that_loads_and_prints_the_reference_to_pin() {
         err.contains("push to a repository or a tag, not a digest"),
         "{err}"
     );
-}
-
-/// A Docker config file in `dir` with `user:password` for `registry`, as `docker login` writes.
-fn docker_config(dir: &Path, registry: &str, user: &str, password: &str) -> PathBuf {
-    use base64::Engine as _;
-    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-    let path = dir.join(format!(
-        "config-{}-{user}-{password}.json",
-        registry.replace(':', "_")
-    ));
-    let config = serde_json::json!({"auths": {registry: {"auth": auth}}});
-    std::fs::write(&path, config.to_string()).unwrap();
-    path
-}
-
-fn credentials(path: &Path) -> Credentials {
-    Credentials::parse(&path.display().to_string(), &std::fs::read(path).unwrap()).unwrap()
-}
-
-/// A registry that serves only `ci:s3cret`, with a Docker config file of that user's right
-/// password and one of a wrong password.
-struct Private {
-    registry: Registry,
-    files: Scratch,
-    good: PathBuf,
-    wrong: PathBuf,
-}
-
-impl Private {
-    fn start(test: &str) -> Self {
-        let registry = Registry::start_with(test, &[("ci", "s3cret")]);
-        let files = Scratch::new(&format!("{test}-files"));
-        let good = docker_config(&files.0, &registry.host, "ci", "s3cret");
-        let wrong = docker_config(&files.0, &registry.host, "ci", "guess");
-        Private {
-            registry,
-            files,
-            good,
-            wrong,
-        }
-    }
-}
-
-#[tokio::test]
-async fn a_registry_that_asks_for_a_password_serves_the_docker_configs_user_and_refuses_the_rest() {
-    let Private {
-        registry,
-        files,
-        good,
-        wrong,
-    } = Private::start("htpasswd");
-    let with = |config: Option<&Path>| {
-        let puller = puller(&registry, None);
-        puller.set_credentials(config.map(credentials)).unwrap();
-        puller
-    };
-
-    let authorised = with(Some(&good));
-    let reference = registry.reference("private/opt-out:1");
-    let digest = push(&authorised, &reference, OPT_OUT, PUSH_LAYER_MEDIA_TYPE).await;
-    let pinned = oci(&format!(
-        "{}@{digest}",
-        registry.reference("private/opt-out")
-    ));
-    let pulled = authorised.pull(&pinned).await.unwrap();
-    assert_eq!(pulled.component, OPT_OUT);
-
-    let anonymous = with(None).pull(&pinned).await.unwrap_err().to_string();
-    assert!(
-        anonymous.contains(&format!(
-            "the registry {} refused anonymous access to private/opt-out: give a credential for {} (--registry-config)",
-            registry.host, registry.host
-        )),
-        "{anonymous}"
-    );
-    let refused = with(Some(&wrong))
-        .pull(&pinned)
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        refused.contains(&format!(
-            "the registry {} refused the user name and password from {} for private/opt-out",
-            registry.host,
-            wrong.display()
-        )),
-        "{refused}"
-    );
-    let push_refused = with(Some(&wrong))
-        .push(
-            &oci(&reference),
-            OPT_OUT,
-            PUSH_LAYER_MEDIA_TYPE,
-            BTreeMap::new(),
-        )
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        push_refused.contains("refused the user name and password"),
-        "{push_refused}"
-    );
-
-    // Credentials for another registry change nothing here: anonymous, and refused as such.
-    let elsewhere = docker_config(&files.0, "registry.example", "ci", "s3cret");
-    let other = with(Some(&elsewhere))
-        .pull(&pinned)
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(other.contains("refused anonymous access"), "{other}");
-}
-
-#[tokio::test]
-async fn the_plugin_commands_speak_to_a_registry_with_the_docker_config_they_are_given() {
-    let Private {
-        registry,
-        files,
-        good,
-        wrong,
-    } = Private::start("htpasswd-cli");
-    let authorised = puller(&registry, None);
-    authorised
-        .set_credentials(Some(credentials(&good)))
-        .unwrap();
-    let digest = push(
-        &authorised,
-        &registry.reference("private/opt-out:1"),
-        OPT_OUT,
-        PUSH_LAYER_MEDIA_TYPE,
-    )
-    .await;
-    let pinned = format!("{}@{digest}", registry.reference("private/opt-out"));
-    let cache = Scratch::new("htpasswd-cli-cache");
-    let flags = |config: &Path| {
-        vec![
-            "--plugin-registry-http".to_owned(),
-            registry.host.clone(),
-            "--plugin-cache-dir".to_owned(),
-            cache.0.display().to_string(),
-            "--registry-config".to_owned(),
-            config.display().to_string(),
-        ]
-    };
-    let inspect = |config: &Path| {
-        let mut args = vec!["plugin".to_owned(), "inspect".to_owned(), pinned.clone()];
-        args.extend(flags(config));
-        cli(&args.iter().map(String::as_str).collect::<Vec<_>>())
-    };
-    let (ok, _, err) = inspect(&wrong);
-    assert!(
-        !ok && err.contains("refused the user name and password"),
-        "{err}"
-    );
-    let (ok, out, err) = inspect(&good);
-    assert!(ok && out.contains("opt-out"), "{err}");
-    let file = files.0.join("opt-out.wasm");
-    std::fs::write(&file, OPT_OUT).unwrap();
-    let mut args = vec![
-        "plugin".to_owned(),
-        "push".to_owned(),
-        file.display().to_string(),
-        registry.reference("private/pushed:1"),
-    ];
-    args.extend(flags(&good));
-    let (ok, out, err) = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(ok, "{err}");
-    assert!(
-        out.trim()
-            .starts_with(&registry.reference("private/pushed@sha256:")),
-        "{out}"
-    );
-    let unreadable = files.0.join("not-json.json");
-    std::fs::write(&unreadable, "{").unwrap();
-    let (ok, _, err) = inspect(&unreadable);
-    assert!(!ok && err.contains("not a Docker config"), "{err}");
 }

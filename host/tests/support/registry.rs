@@ -1,15 +1,20 @@
 //! The CNCF distribution registry (built from its Go module by `hack/tools.sh registry`),
 //! serving plain HTTP on a free loopback port from a storage directory of its own, open to
-//! anyone or to the users of an htpasswd file; stopped, and its directory removed, when dropped.
+//! anyone, to the users of an htpasswd file or to the holders of a token server's tokens;
+//! stopped, and its directory removed, when dropped. With the helpers of the tests that push
+//! and pull plugins.
 
 #![allow(dead_code)] // not every test binary uses every part
 
 use std::{
+    collections::BTreeMap,
     net::TcpListener,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
+
+use nad_service_controller::plugin::oci::{OciRef, Puller, RegistryOptions};
 
 pub struct Registry {
     /// `127.0.0.1:<port>`.
@@ -47,6 +52,37 @@ impl Registry {
     /// A registry that serves only the `users` (name, password), by HTTP basic auth checked
     /// against an htpasswd file of bcrypt hashes; anyone when there are none.
     pub fn start_with(test: &str, users: &[(&str, &str)]) -> Self {
+        Self::start_auth(test, |dir| {
+            if users.is_empty() {
+                return String::new();
+            }
+            let htpasswd: String = users
+                .iter()
+                .map(|(user, password)| format!("{user}:{}\n", bcrypt::hash(password, 4).unwrap()))
+                .collect();
+            std::fs::write(dir.join("htpasswd"), htpasswd).unwrap();
+            format!(
+                "auth:\n  htpasswd:\n    realm: nsc-test\n    path: {}\n",
+                dir.join("htpasswd").display()
+            )
+        })
+    }
+
+    /// A registry that serves the holders of tokens from the token server at `realm` for
+    /// `service`, issued by `issuer` and signed by a key of the `jwks` (a JWK set's JSON).
+    pub fn start_token(test: &str, realm: &str, service: &str, issuer: &str, jwks: &str) -> Self {
+        Self::start_auth(test, |dir| {
+            std::fs::write(dir.join("jwks.json"), jwks).unwrap();
+            format!(
+                "auth:\n  token:\n    realm: {realm}\n    service: {service}\n    \
+                 issuer: {issuer}\n    jwks: {}\n",
+                dir.join("jwks.json").display()
+            )
+        })
+    }
+
+    /// A registry whose `auth` section `auth` writes (given the registry's directory).
+    fn start_auth(test: &str, auth: impl FnOnce(&Path) -> String) -> Self {
         let dir = std::env::temp_dir().join(format!("nsc-registry-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("data")).unwrap();
@@ -57,17 +93,7 @@ impl Registry {
              http:\n  addr: {host}\n  secret: nsc-test\n",
             dir.join("data").display()
         );
-        if !users.is_empty() {
-            let htpasswd: String = users
-                .iter()
-                .map(|(user, password)| format!("{user}:{}\n", bcrypt::hash(password, 4).unwrap()))
-                .collect();
-            std::fs::write(dir.join("htpasswd"), htpasswd).unwrap();
-            config += &format!(
-                "auth:\n  htpasswd:\n    realm: nsc-test\n    path: {}\n",
-                dir.join("htpasswd").display()
-            );
-        }
+        config += &auth(&dir);
         std::fs::write(dir.join("config.yml"), config).unwrap();
         let mut registry = Registry {
             host,
@@ -130,4 +156,56 @@ impl Drop for Registry {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A directory of the test's own, removed when dropped.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(test: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("nsc-oci-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A puller that speaks plain HTTP to `registry`, caching in `cache` if given.
+pub fn puller(registry: &Registry, cache: Option<&Path>) -> Puller {
+    Puller::new(&RegistryOptions {
+        http: vec![registry.host.clone()],
+        cache_dir: cache.map(Path::to_path_buf),
+    })
+    .unwrap()
+}
+
+pub fn oci(text: &str) -> OciRef {
+    OciRef::parse(text).unwrap()
+}
+
+/// Pushes `component` to `reference`; returns the manifest's digest.
+pub async fn push(puller: &Puller, reference: &str, component: &[u8], media_type: &str) -> String {
+    puller
+        .push(&oci(reference), component, media_type, BTreeMap::new())
+        .await
+        .unwrap()
+}
+
+/// Runs the controller's binary with `args`: whether it succeeded, its stdout and stderr.
+pub fn cli(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nad-service-controller"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

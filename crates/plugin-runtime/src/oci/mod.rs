@@ -10,6 +10,7 @@ mod artifact;
 mod cache;
 mod credentials;
 mod reference;
+mod token;
 
 use std::{
     path::PathBuf,
@@ -66,11 +67,29 @@ pub struct FetchError {
 /// Pulls plugin artifacts (and pushes them, for `plugin push`).
 pub struct Puller {
     options: RegistryOptions,
-    /// The client and the credentials it was made for: a new client when they change, so
-    /// that no token of the old ones is used again.
-    state: RwLock<(Client, Option<Arc<Credentials>>)>,
+    /// Made anew when the credentials change, so that no token of the old ones is used again.
+    state: RwLock<State>,
     cache: Option<Cache>,
     limit: u64,
+}
+
+/// The clients of one set of credentials.
+#[derive(Clone)]
+struct State {
+    client: Client,
+    credentials: Option<Arc<Credentials>>,
+    /// Access tokens given for the credentials' identity tokens.
+    exchanger: Arc<token::Exchanger>,
+}
+
+impl State {
+    fn new(options: &RegistryOptions, credentials: Option<Credentials>) -> anyhow::Result<Self> {
+        Ok(State {
+            client: client(options)?,
+            credentials: credentials.map(Arc::new),
+            exchanger: Arc::new(token::Exchanger::new(http_client()?)),
+        })
+    }
 }
 
 impl std::fmt::Debug for Puller {
@@ -88,7 +107,7 @@ impl Puller {
         let _ = rustls::crypto::ring::default_provider().install_default();
         Ok(Self {
             options: options.clone(),
-            state: RwLock::new((client(options)?, None)),
+            state: RwLock::new(State::new(options, None)?),
             cache: options.cache_dir.clone().map(Cache::new),
             limit: MAX_PLUGIN_BYTES,
         })
@@ -96,21 +115,69 @@ impl Puller {
 
     /// Pulls and pushes with `credentials` from now on (`None`: anonymously everywhere).
     pub fn set_credentials(&self, credentials: Option<Credentials>) -> anyhow::Result<()> {
-        let fresh = client(&self.options)?;
-        let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
-        *state = (fresh, credentials.map(Arc::new));
+        let fresh = State::new(&self.options, credentials)?;
+        *self.state.write().unwrap_or_else(PoisonError::into_inner) = fresh;
         Ok(())
     }
 
-    /// The client, and how to authenticate to `registry` with it.
-    fn session(&self, registry: &str) -> Result<(Client, Auth), String> {
-        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
-        let (client, credentials) = &*state;
-        let auth = match credentials {
-            None => Auth::anonymous(),
-            Some(credentials) => Auth::from(credentials, registry)?,
+    /// A client, and how to authenticate with it to `reference`'s registry to read (or also
+    /// write) its repository.
+    async fn session(&self, reference: &OciRef, push: bool) -> Result<(Client, Auth), String> {
+        let state = self
+            .state
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let registry = reference.registry();
+        let Some(credentials) = &state.credentials else {
+            return Ok((state.client, Auth::anonymous()));
         };
-        Ok((client.clone(), auth))
+        let Some(credential) = credentials.for_registry(registry) else {
+            return Ok((state.client, Auth::anonymous()));
+        };
+        let from = Some((credentials.source().to_owned(), credential.kind()));
+        let auth = match credential {
+            Credential::Basic { username, password } => Auth {
+                registry_auth: RegistryAuth::Basic(username.clone(), password.clone()),
+                from,
+                expires: None,
+            },
+            Credential::RegistryToken(token) => Auth {
+                registry_auth: RegistryAuth::Bearer(token.clone()),
+                from,
+                expires: jwt_expiry(token),
+            },
+            Credential::IdentityToken(refresh_token) => {
+                let request = token::Request {
+                    scheme: self.scheme(registry),
+                    registry,
+                    repository: reference.repository(),
+                    push,
+                    refresh_token,
+                    source: credentials.source(),
+                };
+                let access = state.exchanger.access_token(&request).await?;
+                // `oci-client` keeps the first bearer token it is given for a registry, for
+                // every repository: a client of its own for this one's.
+                let client = client(&self.options).map_err(|e| e.to_string())?;
+                let auth = Auth {
+                    registry_auth: RegistryAuth::Bearer(access),
+                    from,
+                    expires: None,
+                };
+                return Ok((client, auth));
+            }
+        };
+        Ok((state.client, auth))
+    }
+
+    /// How `registry` is spoken to: `http` if the options name it, otherwise `https`.
+    fn scheme(&self, registry: &str) -> &'static str {
+        if self.options.http.iter().any(|h| h == registry) {
+            "http"
+        } else {
+            "https"
+        }
     }
 
     /// A puller whose size limit is `limit` bytes (tests of the limit).
@@ -128,11 +195,11 @@ impl Puller {
         };
         let started = Instant::now();
         // Asked for only when the registry is: a cached pinned plugin loads without it.
-        let session = || self.session(reference.registry()).map_err(fail);
+        let session = || async { self.session(reference, false).await.map_err(fail) };
         let digest = match reference.digest() {
             Some(digest) => digest.to_owned(),
             None => {
-                let (client, auth) = session()?;
+                let (client, auth) = session().await?;
                 let digest = client
                     .fetch_manifest_digest(reference.reference(), &auth.registry_auth)
                     .await
@@ -149,7 +216,7 @@ impl Puller {
             return Ok(pulled);
         }
         let pinned = reference.at(&digest);
-        let (client, auth) = session()?;
+        let (client, auth) = session().await?;
         let (body, _) = client
             .pull_manifest_raw(
                 &pinned,
@@ -269,7 +336,7 @@ impl Puller {
             Some(_) => reference.reference().clone(),
             None => reference.at(&digest),
         };
-        let (client, auth) = self.session(reference.registry()).map_err(fail)?;
+        let (client, auth) = self.session(reference, true).await.map_err(fail)?;
         client
             .store_auth_if_needed(target.resolve_registry(), &auth.registry_auth)
             .await;
@@ -309,11 +376,21 @@ fn client(options: &RegistryOptions) -> anyhow::Result<Client> {
     Ok(Client::try_from(config)?)
 }
 
+/// The client token servers are asked with, with the timeouts of [`client`].
+fn http_client() -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .timeout(std::time::Duration::from_secs(30))
+        .build()?)
+}
+
 /// How one registry is spoken to: anonymously, or with a credential from a named source.
 struct Auth {
     registry_auth: RegistryAuth,
     /// The credential's source and kind (`Secret nsc/pull`, `user name and password`).
     from: Option<(String, &'static str)>,
+    /// When a registry token that is a JWT expires (its `exp`, seconds since the epoch).
+    expires: Option<u64>,
 }
 
 impl Auth {
@@ -321,33 +398,24 @@ impl Auth {
         Auth {
             registry_auth: RegistryAuth::Anonymous,
             from: None,
+            expires: None,
         }
     }
+}
 
-    /// The credential `credentials` has for `registry`; anonymous when it has none.
-    fn from(credentials: &Credentials, registry: &str) -> Result<Self, String> {
-        let Some(credential) = credentials.for_registry(registry) else {
-            return Ok(Auth::anonymous());
-        };
-        let registry_auth = match credential {
-            Credential::Basic { username, password } => {
-                RegistryAuth::Basic(username.clone(), password.clone())
-            }
-            Credential::RegistryToken(token) => RegistryAuth::Bearer(token.clone()),
-            Credential::IdentityToken(_) => {
-                return Err(format!(
-                    "{}: the credential for the registry {registry} is an identity token, which \
-                     this version cannot exchange yet: give a user name and password or a \
-                     registry token",
-                    credentials.source()
-                ));
-            }
-        };
-        Ok(Auth {
-            registry_auth,
-            from: Some((credentials.source().to_owned(), credential.kind())),
-        })
+/// The `exp` claim of a token that is a JWT, read without checking its signature: it only
+/// explains a refusal.
+fn jwt_expiry(token: &str) -> Option<u64> {
+    use base64::Engine as _;
+    #[derive(serde::Deserialize)]
+    struct Claims {
+        exp: Option<u64>,
     }
+    let payload = token.split('.').nth(1)?;
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    serde_json::from_slice::<Claims>(&json).ok()?.exp
 }
 
 /// An `oci-client` error in an operator's terms; `what` is the digest or tag asked for.
@@ -419,10 +487,25 @@ fn unauthorized(registry: &str, repository: &str, auth: &Auth) -> String {
             "the registry {registry} refused anonymous access to {repository}: give a \
              credential for {registry} (--registry-config), or make the repository public"
         ),
-        Some((source, kind)) => format!(
-            "the registry {registry} refused the {kind} from {source} for {repository}: check \
-             that credential, and that it may read (or, to push, write) {repository}"
-        ),
+        Some((source, kind)) => {
+            let now = std::time::SystemTime::now();
+            let expired = auth
+                .expires
+                .map(|exp| std::time::UNIX_EPOCH + std::time::Duration::from_secs(exp))
+                .filter(|&at| at < now);
+            match expired {
+                Some(at) => format!(
+                    "the registry {registry} refused the {kind} from {source} for {repository}: \
+                     it expired at {}; give a fresh one",
+                    humantime::format_rfc3339_seconds(at)
+                ),
+                None => format!(
+                    "the registry {registry} refused the {kind} from {source} for {repository}: \
+                     check that credential, and that it may read (or, to push, write) \
+                     {repository}"
+                ),
+            }
+        }
     }
 }
 
@@ -452,32 +535,61 @@ fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn each_registry_gets_its_own_credential_and_the_others_none() {
+    #[tokio::test]
+    async fn each_registry_gets_its_own_credential_and_the_others_none() {
         let credentials = Credentials::parse(
             "Secret nsc/pull",
-            br#"{"auths": {"ids.example": {"identitytoken": "x"},
-                           "tokens.example": {"registrytoken": "t"},
+            br#"{"auths": {"tokens.example": {"registrytoken": "t"},
                            "users.example": {"username": "u", "password": "p"}}}"#,
         )
         .unwrap();
-        let auth = |registry| Auth::from(&credentials, registry);
-        let refused = auth("ids.example").err().unwrap_or_default();
-        assert!(
-            refused.starts_with(
-                "Secret nsc/pull: the credential for the registry ids.example is an identity token"
-            ),
-            "{refused}"
-        );
-        let bearer = auth("tokens.example").unwrap();
+        let puller = Puller::new(&RegistryOptions::default()).unwrap();
+        puller.set_credentials(Some(credentials)).unwrap();
+        let auth = |registry: &str| {
+            let reference = OciRef::parse(&format!("oci://{registry}/team/plugin:v1")).unwrap();
+            let puller = &puller;
+            async move { puller.session(&reference, false).await.unwrap().1 }
+        };
+        let bearer = auth("tokens.example").await;
         assert!(matches!(&bearer.registry_auth, RegistryAuth::Bearer(t) if t == "t"));
         assert_eq!(
             bearer.from,
             Some(("Secret nsc/pull".to_owned(), "registry token"))
         );
-        let basic = auth("users.example").unwrap().registry_auth;
+        let basic = auth("users.example").await.registry_auth;
         assert!(matches!(basic, RegistryAuth::Basic(u, p) if u == "u" && p == "p"));
-        let other = auth("other.example").unwrap();
+        let other = auth("other.example").await;
         assert!(matches!(other.registry_auth, RegistryAuth::Anonymous) && other.from.is_none());
+        puller.set_credentials(None).unwrap();
+        let dropped = auth("users.example").await;
+        assert!(matches!(dropped.registry_auth, RegistryAuth::Anonymous));
+    }
+
+    #[test]
+    fn an_expired_registry_token_is_named_as_expired() {
+        use base64::Engine as _;
+        let jwt = |claims: &str| {
+            let part = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+            format!("{}.{}.sig", part(r#"{"alg":"ES256"}"#), part(claims))
+        };
+        assert_eq!(
+            jwt_expiry(&jwt(r#"{"exp": 1700000000}"#)),
+            Some(1_700_000_000)
+        );
+        assert_eq!(jwt_expiry(&jwt(r#"{"sub": "x"}"#)), None);
+        assert_eq!(jwt_expiry("opaque-token"), None);
+        let auth = |expires| Auth {
+            registry_auth: RegistryAuth::Anonymous,
+            from: Some(("Secret nsc/pull".to_owned(), "registry token")),
+            expires,
+        };
+        let expired = unauthorized("r.example", "team/plugin", &auth(Some(1_700_000_000)));
+        assert_eq!(
+            expired,
+            "the registry r.example refused the registry token from Secret nsc/pull for \
+             team/plugin: it expired at 2023-11-14T22:13:20Z; give a fresh one"
+        );
+        let far = unauthorized("r.example", "team/plugin", &auth(Some(u64::from(u32::MAX))));
+        assert!(far.contains("check that credential"), "{far}");
     }
 }
