@@ -13,10 +13,13 @@ use crate::{
     controller,
     leader::LeaderElector,
     metrics::Metrics,
-    plugin::{Limits, PluginDir, Plugins, Runtime, SharedPlugins},
+    plugin::{Limits, PluginDir, Plugins, Runtime, SharedPlugins, oci::Puller},
     reconcile::{CONTROLLER_NAME, Settings},
     server::{self, Readiness},
-    watch::plugin_dir::{ConfigMapSource, PluginSource},
+    watch::{
+        plugin_dir::{ConfigMapSource, PluginSource},
+        registry_secret::RegistrySecret,
+    },
 };
 
 /// Runs the command the flags name. The plugin commands run without an async runtime: a
@@ -159,11 +162,7 @@ async fn plugin_source(args: &RunArgs, client: &Client) -> anyhow::Result<Plugin
     if let Some(name) = &args.default_plugin {
         plugins.set_default(name);
     }
-    let puller = Arc::new(
-        args.registry
-            .puller()
-            .context("setting up the OCI registry client")?,
-    );
+    let (puller, registry_secret) = registry(args, client).await?;
     let (dir, plugins) = match args.plugin_dir.clone() {
         None => (None, plugins),
         Some(path) => {
@@ -221,7 +220,31 @@ async fn plugin_source(args: &RunArgs, client: &Client) -> anyhow::Result<Plugin
         dir: dir.map(|d| Arc::new(std::sync::Mutex::new(d))),
         poll: args.plugin_poll_interval,
         configmap,
+        registry_secret,
     })
+}
+
+/// The registry client, with the credentials of the registry Secret, if one is named (read
+/// before the plugins load, so that they are pulled with them).
+async fn registry(
+    args: &RunArgs,
+    client: &Client,
+) -> anyhow::Result<(Arc<Puller>, Option<RegistrySecret>)> {
+    let puller = Arc::new(
+        args.registry
+            .puller()
+            .context("setting up the OCI registry client")?,
+    );
+    let Some(name) = &args.plugin_registry_secret else {
+        return Ok((puller, None));
+    };
+    let secret = RegistrySecret {
+        namespace: args.plugin_configmap_namespace.clone(),
+        name: name.clone(),
+        puller: puller.clone(),
+    };
+    secret.read(client).await;
+    Ok((puller, Some(secret)))
 }
 
 /// The plugin ConfigMap as it is at start-up; `None` (its watch loads it later) when it does

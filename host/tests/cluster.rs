@@ -19,7 +19,7 @@ use std::{
 
 use futures::{FutureExt, StreamExt, stream};
 use k8s_openapi::api::{
-    core::v1::{Pod, Service},
+    core::v1::{Pod, Secret, Service},
     discovery::v1::EndpointSlice,
     events::v1::Event,
 };
@@ -32,11 +32,14 @@ use nad_service_controller::{
     leader::LeaderElector,
     plugin::{
         FailurePolicy, Limits, PluginDir, Plugins, Runtime, SharedPlugins,
-        oci::{OciRef, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryOptions},
+        oci::{Credentials, OciRef, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryOptions},
         prepare,
     },
     reconcile::slices::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, is_managed_slice_of},
-    watch::plugin_dir::{ConfigMapSource, PluginSource},
+    watch::{
+        plugin_dir::{ConfigMapSource, PluginSource},
+        registry_secret::RegistrySecret,
+    },
 };
 use nad_test_kit::metrics::Scrape;
 use node_sim::Simulator;
@@ -114,6 +117,9 @@ enum Followed {
     /// A ConfigMap of this name in the test's namespace, watched through the API, whose
     /// `<name>.oci` entries the puller fetches.
     ConfigMap(&'static str, Option<Arc<Puller>>),
+    /// That ConfigMap, and the registry Secret of this name whose credentials the puller
+    /// pulls with.
+    ConfigMapAndSecret(&'static str, Arc<Puller>, &'static str),
 }
 
 /// An environment whose plugins are the built-in one, `opt-out`, whatever `configure` adds,
@@ -132,14 +138,25 @@ async fn env_with(
         prepare(&runtime, "opt-out", OPT_OUT, "").unwrap(),
     );
     configure(&runtime, &mut plugins);
-    let (dir, configmap) = match followed {
-        Followed::Nothing => (None, None),
+    let (dir, configmap, registry_secret) = match followed {
+        Followed::Nothing => (None, None, None),
         Followed::Dir(d) => {
             let mut dir = PluginDir::new(d);
             dir.scan(&runtime, &mut plugins);
-            (Some(Arc::new(Mutex::new(dir))), None)
+            (Some(Arc::new(Mutex::new(dir))), None, None)
         }
-        Followed::ConfigMap(name, puller) => (None, Some(ConfigMapSource::new(&ns, name, puller))),
+        Followed::ConfigMap(name, puller) => {
+            (None, Some(ConfigMapSource::new(&ns, name, puller)), None)
+        }
+        Followed::ConfigMapAndSecret(name, puller, secret) => {
+            let configmap = ConfigMapSource::new(&ns, name, Some(puller.clone()));
+            let secret = RegistrySecret {
+                namespace: ns.clone(),
+                name: secret.to_owned(),
+                puller,
+            };
+            (None, Some(configmap), Some(secret))
+        }
     };
     let source = PluginSource {
         runtime: runtime.clone(),
@@ -147,6 +164,7 @@ async fn env_with(
         dir,
         poll: Duration::from_millis(200),
         configmap,
+        registry_secret,
     };
     let controller = support::Controller::start(&client, &ns, source.clone());
     let (sim, heartbeat) = Simulator::for_tests(client.clone()).await.unwrap();
@@ -1183,6 +1201,156 @@ async fn a_plugin_configmap_naming_oci_artifacts_serves_each_pinned_digest() {
     env.finish().await;
     drop(registry);
     std::fs::remove_dir_all(&cache).unwrap();
+}
+
+/// A `kubernetes.io/dockerconfigjson` Secret `name` with `user:password` for `registry`.
+fn registry_secret(name: &str, registry: &str, user: &str, password: &str) -> Secret {
+    let config = json!({"auths": {registry: {"username": user, "password": password}}});
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": config.to_string()},
+    }))
+    .unwrap()
+}
+
+/// The registry Secret: plugins from a registry that asks for a password are pulled with the
+/// credentials of the Secret the controller watches. A missing Secret and a wrong password are
+/// told on the Service, naming the registry and the Secret, and the version serving keeps
+/// serving; a corrected Secret is used at once, not at the next 30 s retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_secret_gives_the_credentials_plugins_are_pulled_with() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let registry = support::registry::Registry::start_with("cluster-secret", &[("ci", "s3cret")]);
+    let host = registry.host.clone();
+    let options = RegistryOptions {
+        http: vec![host.clone()],
+        cache_dir: None,
+    };
+    let author = Puller::new(&options).unwrap();
+    let config = json!({"auths": {&host: {"username": "ci", "password": "s3cret"}}});
+    let author_credentials = Credentials::parse("author", config.to_string().as_bytes());
+    author
+        .set_credentials(Some(author_credentials.unwrap()))
+        .unwrap();
+    let repository = registry.reference("plugins/tenant");
+    let target = OciRef::parse(&repository).unwrap();
+    let opt_out = author
+        .push(&target, OPT_OUT, PUSH_LAYER_MEDIA_TYPE, Default::default())
+        .await
+        .unwrap();
+    let default_plugin = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));
+    let default = author
+        .push(
+            &target,
+            default_plugin,
+            PUSH_LAYER_MEDIA_TYPE,
+            Default::default(),
+        )
+        .await
+        .unwrap();
+
+    let puller = Arc::new(Puller::new(&options).unwrap());
+    let followed = Followed::ConfigMapAndSecret("plugins", puller.clone(), "registry");
+    let env = env_with("ocisecret", |_, _| {}, followed).await;
+    let (configmaps, secrets) = (env.api::<ConfigMap>(), env.api::<Secret>());
+    env.service(
+        "web",
+        json!({}),
+        json!({"isim.dev/network": "macvlan", "isim.dev/endpoint-policy": "tenant"}),
+        json!({"clusterIP": "None", "ports": [{"port": 80}]}),
+    )
+    .await;
+    env.pod(
+        "web-a",
+        json!({"endpoints.isim.dev/opt-out": "true"}),
+        "macvlan",
+        true,
+    )
+    .await;
+    env.pod("web-b", json!({}), "macvlan", true).await;
+    let note_with = |text: String| {
+        let env = &env;
+        async move {
+            eventually(&format!("an Event saying {text:?}"), || async {
+                env.events_for("web")
+                    .await
+                    .into_iter()
+                    .filter_map(|e| e.note)
+                    .find(|n| n.contains(&text))
+            })
+            .await
+        }
+    };
+
+    // No Secret yet: read anonymously, refused, and told to create the Secret.
+    set_plugin_configmap(&configmaps, Some(oci_entry(&repository, &opt_out))).await;
+    note_with(format!(
+        "the registry {host} refused anonymous access to plugins/tenant: the Secret {}/registry \
+         that is to hold the credential for {host} does not exist: create it",
+        env.ns
+    ))
+    .await;
+    // A wrong password, named with the Secret it came from.
+    let generation = puller.generation();
+    let wrong = registry_secret("registry", &host, "ci", "guess");
+    secrets
+        .create(&PostParams::default(), &wrong)
+        .await
+        .unwrap();
+    note_with(format!(
+        "the registry {host} refused the user name and password from Secret {}/registry for \
+         plugins/tenant",
+        env.ns
+    ))
+    .await;
+    assert!(puller.generation() > generation);
+
+    // Corrected: the refused fetch is tried again as soon as the credentials change, well
+    // before the 30 s retry.
+    let at = std::time::Instant::now();
+    let good = registry_secret("registry", &host, "ci", "s3cret");
+    let replace = PatchParams::apply("test").force();
+    secrets
+        .patch("registry", &replace, &Patch::Apply(&good))
+        .await
+        .unwrap();
+    env.wait_slices("web", "web-b only, the private opt-out plugin", |s| {
+        pod_names(s) == ["web-b"]
+    })
+    .await;
+    let served = at.elapsed();
+    eprintln!("registry Secret corrected -> served in {served:?}");
+    assert!(served < Duration::from_secs(20), "{served:?}");
+
+    // The password wrong again, and a new version: refused, and the one serving keeps serving.
+    let generation = puller.generation();
+    secrets
+        .patch("registry", &replace, &Patch::Apply(&wrong))
+        .await
+        .unwrap();
+    eventually("the wrong password read", || async {
+        (puller.generation() > generation).then_some(())
+    })
+    .await;
+    set_plugin_configmap(&configmaps, Some(oci_entry(&repository, &default))).await;
+    note_with(format!(
+        "@{default}: the registry {host} refused the user name and password"
+    ))
+    .await;
+    env.pod("web-c", json!({}), "macvlan", true).await;
+    env.pod(
+        "web-d",
+        json!({"endpoints.isim.dev/opt-out": "true"}),
+        "macvlan",
+        true,
+    )
+    .await;
+    env.wait_slices("web", "web-c added, web-d left out by opt-out", |s| {
+        pod_names(s) == ["web-b", "web-c"]
+    })
+    .await;
+    env.finish().await;
 }
 
 /// `explain` on the live cluster: every pod of the namespace with its candidacy, decision,

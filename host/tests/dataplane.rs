@@ -114,6 +114,7 @@ impl Plane {
                 dir: None,
                 poll: Duration::from_millis(200),
                 configmap: None,
+                registry_secret: None,
             };
             support::Controller::start(&client, &ns, source)
         });

@@ -53,6 +53,8 @@ const ACCOUNT: &str = "nad-service-controller";
 const LEASE: &str = "nad-service-controller";
 /// The ConfigMap the shipped RBAC lets the controller read its plugins from.
 const PLUGIN_CONFIGMAP: &str = "nad-service-controller-plugins";
+/// The Secret the shipped RBAC lets the controller read registry credentials from.
+const REGISTRY_SECRET: &str = "nad-service-controller-registry";
 const OPT_OUT: &[u8] = include_bytes!(env!("NSC_EXAMPLE_OPT_OUT_WASM"));
 /// The network prober's ServiceAccount, RBAC, admission policy and DaemonSet (`deploy/prober`,
 /// each file naming its namespace).
@@ -229,7 +231,8 @@ fn assert_forbidden<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Erro
     }
 }
 
-/// Flags both ways of running add: ports on loopback, debug logs, the plugin ConfigMap.
+/// Flags both ways of running add: ports on loopback, debug logs, the plugin ConfigMap and the
+/// registry Secret.
 fn test_flags() -> Vec<String> {
     [
         "--leader-election=true",
@@ -239,7 +242,10 @@ fn test_flags() -> Vec<String> {
     ]
     .into_iter()
     .map(str::to_owned)
-    .chain([format!("--plugin-configmap={PLUGIN_CONFIGMAP}")])
+    .chain([
+        format!("--plugin-configmap={PLUGIN_CONFIGMAP}"),
+        format!("--plugin-registry-secret={REGISTRY_SECRET}"),
+    ])
     .collect()
 }
 
@@ -620,6 +626,29 @@ async fn main_scenario(roles: Roles, launch: Launch) {
     let _ = plugin_configmaps
         .delete(PLUGIN_CONFIGMAP, &DeleteParams::default())
         .await;
+    // Of the Secrets, only the registry one, by name.
+    assert_forbidden(
+        "reading another Secret in its own namespace",
+        Api::<Secret>::namespaced(account.clone(), CONTROLLER_NS)
+            .get("someone-elses")
+            .await,
+    );
+    assert_forbidden(
+        "listing the Secrets of its own namespace",
+        Api::<Secret>::namespaced(account.clone(), CONTROLLER_NS)
+            .list(&ListParams::default())
+            .await,
+    );
+    assert_forbidden(
+        "changing the registry Secret",
+        Api::<Secret>::namespaced(account.clone(), CONTROLLER_NS)
+            .delete(REGISTRY_SECRET, &DeleteParams::default().dry_run())
+            .await,
+    );
+    let registry_secrets: Api<Secret> = Api::namespaced(admin.clone(), CONTROLLER_NS);
+    let _ = registry_secrets
+        .delete(REGISTRY_SECRET, &DeleteParams::default())
+        .await;
 
     // A Lease left by an earlier run that was killed would hold the controller back.
     let _ = Api::<Lease>::namespaced(admin.clone(), CONTROLLER_NS)
@@ -820,6 +849,29 @@ async fn main_scenario(roles: Roles, launch: Launch) {
     .await;
     plugin_configmaps
         .delete(PLUGIN_CONFIGMAP, &DeleteParams::default())
+        .await
+        .unwrap();
+    // The registry Secret (get, list and watch by name): its credentials read as it appears.
+    let config = json!({"auths": {"registry.example": {"username": "ci", "password": "s3cret"}}});
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": REGISTRY_SECRET},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": config.to_string()},
+    }))
+    .unwrap();
+    registry_secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    eventually("the registry Secret's credentials read", || async {
+        controller
+            .log()
+            .contains("registry credentials read from the Secret")
+            .then_some(())
+    })
+    .await;
+    registry_secrets
+        .delete(REGISTRY_SECRET, &DeleteParams::default())
         .await
         .unwrap();
     // Slices (delete): without the annotation the Service is not the controller's any more.

@@ -51,6 +51,9 @@ struct Seen {
     content: (String, String),
     /// When an unchanged plugin that failed transiently is tried again.
     retry_at: Option<Instant>,
+    /// The puller's credentials (their generation) a fetch failed with: it is tried again as
+    /// soon as they change.
+    fetch_failed_with: Option<u64>,
 }
 
 /// What one scan changed.
@@ -131,10 +134,17 @@ impl Loader {
 
     /// Whether any plugin's failure is due for another try.
     pub fn any_retry_due(&self) -> bool {
-        let now = Instant::now();
-        self.seen
-            .values()
-            .any(|s| s.retry_at.is_some_and(|at| now >= at))
+        self.seen.values().any(|s| self.due(s))
+    }
+
+    /// Whether `seen`'s failure is due for another try: its time has come, or it was a fetch
+    /// and the registry credentials changed since.
+    fn due(&self, seen: &Seen) -> bool {
+        let generation = self.puller.as_ref().map(|p| p.generation());
+        seen.retry_at.is_some_and(|at| Instant::now() >= at)
+            || seen
+                .fetch_failed_with
+                .is_some_and(|failed| generation != Some(failed))
     }
 
     /// The component of `component`: fetched when it is a reference (on this blocking thread,
@@ -164,10 +174,7 @@ impl Loader {
 
     /// Whether `name`'s transient failure is due for another try.
     fn retry_due(&self, name: &str) -> bool {
-        self.seen
-            .get(name)
-            .and_then(|s| s.retry_at)
-            .is_some_and(|at| Instant::now() >= at)
+        self.seen.get(name).is_some_and(|s| self.due(s))
     }
 
     /// Whether the source's plugin `name` is one this loader knows.
@@ -199,13 +206,17 @@ impl Loader {
             if !retry_due && self.seen.get(&name).is_some_and(|s| s.content == content) {
                 continue;
             }
+            // Read before the fetch: credentials that change during it make it due again.
+            let generation = self.puller.as_ref().map(|p| p.generation());
             let fetched = self.fetch(&name, component);
             let seen = self.seen.entry(name.clone()).or_insert_with(|| Seen {
                 content: content.clone(),
                 retry_at: None,
+                fetch_failed_with: None,
             });
             seen.content = content;
             seen.retry_at = None;
+            seen.fetch_failed_with = None;
             let component = match fetched {
                 Ok(component) => component,
                 Err((e, retry)) => {
@@ -217,6 +228,7 @@ impl Loader {
                     );
                     if retry {
                         seen.retry_at = Some(Instant::now() + FETCH_RETRY);
+                        seen.fetch_failed_with = generation;
                     }
                     plugins.record_failure(&name, e.to_string());
                     scan.failed.push(e);
@@ -252,19 +264,24 @@ impl Loader {
                 }
             }
         }
+        scan.removed = self.remove_absent(plugins, &present);
+        scan
+    }
+
+    /// Removes the plugins the source no longer holds (not in `present`); returns their names.
+    fn remove_absent(&mut self, plugins: &mut Plugins, present: &[String]) -> Vec<String> {
         let gone: Vec<String> = self
             .seen
             .keys()
             .filter(|name| !present.contains(name))
             .cloned()
             .collect();
-        for name in gone {
-            self.seen.remove(&name);
-            plugins.remove(&name);
+        for name in &gone {
+            self.seen.remove(name);
+            plugins.remove(name);
             tracing::info!(plugin = %name, "plugin removed");
-            scan.removed.push(name);
         }
-        scan
+        gone
     }
 }
 

@@ -132,9 +132,22 @@ pub struct RunArgs {
     #[arg(long, env = "NSC_PLUGIN_CONFIGMAP", conflicts_with = "plugin_dir")]
     pub plugin_configmap: Option<String>,
 
-    /// The namespace of --plugin-configmap: in a cluster, the controller's own.
+    /// The namespace of --plugin-configmap and --plugin-registry-secret: in a cluster, the
+    /// controller's own.
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub plugin_configmap_namespace: String,
+
+    /// A `kubernetes.io/dockerconfigjson` Secret (in --plugin-configmap-namespace) whose
+    /// credentials plugins are pulled with, watched through the API: a change takes effect
+    /// without a restart, and fetches it refused are tried again at once. While it does not
+    /// exist, registries are read anonymously. Instead of --registry-config.
+    #[arg(
+        long,
+        env = "NSC_PLUGIN_REGISTRY_SECRET",
+        value_name = "NAME",
+        conflicts_with = "registry_config"
+    )]
+    pub plugin_registry_secret: Option<String>,
 
     #[command(flatten)]
     pub registry: RegistryArgs,

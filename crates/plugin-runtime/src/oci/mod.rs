@@ -14,7 +14,10 @@ mod token;
 
 use std::{
     path::PathBuf,
-    sync::{Arc, PoisonError, RwLock},
+    sync::{
+        Arc, PoisonError, RwLock,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Instant,
 };
 
@@ -69,8 +72,44 @@ pub struct Puller {
     options: RegistryOptions,
     /// Made anew when the credentials change, so that no token of the old ones is used again.
     state: RwLock<State>,
+    /// Counts the changes of credentials: a fetch refused before the last one is worth
+    /// another try at once.
+    generation: AtomicU64,
     cache: Option<Cache>,
     limit: u64,
+}
+
+/// Where the credentials come from, for what a refusal of anonymous access tells to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Origin {
+    /// `--registry-config`, or nothing (the plugin commands).
+    Flag,
+    /// A Secret (`namespace/name`) watched by name, which exists or not.
+    Secret { name: String, exists: bool },
+}
+
+impl Origin {
+    /// What to do when `registry` refuses anonymous access.
+    fn remedy(&self, registry: &str) -> String {
+        match self {
+            Origin::Flag => format!(
+                "give a credential for {registry} (--registry-config), or make the repository \
+                 public"
+            ),
+            Origin::Secret { name, exists: true } => format!(
+                "give a credential for {registry} in the Secret {name}, or make the repository \
+                 public"
+            ),
+            Origin::Secret {
+                name,
+                exists: false,
+            } => format!(
+                "the Secret {name} that is to hold the credential for {registry} does not exist: \
+                 create it (kubectl create secret docker-registry --docker-server={registry}), \
+                 or make the repository public"
+            ),
+        }
+    }
 }
 
 /// The clients of one set of credentials.
@@ -78,15 +117,21 @@ pub struct Puller {
 struct State {
     client: Client,
     credentials: Option<Arc<Credentials>>,
+    origin: Origin,
     /// Access tokens given for the credentials' identity tokens.
     exchanger: Arc<token::Exchanger>,
 }
 
 impl State {
-    fn new(options: &RegistryOptions, credentials: Option<Credentials>) -> anyhow::Result<Self> {
+    fn new(
+        options: &RegistryOptions,
+        credentials: Option<Credentials>,
+        origin: Origin,
+    ) -> anyhow::Result<Self> {
         Ok(State {
             client: client(options)?,
             credentials: credentials.map(Arc::new),
+            origin,
             exchanger: Arc::new(token::Exchanger::new(http_client()?)),
         })
     }
@@ -107,7 +152,8 @@ impl Puller {
         let _ = rustls::crypto::ring::default_provider().install_default();
         Ok(Self {
             options: options.clone(),
-            state: RwLock::new(State::new(options, None)?),
+            state: RwLock::new(State::new(options, None, Origin::Flag)?),
+            generation: AtomicU64::new(0),
             cache: options.cache_dir.clone().map(Cache::new),
             limit: MAX_PLUGIN_BYTES,
         })
@@ -115,9 +161,33 @@ impl Puller {
 
     /// Pulls and pushes with `credentials` from now on (`None`: anonymously everywhere).
     pub fn set_credentials(&self, credentials: Option<Credentials>) -> anyhow::Result<()> {
-        let fresh = State::new(&self.options, credentials)?;
-        *self.state.write().unwrap_or_else(PoisonError::into_inner) = fresh;
+        self.swap(State::new(&self.options, credentials, Origin::Flag)?);
         Ok(())
+    }
+
+    /// Pulls with the credentials of the Secret `name` (`namespace/name`) from now on; `None`
+    /// when it does not exist (anonymously everywhere, and a refusal says to create it).
+    pub fn set_secret_credentials(
+        &self,
+        name: &str,
+        credentials: Option<Credentials>,
+    ) -> anyhow::Result<()> {
+        let origin = Origin::Secret {
+            name: name.to_owned(),
+            exists: credentials.is_some(),
+        };
+        self.swap(State::new(&self.options, credentials, origin)?);
+        Ok(())
+    }
+
+    fn swap(&self, fresh: State) {
+        *self.state.write().unwrap_or_else(PoisonError::into_inner) = fresh;
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Counts the changes of credentials.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
     }
 
     /// A client, and how to authenticate with it to `reference`'s registry to read (or also
@@ -129,24 +199,26 @@ impl Puller {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let registry = reference.registry();
-        let Some(credentials) = &state.credentials else {
-            return Ok((state.client, Auth::anonymous()));
+        let found = state
+            .credentials
+            .as_deref()
+            .and_then(|all| Some((all.source(), all.for_registry(registry)?)));
+        let Some((source, credential)) = found else {
+            let auth = Auth::anonymous(state.origin.remedy(registry));
+            return Ok((state.client, auth));
         };
-        let Some(credential) = credentials.for_registry(registry) else {
-            return Ok((state.client, Auth::anonymous()));
+        let who = Who::Credential {
+            source: source.to_owned(),
+            kind: credential.kind(),
         };
-        let from = Some((credentials.source().to_owned(), credential.kind()));
-        let auth = match credential {
-            Credential::Basic { username, password } => Auth {
-                registry_auth: RegistryAuth::Basic(username.clone(), password.clone()),
-                from,
-                expires: None,
-            },
-            Credential::RegistryToken(token) => Auth {
-                registry_auth: RegistryAuth::Bearer(token.clone()),
-                from,
-                expires: jwt_expiry(token),
-            },
+        let (registry_auth, expires) = match credential {
+            Credential::Basic { username, password } => (
+                RegistryAuth::Basic(username.clone(), password.clone()),
+                None,
+            ),
+            Credential::RegistryToken(token) => {
+                (RegistryAuth::Bearer(token.clone()), jwt_expiry(token))
+            }
             Credential::IdentityToken(refresh_token) => {
                 let request = token::Request {
                     scheme: self.scheme(registry),
@@ -154,7 +226,7 @@ impl Puller {
                     repository: reference.repository(),
                     push,
                     refresh_token,
-                    source: credentials.source(),
+                    source,
                 };
                 let access = state.exchanger.access_token(&request).await?;
                 // `oci-client` keeps the first bearer token it is given for a registry, for
@@ -162,11 +234,16 @@ impl Puller {
                 let client = client(&self.options).map_err(|e| e.to_string())?;
                 let auth = Auth {
                     registry_auth: RegistryAuth::Bearer(access),
-                    from,
+                    who,
                     expires: None,
                 };
                 return Ok((client, auth));
             }
+        };
+        let auth = Auth {
+            registry_auth,
+            who,
+            expires,
         };
         Ok((state.client, auth))
     }
@@ -387,17 +464,25 @@ fn http_client() -> anyhow::Result<reqwest::Client> {
 /// How one registry is spoken to: anonymously, or with a credential from a named source.
 struct Auth {
     registry_auth: RegistryAuth,
-    /// The credential's source and kind (`Secret nsc/pull`, `user name and password`).
-    from: Option<(String, &'static str)>,
+    who: Who,
     /// When a registry token that is a JWT expires (its `exp`, seconds since the epoch).
     expires: Option<u64>,
 }
 
+/// Who asks the registry, for what a refusal says.
+#[derive(Debug, PartialEq, Eq)]
+enum Who {
+    /// No one: `remedy` tells how to give a credential.
+    Anonymous { remedy: String },
+    /// A credential of `kind` (`user name and password`) from `source` (`Secret nsc/pull`).
+    Credential { source: String, kind: &'static str },
+}
+
 impl Auth {
-    fn anonymous() -> Self {
+    fn anonymous(remedy: String) -> Self {
         Auth {
             registry_auth: RegistryAuth::Anonymous,
-            from: None,
+            who: Who::Anonymous { remedy },
             expires: None,
         }
     }
@@ -482,12 +567,11 @@ fn describe(e: &OciDistributionError, reference: &OciRef, what: &str, auth: &Aut
 }
 
 fn unauthorized(registry: &str, repository: &str, auth: &Auth) -> String {
-    match &auth.from {
-        None => format!(
-            "the registry {registry} refused anonymous access to {repository}: give a \
-             credential for {registry} (--registry-config), or make the repository public"
-        ),
-        Some((source, kind)) => {
+    match &auth.who {
+        Who::Anonymous { remedy } => {
+            format!("the registry {registry} refused anonymous access to {repository}: {remedy}")
+        }
+        Who::Credential { source, kind } => {
             let now = std::time::SystemTime::now();
             let expired = auth
                 .expires
@@ -553,16 +637,58 @@ mod tests {
         let bearer = auth("tokens.example").await;
         assert!(matches!(&bearer.registry_auth, RegistryAuth::Bearer(t) if t == "t"));
         assert_eq!(
-            bearer.from,
-            Some(("Secret nsc/pull".to_owned(), "registry token"))
+            bearer.who,
+            Who::Credential {
+                source: "Secret nsc/pull".to_owned(),
+                kind: "registry token"
+            }
         );
         let basic = auth("users.example").await.registry_auth;
         assert!(matches!(basic, RegistryAuth::Basic(u, p) if u == "u" && p == "p"));
         let other = auth("other.example").await;
-        assert!(matches!(other.registry_auth, RegistryAuth::Anonymous) && other.from.is_none());
+        assert!(matches!(other.registry_auth, RegistryAuth::Anonymous));
+        assert!(
+            matches!(&other.who, Who::Anonymous { remedy } if remedy.contains("(--registry-config)"))
+        );
         puller.set_credentials(None).unwrap();
         let dropped = auth("users.example").await;
         assert!(matches!(dropped.registry_auth, RegistryAuth::Anonymous));
+    }
+
+    #[tokio::test]
+    async fn a_secrets_credentials_replace_the_last_and_a_missing_secret_is_named() {
+        let puller = Puller::new(&RegistryOptions::default()).unwrap();
+        let before = puller.generation();
+        let credentials = Credentials::parse(
+            "Secret nsc/pull",
+            br#"{"auths": {"users.example": {"username": "u", "password": "p"}}}"#,
+        )
+        .unwrap();
+        puller
+            .set_secret_credentials("nsc/pull", Some(credentials))
+            .unwrap();
+        assert_eq!(puller.generation(), before + 1);
+        let session = |registry: &str| {
+            let reference = OciRef::parse(&format!("oci://{registry}/team/plugin:v1")).unwrap();
+            let puller = &puller;
+            async move { puller.session(&reference, false).await.unwrap().1.who }
+        };
+        let Who::Anonymous { remedy } = session("other.example").await else {
+            panic!("anonymous where the Secret names nothing")
+        };
+        assert_eq!(
+            remedy,
+            "give a credential for other.example in the Secret nsc/pull, or make the repository public"
+        );
+        puller.set_secret_credentials("nsc/pull", None).unwrap();
+        assert_eq!(puller.generation(), before + 2);
+        let Who::Anonymous { remedy } = session("users.example").await else {
+            panic!("anonymous once the Secret is gone")
+        };
+        assert!(
+            remedy.starts_with("the Secret nsc/pull that is to hold the credential for users.example does not exist: create it"),
+            "{remedy}"
+        );
     }
 
     #[test]
@@ -580,7 +706,10 @@ mod tests {
         assert_eq!(jwt_expiry("opaque-token"), None);
         let auth = |expires| Auth {
             registry_auth: RegistryAuth::Anonymous,
-            from: Some(("Secret nsc/pull".to_owned(), "registry token")),
+            who: Who::Credential {
+                source: "Secret nsc/pull".to_owned(),
+                kind: "registry token",
+            },
             expires,
         };
         let expired = unauthorized("r.example", "team/plugin", &auth(Some(1_700_000_000)));
