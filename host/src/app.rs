@@ -18,7 +18,7 @@ use crate::{
     server::{self, Readiness},
     watch::{
         plugin_dir::{ConfigMapSource, PluginSource},
-        registry_secret::RegistrySecret,
+        registry::RegistrySettings,
     },
 };
 
@@ -162,7 +162,7 @@ async fn plugin_source(args: &RunArgs, client: &Client) -> anyhow::Result<Plugin
     if let Some(name) = &args.default_plugin {
         plugins.set_default(name);
     }
-    let (puller, registry_secret) = registry(args, client).await?;
+    let (puller, registry_settings) = registry(args, client).await?;
     let (dir, plugins) = match args.plugin_dir.clone() {
         None => (None, plugins),
         Some(path) => {
@@ -220,31 +220,33 @@ async fn plugin_source(args: &RunArgs, client: &Client) -> anyhow::Result<Plugin
         dir: dir.map(|d| Arc::new(std::sync::Mutex::new(d))),
         poll: args.plugin_poll_interval,
         configmap,
-        registry_secret,
+        registry: registry_settings,
     })
 }
 
-/// The registry client, with the credentials of the registry Secret, if one is named (read
-/// before the plugins load, so that they are pulled with them).
+/// The registry client, with the credentials and CAs of the registry Secret and CA ConfigMap,
+/// if they are named (read before the plugins load, so that they are pulled with them).
 async fn registry(
     args: &RunArgs,
     client: &Client,
-) -> anyhow::Result<(Arc<Puller>, Option<RegistrySecret>)> {
+) -> anyhow::Result<(Arc<Puller>, Option<RegistrySettings>)> {
     let puller = Arc::new(
         args.registry
             .puller()
             .context("setting up the OCI registry client")?,
     );
-    let Some(name) = &args.plugin_registry_secret else {
+    if args.plugin_registry_secret.is_none() && args.plugin_registry_ca_configmap.is_none() {
         return Ok((puller, None));
-    };
-    let secret = RegistrySecret {
+    }
+    let settings = RegistrySettings {
         namespace: args.plugin_configmap_namespace.clone(),
-        name: name.clone(),
+        secret: args.plugin_registry_secret.clone(),
+        ca_configmap: args.plugin_registry_ca_configmap.clone(),
+        file_cas: args.registry.cas()?,
         puller: puller.clone(),
     };
-    secret.read(client).await;
-    Ok((puller, Some(secret)))
+    settings.read(client).await;
+    Ok((puller, Some(settings)))
 }
 
 /// The plugin ConfigMap as it is at start-up; `None` (its watch loads it later) when it does

@@ -32,13 +32,16 @@ use nad_service_controller::{
     leader::LeaderElector,
     plugin::{
         FailurePolicy, Limits, PluginDir, Plugins, Runtime, SharedPlugins,
-        oci::{Credentials, OciRef, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryOptions},
+        oci::{
+            Credentials, OciRef, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryCas, RegistryOptions,
+            configmap_key,
+        },
         prepare,
     },
     reconcile::slices::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, is_managed_slice_of},
     watch::{
         plugin_dir::{ConfigMapSource, PluginSource},
-        registry_secret::RegistrySecret,
+        registry::RegistrySettings,
     },
 };
 use nad_test_kit::metrics::Scrape;
@@ -117,9 +120,9 @@ enum Followed {
     /// A ConfigMap of this name in the test's namespace, watched through the API, whose
     /// `<name>.oci` entries the puller fetches.
     ConfigMap(&'static str, Option<Arc<Puller>>),
-    /// That ConfigMap, and the registry Secret of this name whose credentials the puller
-    /// pulls with.
-    ConfigMapAndSecret(&'static str, Arc<Puller>, &'static str),
+    /// That ConfigMap, and the registry Secret and CA ConfigMap of these names whose
+    /// credentials and CAs the puller pulls with.
+    ConfigMapAndRegistry(&'static str, Arc<Puller>, &'static str, &'static str),
 }
 
 /// An environment whose plugins are the built-in one, `opt-out`, whatever `configure` adds,
@@ -138,7 +141,7 @@ async fn env_with(
         prepare(&runtime, "opt-out", OPT_OUT, "").unwrap(),
     );
     configure(&runtime, &mut plugins);
-    let (dir, configmap, registry_secret) = match followed {
+    let (dir, configmap, registry) = match followed {
         Followed::Nothing => (None, None, None),
         Followed::Dir(d) => {
             let mut dir = PluginDir::new(d);
@@ -148,14 +151,16 @@ async fn env_with(
         Followed::ConfigMap(name, puller) => {
             (None, Some(ConfigMapSource::new(&ns, name, puller)), None)
         }
-        Followed::ConfigMapAndSecret(name, puller, secret) => {
+        Followed::ConfigMapAndRegistry(name, puller, secret, cas) => {
             let configmap = ConfigMapSource::new(&ns, name, Some(puller.clone()));
-            let secret = RegistrySecret {
+            let registry = RegistrySettings {
                 namespace: ns.clone(),
-                name: secret.to_owned(),
+                secret: Some(secret.to_owned()),
+                ca_configmap: Some(cas.to_owned()),
+                file_cas: RegistryCas::default(),
                 puller,
             };
-            (None, Some(configmap), Some(secret))
+            (None, Some(configmap), Some(registry))
         }
     };
     let source = PluginSource {
@@ -164,7 +169,7 @@ async fn env_with(
         dir,
         poll: Duration::from_millis(200),
         configmap,
-        registry_secret,
+        registry,
     };
     let controller = support::Controller::start(&client, &ns, source.clone());
     let (sim, heartbeat) = Simulator::for_tests(client.clone()).await.unwrap();
@@ -1214,20 +1219,27 @@ fn registry_secret(name: &str, registry: &str, user: &str, password: &str) -> Se
     .unwrap()
 }
 
-/// The registry Secret: plugins from a registry that asks for a password are pulled with the
-/// credentials of the Secret the controller watches. A missing Secret and a wrong password are
-/// told on the Service, naming the registry and the Secret, and the version serving keeps
-/// serving; a corrected Secret is used at once, not at the next 30 s retry.
+/// The registry Secret and CA ConfigMap: plugins from a registry behind TLS with a private CA
+/// that asks for a password are pulled with the CAs and credentials the controller watches. A
+/// missing CA, a missing Secret and a wrong password are told on the Service, naming the
+/// registry and what to give where, and the version serving keeps serving; a corrected Secret
+/// is used at once, not at the next 30 s retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_registry_secret_gives_the_credentials_plugins_are_pulled_with() {
+async fn the_registry_secret_and_ca_configmap_give_what_plugins_are_pulled_with() {
     use k8s_openapi::api::core::v1::ConfigMap;
-    let registry = support::registry::Registry::start_with("cluster-secret", &[("ci", "s3cret")]);
+    use support::registry::{Registry, TestCa};
+    let ca = TestCa::new("nsc cluster test CA");
+    let registry = Registry::start_tls("cluster-secret", &[("ci", "s3cret")], &ca);
     let host = registry.host.clone();
     let options = RegistryOptions {
-        http: vec![host.clone()],
+        http: Vec::new(),
         cache_dir: None,
     };
     let author = Puller::new(&options).unwrap();
+    let mut cas = RegistryCas::default();
+    cas.add_pem(&host, "the test's CA", ca.pem.as_bytes())
+        .unwrap();
+    author.set_cas(cas).unwrap();
     let config = json!({"auths": {&host: {"username": "ci", "password": "s3cret"}}});
     let author_credentials = Credentials::parse("author", config.to_string().as_bytes());
     author
@@ -1251,7 +1263,7 @@ async fn a_registry_secret_gives_the_credentials_plugins_are_pulled_with() {
         .unwrap();
 
     let puller = Arc::new(Puller::new(&options).unwrap());
-    let followed = Followed::ConfigMapAndSecret("plugins", puller.clone(), "registry");
+    let followed = Followed::ConfigMapAndRegistry("plugins", puller.clone(), "registry", "cas");
     let env = env_with("ocisecret", |_, _| {}, followed).await;
     let (configmaps, secrets) = (env.api::<ConfigMap>(), env.api::<Secret>());
     env.service(
@@ -1283,8 +1295,26 @@ async fn a_registry_secret_gives_the_credentials_plugins_are_pulled_with() {
         }
     };
 
-    // No Secret yet: read anonymously, refused, and told to create the Secret.
+    // No CA yet: the registry is not trusted, and the Service is told where to give its CA.
     set_plugin_configmap(&configmaps, Some(oci_entry(&repository, &opt_out))).await;
+    note_with(format!(
+        "the registry {host} was refused over TLS (invalid peer certificate: UnknownIssuer): it \
+         is not signed by a CA this host trusts: give the CA that signed it (the key {} of the \
+         ConfigMap {}/cas)",
+        configmap_key(&host),
+        env.ns
+    ))
+    .await;
+    let cas: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "cas"},
+        "data": {configmap_key(&host): ca.pem},
+    }))
+    .unwrap();
+    configmaps
+        .create(&PostParams::default(), &cas)
+        .await
+        .unwrap();
+    // Trusted now, but no Secret yet: read anonymously, refused, and told to create the Secret.
     note_with(format!(
         "the registry {host} refused anonymous access to plugins/tenant: the Secret {}/registry \
          that is to hold the credential for {host} does not exist: create it",

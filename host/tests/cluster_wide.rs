@@ -67,7 +67,7 @@ async fn pods_in_other_namespaces_are_never_published() {
         dir: None,
         poll: Duration::from_millis(200),
         configmap: None,
-        registry_secret: None,
+        registry: None,
     };
     let mut controller = support::Controller::start_cluster_wide(&client, source);
     let (sim, heartbeat) = Simulator::for_tests(client.clone()).await.unwrap();

@@ -114,7 +114,7 @@ impl Plane {
                 dir: None,
                 poll: Duration::from_millis(200),
                 configmap: None,
-                registry_secret: None,
+                registry: None,
             };
             support::Controller::start(&client, &ns, source)
         });

@@ -55,6 +55,8 @@ const LEASE: &str = "nad-service-controller";
 const PLUGIN_CONFIGMAP: &str = "nad-service-controller-plugins";
 /// The Secret the shipped RBAC lets the controller read registry credentials from.
 const REGISTRY_SECRET: &str = "nad-service-controller-registry";
+/// The ConfigMap the shipped RBAC lets the controller read registry CAs from.
+const REGISTRY_CAS: &str = "nad-service-controller-registry-cas";
 const OPT_OUT: &[u8] = include_bytes!(env!("NSC_EXAMPLE_OPT_OUT_WASM"));
 /// The network prober's ServiceAccount, RBAC, admission policy and DaemonSet (`deploy/prober`,
 /// each file naming its namespace).
@@ -231,8 +233,8 @@ fn assert_forbidden<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Erro
     }
 }
 
-/// Flags both ways of running add: ports on loopback, debug logs, the plugin ConfigMap and the
-/// registry Secret.
+/// Flags both ways of running add: ports on loopback, debug logs, the plugin ConfigMap, the
+/// registry Secret and the registry CA ConfigMap.
 fn test_flags() -> Vec<String> {
     [
         "--leader-election=true",
@@ -245,6 +247,7 @@ fn test_flags() -> Vec<String> {
     .chain([
         format!("--plugin-configmap={PLUGIN_CONFIGMAP}"),
         format!("--plugin-registry-secret={REGISTRY_SECRET}"),
+        format!("--plugin-registry-ca-configmap={REGISTRY_CAS}"),
     ])
     .collect()
 }
@@ -623,9 +626,11 @@ async fn main_scenario(roles: Roles, launch: Launch) {
             .await,
     );
     let plugin_configmaps: Api<ConfigMap> = Api::namespaced(admin.clone(), CONTROLLER_NS);
-    let _ = plugin_configmaps
-        .delete(PLUGIN_CONFIGMAP, &DeleteParams::default())
-        .await;
+    for name in [PLUGIN_CONFIGMAP, REGISTRY_CAS] {
+        let _ = plugin_configmaps
+            .delete(name, &DeleteParams::default())
+            .await;
+    }
     // Of the Secrets, only the registry one, by name.
     assert_forbidden(
         "reading another Secret in its own namespace",
@@ -872,6 +877,27 @@ async fn main_scenario(roles: Roles, launch: Launch) {
     .await;
     registry_secrets
         .delete(REGISTRY_SECRET, &DeleteParams::default())
+        .await
+        .unwrap();
+    // The registry CA ConfigMap (get, list and watch by name) alike.
+    let cas: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": REGISTRY_CAS},
+        "data": {"registry.example_5000": registry::TestCa::new("rbac test CA").pem},
+    }))
+    .unwrap();
+    plugin_configmaps
+        .create(&PostParams::default(), &cas)
+        .await
+        .unwrap();
+    eventually("the registry CA ConfigMap's CAs read", || async {
+        let log = controller.log();
+        (log.contains("registry CAs read from the ConfigMap")
+            && log.contains("registry.example:5000"))
+        .then_some(())
+    })
+    .await;
+    plugin_configmaps
+        .delete(REGISTRY_CAS, &DeleteParams::default())
         .await
         .unwrap();
     // Slices (delete): without the annotation the Service is not the controller's any more.

@@ -1,8 +1,9 @@
 //! Plugins from registries that ask who is pulling, the CNCF distribution registry on
 //! loopback: with an htpasswd file (user names and passwords), and with token auth and a token
 //! server written for the test (user names and passwords exchanged for tokens, identity tokens
-//! exchanged and renewed, registry tokens); each refusal names the registry, the credential's
-//! source and what to fix, and is never followed by an anonymous try.
+//! exchanged and renewed, registry tokens), and over TLS with a CA made by the test, trusted for
+//! that registry alone; each refusal names the registry, the credential's or CA's source and
+//! what to fix, and is never followed by an anonymous try.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
@@ -17,8 +18,10 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use nad_service_controller::plugin::oci::{Credentials, PUSH_LAYER_MEDIA_TYPE, Puller};
-use registry::{Registry, Scratch, cli, oci, puller, push};
+use nad_service_controller::plugin::oci::{
+    Credentials, GivenIn, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryCas,
+};
+use registry::{Registry, Scratch, TestCa, cli, oci, puller, push};
 use token_server::TokenServer;
 
 const OPT_OUT: &[u8] = include_bytes!(env!("NSC_EXAMPLE_OPT_OUT_WASM"));
@@ -366,4 +369,81 @@ async fn passwords_and_registry_tokens_reach_a_token_registry_and_an_expired_tok
         "{anonymous}"
     );
     assert_eq!(tokens.server.exchanges(), 0, "no identity token was given");
+}
+
+#[tokio::test]
+async fn a_registry_behind_tls_is_trusted_with_its_ca_and_for_it_alone() {
+    let ca = TestCa::new("nsc test CA");
+    let registry = Registry::start_tls("tls", &[("ci", "s3cret")], &ca);
+    let host = &registry.host;
+    let files = Scratch::new("tls-files");
+    let config = docker_config(&files.0, host, "ci", "s3cret");
+    let (ca_file, other_file) = (files.0.join("ca.pem"), files.0.join("other-ca.pem"));
+    std::fs::write(&ca_file, &ca.pem).unwrap();
+    std::fs::write(&other_file, TestCa::new("another CA").pem).unwrap();
+    // A puller with the password, trusting the CA files given per registry.
+    let with = |trusted: &[(&str, &Path)]| {
+        let puller = puller(&registry, None);
+        puller.set_credentials(Some(credentials(&config))).unwrap();
+        let mut cas = RegistryCas::new(GivenIn::Flag);
+        for (registry, file) in trusted {
+            let source = file.display().to_string();
+            cas.add_pem(registry, &source, &std::fs::read(file).unwrap())
+                .unwrap();
+        }
+        puller.set_cas(cas).unwrap();
+        puller
+    };
+
+    let trusting = with(&[(host, &ca_file)]);
+    let reference = registry.reference("team/opt-out:1");
+    let digest = push(&trusting, &reference, OPT_OUT, PUSH_LAYER_MEDIA_TYPE).await;
+    let pinned = oci(&format!("{}@{digest}", registry.reference("team/opt-out")));
+    assert_eq!(trusting.pull(&pinned).await.unwrap().component, OPT_OUT);
+
+    let untrusted = with(&[]).pull(&pinned).await.unwrap_err().to_string();
+    assert!(
+        untrusted.contains(&format!(
+            "the registry {host} was refused over TLS (invalid peer certificate: UnknownIssuer): \
+             it is not signed by a CA this host trusts: give the CA that signed it \
+             (--registry-ca {host}=<PEM file>)"
+        )),
+        "{untrusted}"
+    );
+    // The CA is trusted for the registry it is given for, and no other.
+    let elsewhere = with(&[("registry.example", &ca_file)]);
+    let refused = elsewhere.pull(&pinned).await.unwrap_err().to_string();
+    assert!(
+        refused.contains("not signed by a CA this host trusts"),
+        "{refused}"
+    );
+    let wrong = with(&[(host, &other_file)]).pull(&pinned).await;
+    let wrong = wrong.unwrap_err().to_string();
+    assert!(
+        wrong.contains(&format!(
+            "it is not signed by the CA from {}: give the CA that signed it",
+            other_file.display()
+        )),
+        "{wrong}"
+    );
+
+    // The plugin commands take the CA file (each run with a cache of its own: nothing is
+    // read from an earlier run's).
+    let inspect = |run: &str, extra: &[String]| {
+        let pinned = pinned.to_string();
+        let config = config.display().to_string();
+        let cache = files.0.join(run).display().to_string();
+        let mut args = vec!["plugin", "inspect", &pinned, "--registry-config", &config];
+        args.extend(["--plugin-cache-dir", &cache]);
+        args.extend(extra.iter().map(String::as_str));
+        cli(&args)
+    };
+    let (ok, _, err) = inspect("untrusted", &[]);
+    assert!(
+        !ok && err.contains(&format!("(--registry-ca {host}=<PEM file>)")),
+        "{err}"
+    );
+    let trust = format!("--registry-ca={host}={}", ca_file.display());
+    let (ok, out, err) = inspect("trusted", &[trust]);
+    assert!(ok && out.contains("opt-out"), "{err}");
 }

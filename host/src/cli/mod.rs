@@ -149,6 +149,13 @@ pub struct RunArgs {
     )]
     pub plugin_registry_secret: Option<String>,
 
+    /// A ConfigMap (in --plugin-configmap-namespace) of registry CAs: `data` keys name a
+    /// registry (`host`, or `host_port` for `host:port`), values are PEM bundles trusted for
+    /// that registry only, beside --registry-ca files. Watched: a change takes effect without
+    /// a restart.
+    #[arg(long, env = "NSC_PLUGIN_REGISTRY_CA_CONFIGMAP", value_name = "NAME")]
+    pub plugin_registry_ca_configmap: Option<String>,
+
     #[command(flatten)]
     pub registry: RegistryArgs,
 

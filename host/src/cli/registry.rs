@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-use crate::plugin::oci::{Credentials, Puller, RegistryOptions};
+use crate::plugin::oci::{Credentials, GivenIn, Puller, RegistryCas, RegistryOptions};
 
 /// Where a pulled plugin is cached: the user's cache directory, or (in a container, without
 /// one) `/var/cache/nad-service-controller/plugins`, which the Deployment mounts.
@@ -29,6 +29,16 @@ pub struct RegistryArgs {
     #[arg(long, env = "NSC_PLUGIN_REGISTRY_HTTP", value_delimiter = ',')]
     pub plugin_registry_http: Vec<String>,
 
+    /// A CA (a PEM bundle) to trust for one registry, and that registry only:
+    /// `<host[:port]>=<file>`; repeat the flag (or separate with commas) for several.
+    #[arg(
+        long,
+        env = "NSC_REGISTRY_CA",
+        value_name = "REGISTRY=FILE",
+        value_delimiter = ','
+    )]
+    pub registry_ca: Vec<String>,
+
     /// Registry credentials: a Docker config file (the format of `~/.docker/config.json` and
     /// of a `kubernetes.io/dockerconfigjson` Secret). A registry it names is spoken to with
     /// its credential only, never anonymously; the others anonymously. Read once, at start.
@@ -37,6 +47,21 @@ pub struct RegistryArgs {
 }
 
 impl RegistryArgs {
+    /// The CAs of the `--registry-ca` files.
+    pub fn cas(&self) -> anyhow::Result<RegistryCas> {
+        let mut cas = RegistryCas::new(GivenIn::Flag);
+        for item in &self.registry_ca {
+            let (registry, path) = item.split_once('=').ok_or_else(|| {
+                anyhow::anyhow!("--registry-ca {item}: write <host[:port]>=<PEM file>")
+            })?;
+            let pem = std::fs::read(path)
+                .with_context(|| format!("reading --registry-ca {registry}={path}"))?;
+            cas.add_pem(registry, path, &pem)
+                .map_err(|e| anyhow::anyhow!("--registry-ca: {e}"))?;
+        }
+        Ok(cas)
+    }
+
     pub fn puller(&self) -> anyhow::Result<Puller> {
         let puller = Puller::new(&RegistryOptions {
             http: self.plugin_registry_http.clone(),
@@ -47,6 +72,10 @@ impl RegistryArgs {
                 .with_context(|| format!("reading --registry-config {}", path.display()))?;
             let credentials = Credentials::parse(&path.display().to_string(), &bytes)?;
             puller.set_credentials(Some(credentials))?;
+        }
+        let cas = self.cas()?;
+        if cas.registries().next().is_some() {
+            puller.set_cas(cas)?;
         }
         Ok(puller)
     }

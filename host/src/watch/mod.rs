@@ -9,7 +9,7 @@
 //! - [`networks`]: which NetworkAttachmentDefinitions exist;
 //! - [`slices`]: this controller's slices, telling its own writes from anyone else's;
 //! - [`plugin_dir`]: the plugin directory, rescanned for new, changed and removed plugins;
-//! - [`registry_secret`]: the registry credentials the plugins are pulled with;
+//! - [`registry`]: the registry credentials and CAs the plugins are pulled with;
 //! - [`recovery`]: after an outage, the Services that failed meanwhile.
 //!
 //! Every watch retries on its own with a bounded backoff ([`health`]) and never ends; what a
@@ -21,7 +21,7 @@ pub mod nodes;
 pub mod plugin_dir;
 pub mod pods;
 pub mod recovery;
-pub mod registry_secret;
+pub mod registry;
 pub use nad_core::relist;
 pub mod screen;
 pub mod services;

@@ -32,7 +32,7 @@ use crate::{
     reconcile::book::SharedBook,
 };
 
-use super::registry_secret::RegistrySecret;
+use super::registry::RegistrySettings;
 
 /// How often a quiet ConfigMap watch checks whether this controller's term has ended.
 const TERM_CHECK: Duration = Duration::from_secs(1);
@@ -96,8 +96,8 @@ pub struct PluginSource {
     pub poll: Duration,
     /// Watched through the API.
     pub configmap: Option<ConfigMapSource>,
-    /// The registry credentials, watched through the API.
-    pub registry_secret: Option<RegistrySecret>,
+    /// The registry credentials and CAs, watched through the API.
+    pub registry: Option<RegistrySettings>,
 }
 
 /// What a change of the plugin set updates, besides the set.
@@ -156,7 +156,7 @@ impl Publisher {
     }
 }
 
-/// Follows the plugin directory, the plugin ConfigMap and the registry Secret; on a change
+/// Follows the plugin directory, the plugin ConfigMap and the registry settings; on a change
 /// swaps the plugin set and asks for a reconcile of every Service whose plugin changed.
 pub fn watch(
     source: PluginSource,
@@ -178,9 +178,9 @@ pub fn watch(
     if let Some(dir) = source.dir.clone() {
         tokio::spawn(scan_dir(source.clone(), dir, publisher.clone()));
     }
-    if let Some(secret) = source.registry_secret.clone() {
+    if let Some(registry) = source.registry.clone() {
         let publisher = publisher.clone();
-        tokio::spawn(secret.watch(client.clone(), move || publisher.tx.is_closed()));
+        tokio::spawn(registry.watch(client.clone(), move || publisher.tx.is_closed()));
     }
     if let Some(configmap) = source.configmap.clone() {
         tokio::spawn(watch_configmap(source, configmap, client, publisher));

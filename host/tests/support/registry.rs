@@ -19,6 +19,8 @@ use nad_service_controller::plugin::oci::{OciRef, Puller, RegistryOptions};
 pub struct Registry {
     /// `127.0.0.1:<port>`.
     pub host: String,
+    /// Served over HTTPS (with a certificate of a [`TestCa`]), not plain HTTP.
+    pub tls: bool,
     dir: PathBuf,
     child: Option<Child>,
 }
@@ -33,6 +35,53 @@ pub fn tool(name: &str) -> PathBuf {
         .unwrap_or_else(|e| panic!("running hack/tools.sh {name}: {e}"));
     assert!(out.status.success(), "hack/tools.sh {name} failed");
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// The `auth` section of a registry that serves only `users` (none: anyone), from an htpasswd
+/// file of bcrypt hashes it writes in `dir`.
+fn htpasswd(dir: &Path, users: &[(&str, &str)]) -> String {
+    if users.is_empty() {
+        return String::new();
+    }
+    let htpasswd: String = users
+        .iter()
+        .map(|(user, password)| format!("{user}:{}\n", bcrypt::hash(password, 4).unwrap()))
+        .collect();
+    std::fs::write(dir.join("htpasswd"), htpasswd).unwrap();
+    format!(
+        "auth:\n  htpasswd:\n    realm: nsc-test\n    path: {}\n",
+        dir.join("htpasswd").display()
+    )
+}
+
+/// A CA made for a test, which signs registries' certificates.
+pub struct TestCa {
+    params: rcgen::CertificateParams,
+    key: rcgen::KeyPair,
+    /// Its certificate, PEM.
+    pub pem: String,
+}
+
+impl TestCa {
+    pub fn new(name: &str) -> Self {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let pem = params.self_signed(&key).unwrap().pem();
+        TestCa { params, key, pem }
+    }
+
+    /// A certificate for 127.0.0.1 that it signs, and its key (PEM).
+    pub fn loopback_certificate(&self) -> (String, String) {
+        let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let issuer = rcgen::Issuer::from_params(&self.params, &self.key);
+        let certificate = params.signed_by(&key, &issuer).unwrap();
+        (certificate.pem(), key.serialize_pem())
+    }
 }
 
 /// A loopback port no one listens on now.
@@ -52,26 +101,18 @@ impl Registry {
     /// A registry that serves only the `users` (name, password), by HTTP basic auth checked
     /// against an htpasswd file of bcrypt hashes; anyone when there are none.
     pub fn start_with(test: &str, users: &[(&str, &str)]) -> Self {
-        Self::start_auth(test, |dir| {
-            if users.is_empty() {
-                return String::new();
-            }
-            let htpasswd: String = users
-                .iter()
-                .map(|(user, password)| format!("{user}:{}\n", bcrypt::hash(password, 4).unwrap()))
-                .collect();
-            std::fs::write(dir.join("htpasswd"), htpasswd).unwrap();
-            format!(
-                "auth:\n  htpasswd:\n    realm: nsc-test\n    path: {}\n",
-                dir.join("htpasswd").display()
-            )
-        })
+        Self::start_auth(test, None, |dir| htpasswd(dir, users))
+    }
+
+    /// The same over HTTPS, with a certificate for 127.0.0.1 that `ca` signs.
+    pub fn start_tls(test: &str, users: &[(&str, &str)], ca: &TestCa) -> Self {
+        Self::start_auth(test, Some(ca), |dir| htpasswd(dir, users))
     }
 
     /// A registry that serves the holders of tokens from the token server at `realm` for
     /// `service`, issued by `issuer` and signed by a key of the `jwks` (a JWK set's JSON).
     pub fn start_token(test: &str, realm: &str, service: &str, issuer: &str, jwks: &str) -> Self {
-        Self::start_auth(test, |dir| {
+        Self::start_auth(test, None, |dir| {
             std::fs::write(dir.join("jwks.json"), jwks).unwrap();
             format!(
                 "auth:\n  token:\n    realm: {realm}\n    service: {service}\n    \
@@ -81,8 +122,9 @@ impl Registry {
         })
     }
 
-    /// A registry whose `auth` section `auth` writes (given the registry's directory).
-    fn start_auth(test: &str, auth: impl FnOnce(&Path) -> String) -> Self {
+    /// A registry whose `auth` section `auth` writes (given the registry's directory), over
+    /// HTTPS if a `ca` is given.
+    fn start_auth(test: &str, ca: Option<&TestCa>, auth: impl FnOnce(&Path) -> String) -> Self {
         let dir = std::env::temp_dir().join(format!("nsc-registry-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("data")).unwrap();
@@ -93,10 +135,21 @@ impl Registry {
              http:\n  addr: {host}\n  secret: nsc-test\n",
             dir.join("data").display()
         );
+        if let Some(ca) = ca {
+            let (certificate, key) = ca.loopback_certificate();
+            std::fs::write(dir.join("tls.crt"), certificate).unwrap();
+            std::fs::write(dir.join("tls.key"), key).unwrap();
+            config += &format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                dir.join("tls.crt").display(),
+                dir.join("tls.key").display()
+            );
+        }
         config += &auth(&dir);
         std::fs::write(dir.join("config.yml"), config).unwrap();
         let mut registry = Registry {
             host,
+            tls: ca.is_some(),
             dir,
             child: None,
         };
@@ -176,10 +229,15 @@ impl Drop for Scratch {
     }
 }
 
-/// A puller that speaks plain HTTP to `registry`, caching in `cache` if given.
+/// A puller that speaks plain HTTP to `registry` (unless it serves HTTPS), caching in `cache`
+/// if given.
 pub fn puller(registry: &Registry, cache: Option<&Path>) -> Puller {
     Puller::new(&RegistryOptions {
-        http: vec![registry.host.clone()],
+        http: if registry.tls {
+            Vec::new()
+        } else {
+            vec![registry.host.clone()]
+        },
         cache_dir: cache.map(Path::to_path_buf),
     })
     .unwrap()

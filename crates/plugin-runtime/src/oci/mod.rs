@@ -4,12 +4,20 @@
 //! checks both against their digests and the size limit (before downloading the layer), and
 //! keeps them on disk by digest ([`Cache`]): a pinned plugin that was pulled once loads again
 //! without the registry. A registry the [`Credentials`] name is spoken to with its credential,
-//! never anonymously.
+//! never anonymously; one whose certificate a private CA signs is trusted with the
+//! [`RegistryCas`] given for it, and for no other registry.
+//!
+//! - [`session`]: the clients of the current credentials and CAs, and how one request
+//!   authenticates; [`token`]: identity tokens exchanged at token servers; [`tls`]: the CAs;
+//! - [`describe`]: registry errors in an operator's terms.
 
 mod artifact;
 mod cache;
 mod credentials;
+mod describe;
 mod reference;
+mod session;
+mod tls;
 mod token;
 
 use std::{
@@ -24,10 +32,8 @@ use std::{
 use futures::StreamExt as _;
 use oci_client::{
     Client,
-    client::{ClientConfig, ClientProtocol, Config, ImageLayer},
-    errors::{OciDistributionError, OciErrorCode},
+    client::{Config, ImageLayer},
     manifest::{OCI_IMAGE_MEDIA_TYPE, OciImageManifest},
-    secrets::RegistryAuth,
 };
 
 pub use artifact::{
@@ -36,6 +42,10 @@ pub use artifact::{
 pub use cache::Cache;
 pub use credentials::{Credential, Credentials, CredentialsError};
 pub use reference::{OciRef, SCHEME};
+pub use tls::{GivenIn, RegistryCas, configmap_key, registry_of_key};
+
+use describe::{describe, describe_blob, innermost};
+use session::{Auth, Origin, Settings, State};
 
 use super::{MAX_PLUGIN_BYTES, pipeline::sha256_hex};
 
@@ -70,71 +80,13 @@ pub struct FetchError {
 /// Pulls plugin artifacts (and pushes them, for `plugin push`).
 pub struct Puller {
     options: RegistryOptions,
-    /// Made anew when the credentials change, so that no token of the old ones is used again.
+    /// Made anew when the settings change, so that no token of the old ones is used again.
     state: RwLock<State>,
-    /// Counts the changes of credentials: a fetch refused before the last one is worth
-    /// another try at once.
+    /// Counts the changes of settings: a fetch refused before the last one is worth another
+    /// try at once.
     generation: AtomicU64,
     cache: Option<Cache>,
     limit: u64,
-}
-
-/// Where the credentials come from, for what a refusal of anonymous access tells to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Origin {
-    /// `--registry-config`, or nothing (the plugin commands).
-    Flag,
-    /// A Secret (`namespace/name`) watched by name, which exists or not.
-    Secret { name: String, exists: bool },
-}
-
-impl Origin {
-    /// What to do when `registry` refuses anonymous access.
-    fn remedy(&self, registry: &str) -> String {
-        match self {
-            Origin::Flag => format!(
-                "give a credential for {registry} (--registry-config), or make the repository \
-                 public"
-            ),
-            Origin::Secret { name, exists: true } => format!(
-                "give a credential for {registry} in the Secret {name}, or make the repository \
-                 public"
-            ),
-            Origin::Secret {
-                name,
-                exists: false,
-            } => format!(
-                "the Secret {name} that is to hold the credential for {registry} does not exist: \
-                 create it (kubectl create secret docker-registry --docker-server={registry}), \
-                 or make the repository public"
-            ),
-        }
-    }
-}
-
-/// The clients of one set of credentials.
-#[derive(Clone)]
-struct State {
-    client: Client,
-    credentials: Option<Arc<Credentials>>,
-    origin: Origin,
-    /// Access tokens given for the credentials' identity tokens.
-    exchanger: Arc<token::Exchanger>,
-}
-
-impl State {
-    fn new(
-        options: &RegistryOptions,
-        credentials: Option<Credentials>,
-        origin: Origin,
-    ) -> anyhow::Result<Self> {
-        Ok(State {
-            client: client(options)?,
-            credentials: credentials.map(Arc::new),
-            origin,
-            exchanger: Arc::new(token::Exchanger::new(http_client()?)),
-        })
-    }
 }
 
 impl std::fmt::Debug for Puller {
@@ -152,7 +104,7 @@ impl Puller {
         let _ = rustls::crypto::ring::default_provider().install_default();
         Ok(Self {
             options: options.clone(),
-            state: RwLock::new(State::new(options, None, Origin::Flag)?),
+            state: RwLock::new(State::new(options, Settings::default())?),
             generation: AtomicU64::new(0),
             cache: options.cache_dir.clone().map(Cache::new),
             limit: MAX_PLUGIN_BYTES,
@@ -161,8 +113,10 @@ impl Puller {
 
     /// Pulls and pushes with `credentials` from now on (`None`: anonymously everywhere).
     pub fn set_credentials(&self, credentials: Option<Credentials>) -> anyhow::Result<()> {
-        self.swap(State::new(&self.options, credentials, Origin::Flag)?);
-        Ok(())
+        self.update(|settings| {
+            settings.credentials = credentials.map(Arc::new);
+            settings.origin = Origin::Flag;
+        })
     }
 
     /// Pulls with the credentials of the Secret `name` (`namespace/name`) from now on; `None`
@@ -172,20 +126,31 @@ impl Puller {
         name: &str,
         credentials: Option<Credentials>,
     ) -> anyhow::Result<()> {
-        let origin = Origin::Secret {
-            name: name.to_owned(),
-            exists: credentials.is_some(),
-        };
-        self.swap(State::new(&self.options, credentials, origin)?);
+        self.update(|settings| {
+            settings.origin = Origin::Secret {
+                name: name.to_owned(),
+                exists: credentials.is_some(),
+            };
+            settings.credentials = credentials.map(Arc::new);
+        })
+    }
+
+    /// Trusts `cas` for their registries from now on (in place of the CAs given before).
+    pub fn set_cas(&self, cas: RegistryCas) -> anyhow::Result<()> {
+        self.update(|settings| settings.cas = Arc::new(cas))
+    }
+
+    /// Makes new clients for the settings as `change` leaves them.
+    fn update(&self, change: impl FnOnce(&mut Settings)) -> anyhow::Result<()> {
+        let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
+        let mut settings = state.settings.clone();
+        change(&mut settings);
+        *state = State::new(&self.options, settings)?;
+        self.generation.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 
-    fn swap(&self, fresh: State) {
-        *self.state.write().unwrap_or_else(PoisonError::into_inner) = fresh;
-        self.generation.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Counts the changes of credentials.
+    /// Counts the changes of settings (credentials, CAs).
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
     }
@@ -198,63 +163,7 @@ impl Puller {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let registry = reference.registry();
-        let found = state
-            .credentials
-            .as_deref()
-            .and_then(|all| Some((all.source(), all.for_registry(registry)?)));
-        let Some((source, credential)) = found else {
-            let auth = Auth::anonymous(state.origin.remedy(registry));
-            return Ok((state.client, auth));
-        };
-        let who = Who::Credential {
-            source: source.to_owned(),
-            kind: credential.kind(),
-        };
-        let (registry_auth, expires) = match credential {
-            Credential::Basic { username, password } => (
-                RegistryAuth::Basic(username.clone(), password.clone()),
-                None,
-            ),
-            Credential::RegistryToken(token) => {
-                (RegistryAuth::Bearer(token.clone()), jwt_expiry(token))
-            }
-            Credential::IdentityToken(refresh_token) => {
-                let request = token::Request {
-                    scheme: self.scheme(registry),
-                    registry,
-                    repository: reference.repository(),
-                    push,
-                    refresh_token,
-                    source,
-                };
-                let access = state.exchanger.access_token(&request).await?;
-                // `oci-client` keeps the first bearer token it is given for a registry, for
-                // every repository: a client of its own for this one's.
-                let client = client(&self.options).map_err(|e| e.to_string())?;
-                let auth = Auth {
-                    registry_auth: RegistryAuth::Bearer(access),
-                    who,
-                    expires: None,
-                };
-                return Ok((client, auth));
-            }
-        };
-        let auth = Auth {
-            registry_auth,
-            who,
-            expires,
-        };
-        Ok((state.client, auth))
-    }
-
-    /// How `registry` is spoken to: `http` if the options name it, otherwise `https`.
-    fn scheme(&self, registry: &str) -> &'static str {
-        if self.options.http.iter().any(|h| h == registry) {
-            "http"
-        } else {
-            "https"
-        }
+        state.session(&self.options, reference, push).await
     }
 
     /// A puller whose size limit is `limit` bytes (tests of the limit).
@@ -432,293 +341,5 @@ impl Puller {
             .await
             .map_err(|e| fail(describe(&e, reference, &digest, &auth)))?;
         Ok(digest)
-    }
-}
-
-/// The client every registry is spoken to with (plain HTTP to those `options` name).
-fn client(options: &RegistryOptions) -> anyhow::Result<Client> {
-    let protocol = if options.http.is_empty() {
-        ClientProtocol::Https
-    } else {
-        ClientProtocol::HttpsExcept(options.http.clone())
-    };
-    let config = ClientConfig {
-        protocol,
-        connect_timeout: Some(std::time::Duration::from_secs(5)),
-        read_timeout: Some(std::time::Duration::from_secs(30)),
-        // A plugin is one manifest: an index is refused with a message of ours.
-        platform_resolver: None,
-        ..ClientConfig::default()
-    };
-    Ok(Client::try_from(config)?)
-}
-
-/// The client token servers are asked with, with the timeouts of [`client`].
-fn http_client() -> anyhow::Result<reqwest::Client> {
-    Ok(reqwest::Client::builder()
-        .connect_timeout(std::time::Duration::from_secs(5))
-        .timeout(std::time::Duration::from_secs(30))
-        .build()?)
-}
-
-/// How one registry is spoken to: anonymously, or with a credential from a named source.
-struct Auth {
-    registry_auth: RegistryAuth,
-    who: Who,
-    /// When a registry token that is a JWT expires (its `exp`, seconds since the epoch).
-    expires: Option<u64>,
-}
-
-/// Who asks the registry, for what a refusal says.
-#[derive(Debug, PartialEq, Eq)]
-enum Who {
-    /// No one: `remedy` tells how to give a credential.
-    Anonymous { remedy: String },
-    /// A credential of `kind` (`user name and password`) from `source` (`Secret nsc/pull`).
-    Credential { source: String, kind: &'static str },
-}
-
-impl Auth {
-    fn anonymous(remedy: String) -> Self {
-        Auth {
-            registry_auth: RegistryAuth::Anonymous,
-            who: Who::Anonymous { remedy },
-            expires: None,
-        }
-    }
-}
-
-/// The `exp` claim of a token that is a JWT, read without checking its signature: it only
-/// explains a refusal.
-fn jwt_expiry(token: &str) -> Option<u64> {
-    use base64::Engine as _;
-    #[derive(serde::Deserialize)]
-    struct Claims {
-        exp: Option<u64>,
-    }
-    let payload = token.split('.').nth(1)?;
-    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload.trim_end_matches('='))
-        .ok()?;
-    serde_json::from_slice::<Claims>(&json).ok()?.exp
-}
-
-/// An `oci-client` error in an operator's terms; `what` is the digest or tag asked for.
-fn describe(e: &OciDistributionError, reference: &OciRef, what: &str, auth: &Auth) -> String {
-    let (registry, repository) = (reference.registry(), reference.repository());
-    match e {
-        OciDistributionError::RequestError(e) if e.is_connect() => {
-            format!("cannot reach the registry {registry}: {}", innermost(e))
-        }
-        OciDistributionError::RequestError(e) if e.is_timeout() => {
-            format!("the registry {registry} did not answer in time")
-        }
-        OciDistributionError::RequestError(e) => {
-            format!(
-                "the request to the registry {registry} failed: {}",
-                innermost(e)
-            )
-        }
-        OciDistributionError::RegistryError { envelope, .. } => {
-            let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|e| &e.code).collect();
-            match codes.first() {
-                Some(OciErrorCode::ManifestUnknown) => format!(
-                    "the registry {registry} has no manifest {what} in {repository}: check the digest (`plugin push` prints the one it published)"
-                ),
-                Some(OciErrorCode::NameUnknown) => {
-                    format!("the registry {registry} has no repository {repository}")
-                }
-                Some(OciErrorCode::BlobUnknown) => {
-                    format!("the registry {registry} has no blob {what} in {repository}")
-                }
-                Some(OciErrorCode::Unauthorized | OciErrorCode::Denied) => {
-                    unauthorized(registry, repository, auth)
-                }
-                _ => format!(
-                    "the registry {registry} refused the request: {}",
-                    envelope
-                        .errors
-                        .iter()
-                        .map(|e| format!("{:?} {}", e.code, e.message))
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ),
-            }
-        }
-        OciDistributionError::ImageManifestNotFoundError(_) => {
-            format!("the registry {registry} has no manifest {what} in {repository}")
-        }
-        OciDistributionError::UnauthorizedError { .. }
-        | OciDistributionError::AuthenticationFailure(_) => {
-            unauthorized(registry, repository, auth)
-        }
-        OciDistributionError::ServerError {
-            code: 401 | 403, ..
-        } => unauthorized(registry, repository, auth),
-        OciDistributionError::ServerError { code, message, .. } => {
-            let message: String = message.trim().chars().take(200).collect();
-            format!("the registry {registry} answered HTTP {code}: {message}")
-        }
-        OciDistributionError::DigestError(e) => {
-            format!("the registry's content does not match its digest: {e}")
-        }
-        other => format!("the registry {registry}: {other}"),
-    }
-}
-
-fn unauthorized(registry: &str, repository: &str, auth: &Auth) -> String {
-    match &auth.who {
-        Who::Anonymous { remedy } => {
-            format!("the registry {registry} refused anonymous access to {repository}: {remedy}")
-        }
-        Who::Credential { source, kind } => {
-            let now = std::time::SystemTime::now();
-            let expired = auth
-                .expires
-                .map(|exp| std::time::UNIX_EPOCH + std::time::Duration::from_secs(exp))
-                .filter(|&at| at < now);
-            match expired {
-                Some(at) => format!(
-                    "the registry {registry} refused the {kind} from {source} for {repository}: \
-                     it expired at {}; give a fresh one",
-                    humantime::format_rfc3339_seconds(at)
-                ),
-                None => format!(
-                    "the registry {registry} refused the {kind} from {source} for {repository}: \
-                     check that credential, and that it may read (or, to push, write) \
-                     {repository}"
-                ),
-            }
-        }
-    }
-}
-
-fn describe_blob(e: &OciDistributionError, digest: &str) -> String {
-    match e {
-        OciDistributionError::RequestError(e) => {
-            format!(
-                "downloading its Wasm layer {digest} failed: {}",
-                innermost(e)
-            )
-        }
-        other => format!("downloading its Wasm layer {digest} failed: {other}"),
-    }
-}
-
-/// The deepest cause of an error: `Connection refused (os error 111)` rather than reqwest's
-/// `error sending request`.
-fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cause = e;
-    while let Some(next) = cause.source() {
-        cause = next;
-    }
-    cause.to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn each_registry_gets_its_own_credential_and_the_others_none() {
-        let credentials = Credentials::parse(
-            "Secret nsc/pull",
-            br#"{"auths": {"tokens.example": {"registrytoken": "t"},
-                           "users.example": {"username": "u", "password": "p"}}}"#,
-        )
-        .unwrap();
-        let puller = Puller::new(&RegistryOptions::default()).unwrap();
-        puller.set_credentials(Some(credentials)).unwrap();
-        let auth = |registry: &str| {
-            let reference = OciRef::parse(&format!("oci://{registry}/team/plugin:v1")).unwrap();
-            let puller = &puller;
-            async move { puller.session(&reference, false).await.unwrap().1 }
-        };
-        let bearer = auth("tokens.example").await;
-        assert!(matches!(&bearer.registry_auth, RegistryAuth::Bearer(t) if t == "t"));
-        assert_eq!(
-            bearer.who,
-            Who::Credential {
-                source: "Secret nsc/pull".to_owned(),
-                kind: "registry token"
-            }
-        );
-        let basic = auth("users.example").await.registry_auth;
-        assert!(matches!(basic, RegistryAuth::Basic(u, p) if u == "u" && p == "p"));
-        let other = auth("other.example").await;
-        assert!(matches!(other.registry_auth, RegistryAuth::Anonymous));
-        assert!(
-            matches!(&other.who, Who::Anonymous { remedy } if remedy.contains("(--registry-config)"))
-        );
-        puller.set_credentials(None).unwrap();
-        let dropped = auth("users.example").await;
-        assert!(matches!(dropped.registry_auth, RegistryAuth::Anonymous));
-    }
-
-    #[tokio::test]
-    async fn a_secrets_credentials_replace_the_last_and_a_missing_secret_is_named() {
-        let puller = Puller::new(&RegistryOptions::default()).unwrap();
-        let before = puller.generation();
-        let credentials = Credentials::parse(
-            "Secret nsc/pull",
-            br#"{"auths": {"users.example": {"username": "u", "password": "p"}}}"#,
-        )
-        .unwrap();
-        puller
-            .set_secret_credentials("nsc/pull", Some(credentials))
-            .unwrap();
-        assert_eq!(puller.generation(), before + 1);
-        let session = |registry: &str| {
-            let reference = OciRef::parse(&format!("oci://{registry}/team/plugin:v1")).unwrap();
-            let puller = &puller;
-            async move { puller.session(&reference, false).await.unwrap().1.who }
-        };
-        let Who::Anonymous { remedy } = session("other.example").await else {
-            panic!("anonymous where the Secret names nothing")
-        };
-        assert_eq!(
-            remedy,
-            "give a credential for other.example in the Secret nsc/pull, or make the repository public"
-        );
-        puller.set_secret_credentials("nsc/pull", None).unwrap();
-        assert_eq!(puller.generation(), before + 2);
-        let Who::Anonymous { remedy } = session("users.example").await else {
-            panic!("anonymous once the Secret is gone")
-        };
-        assert!(
-            remedy.starts_with("the Secret nsc/pull that is to hold the credential for users.example does not exist: create it"),
-            "{remedy}"
-        );
-    }
-
-    #[test]
-    fn an_expired_registry_token_is_named_as_expired() {
-        use base64::Engine as _;
-        let jwt = |claims: &str| {
-            let part = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
-            format!("{}.{}.sig", part(r#"{"alg":"ES256"}"#), part(claims))
-        };
-        assert_eq!(
-            jwt_expiry(&jwt(r#"{"exp": 1700000000}"#)),
-            Some(1_700_000_000)
-        );
-        assert_eq!(jwt_expiry(&jwt(r#"{"sub": "x"}"#)), None);
-        assert_eq!(jwt_expiry("opaque-token"), None);
-        let auth = |expires| Auth {
-            registry_auth: RegistryAuth::Anonymous,
-            who: Who::Credential {
-                source: "Secret nsc/pull".to_owned(),
-                kind: "registry token",
-            },
-            expires,
-        };
-        let expired = unauthorized("r.example", "team/plugin", &auth(Some(1_700_000_000)));
-        assert_eq!(
-            expired,
-            "the registry r.example refused the registry token from Secret nsc/pull for \
-             team/plugin: it expired at 2023-11-14T22:13:20Z; give a fresh one"
-        );
-        let far = unauthorized("r.example", "team/plugin", &auth(Some(u64::from(u32::MAX))));
-        assert!(far.contains("check that credential"), "{far}");
     }
 }

@@ -20,7 +20,6 @@ const DEFAULT_LIFETIME: Duration = Duration::from_secs(60);
 
 /// Exchanges identity tokens and keeps what it was given.
 pub(super) struct Exchanger {
-    http: reqwest::Client,
     granted: Mutex<HashMap<(String, String), Granted>>,
 }
 
@@ -57,6 +56,8 @@ struct Challenge {
 
 /// One exchange: who asks, for what, with which refresh token.
 pub(super) struct Request<'a> {
+    /// The client to ask the registry and its token server with.
+    pub http: &'a reqwest::Client,
     /// `http` or `https`, as the registry is spoken to.
     pub scheme: &'a str,
     pub registry: &'a str,
@@ -75,9 +76,8 @@ impl Request<'_> {
 }
 
 impl Exchanger {
-    pub(super) fn new(http: reqwest::Client) -> Self {
+    pub(super) fn new() -> Self {
         Exchanger {
-            http,
             granted: Mutex::new(HashMap::new()),
         }
     }
@@ -91,8 +91,8 @@ impl Exchanger {
         {
             return Ok(granted.token.clone());
         }
-        let challenge = self.challenge(request).await?;
-        let (token, lifetime) = self.exchange(request, &challenge, &key.1).await?;
+        let challenge = Self::challenge(request).await?;
+        let (token, lifetime) = Self::exchange(request, &challenge, &key.1).await?;
         tracing::debug!(
             registry = request.registry,
             scope = %key.1,
@@ -116,10 +116,10 @@ impl Exchanger {
     }
 
     /// The registry's token server, from the challenge its `/v2/` answers with.
-    async fn challenge(&self, request: &Request<'_>) -> Result<Challenge, String> {
+    async fn challenge(request: &Request<'_>) -> Result<Challenge, String> {
         let registry = request.registry;
         let url = format!("{}://{registry}/v2/", request.scheme);
-        let answer = self.http.get(&url).send().await.map_err(|e| {
+        let answer = request.http.get(&url).send().await.map_err(|e| {
             format!(
                 "cannot reach the registry {registry}: {}",
                 super::innermost(&e)
@@ -144,7 +144,6 @@ impl Exchanger {
 
     /// The refresh-token grant at the token server: the access token and how long it lives.
     async fn exchange(
-        &self,
         request: &Request<'_>,
         challenge: &Challenge,
         scope: &str,
@@ -159,7 +158,7 @@ impl Exchanger {
         if let Some(service) = &challenge.service {
             form.push(("service", service));
         }
-        let answer = self
+        let answer = request
             .http
             .post(realm)
             .form(&form)
@@ -266,7 +265,9 @@ mod tests {
 
     #[test]
     fn the_scope_asks_for_pull_or_for_push_too() {
+        let http = reqwest::Client::new();
         let request = |push| Request {
+            http: &http,
             scheme: "https",
             registry: "r.example",
             repository: "team/plugin",
