@@ -5,7 +5,8 @@
 # Tools: actionlint (Go module proxy), cargo-deny, wasm-tools and wit-bindgen (crates.io, built
 # with cargo install --locked), kind, registry (the CNCF distribution registry, which the OCI
 # plugin and image tests run on loopback), helm (the chart's checks) and oras (the image's SBOM,
-# pushing and pulling the image), all four from the Go module proxy, promtool (the alert rules'
+# pushing and pulling the image), cosign (signing plugin artifacts), all five from the Go module
+# proxy, promtool (the alert rules'
 # checks and unit tests: Debian's, see debian_promtool, else from the Go module proxy),
 # cargo-sbom (the SBOM; crates.io), and wasi-adapter: not a program but the
 # WASI preview1-to-preview2 reactor adapter of wasmtime (the .crate of
@@ -26,6 +27,10 @@ PROMTOOL_VERSION=v0.316.0
 # attaches it to the image in its OCI layout and copies both to a registry.
 CARGO_SBOM_VERSION=0.10.0
 ORAS_VERSION=v1.3.6
+# cosign, to sign plugin artifacts in the signature tests (with a key, offline) and as the
+# documented way to sign them. The v2 line writes the `.sig` tag signatures the controller
+# verifies.
+COSIGN_VERSION=v2.6.1
 # wasm-tools with the subcommands a plugin build and its checks use (component new/wit/embed,
 # validate, print, parse, strip, objdump, dump, metadata); the fuzzers and the rest are left out
 # to halve the build.
@@ -105,6 +110,7 @@ install() {
       helm) go_install helm.sh/helm/v3/cmd/helm "$version" ;;
       promtool) go_install github.com/prometheus/prometheus/cmd/promtool "$version" ;;
       oras) go_install oras.land/oras/cmd/oras "$version" ;;
+      cosign) go_install github.com/sigstore/cosign/v2/cmd/cosign "$version" ;;
       cargo-sbom) cargo_install cargo-sbom cargo-sbom "$version" ;;
       cargo-deny) cargo_install cargo-deny cargo-deny "$version" ;;
       wasm-tools) cargo_install wasm-tools wasm-tools "$version" --no-default-features --features "$WASM_TOOLS_FEATURES" ;;
@@ -144,6 +150,7 @@ case "${1:-}" in
   helm) install helm "$HELM_VERSION" ;;
   promtool) debian_promtool || install promtool "$PROMTOOL_VERSION" ;;
   oras) install oras "$ORAS_VERSION" ;;
+  cosign) install cosign "$COSIGN_VERSION" ;;
   cargo-sbom) install cargo-sbom "$CARGO_SBOM_VERSION" ;;
   wasm-tools) install wasm-tools "$WASM_TOOLS_VERSION" ;;
   wit-bindgen) install wit-bindgen "$WIT_BINDGEN_VERSION" ;;

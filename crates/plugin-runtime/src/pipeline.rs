@@ -22,6 +22,9 @@ const POLICY_INTERFACE: &str = "isim:nad-endpoints/policy";
 pub enum Step {
     /// An OCI artifact could not be had: its reference, the registry, or the artifact.
     Fetch,
+    /// An OCI artifact's signatures do not pass the verification policy (or a component that
+    /// cannot be signed, while one is in force).
+    Signature,
     Size,
     Parse,
     Compile,
@@ -38,6 +41,7 @@ impl Step {
     pub fn as_str(self) -> &'static str {
         match self {
             Step::Fetch => "fetch",
+            Step::Signature => "signature",
             Step::Size => "size",
             Step::Parse => "parse",
             Step::Compile => "compile",
@@ -70,6 +74,7 @@ impl std::fmt::Display for PipelineError {
         match self.step {
             // Nothing was read: there is no content to name.
             Step::Fetch => write!(f, "plugin {plugin}: cannot fetch it: {message}"),
+            Step::Signature => write!(f, "plugin {plugin}: not loaded unverified: {message}"),
             step => write!(
                 f,
                 "plugin {plugin} (sha256 {}): {} check failed: {message}",
@@ -90,6 +95,14 @@ impl PipelineError {
             message,
             timed_out: false,
             frames: Vec::new(),
+        }
+    }
+
+    /// A plugin whose signatures do not pass the verification policy.
+    pub fn signature(plugin: &str, message: String) -> Self {
+        PipelineError {
+            step: Step::Signature,
+            ..Self::fetch(plugin, message)
         }
     }
 

@@ -151,7 +151,21 @@ impl Loader {
     /// through the async runtime it was called from).
     fn fetch(&self, name: &str, component: Component) -> Result<Vec<u8>, (PipelineError, bool)> {
         let text = match component {
-            Component::Wasm(bytes) => return Ok(bytes),
+            Component::Wasm(bytes) => {
+                if self.puller.as_ref().is_some_and(|p| p.verifies()) {
+                    return Err((
+                        PipelineError::signature(
+                            name,
+                            "a verification policy is in force, and a component given as it is \
+                             carries no signature: publish it as an OCI artifact (plugin push), \
+                             sign it, and name it by reference (<name>.oci)"
+                                .to_owned(),
+                        ),
+                        false,
+                    ));
+                }
+                return Ok(bytes);
+            }
             Component::Reference(text) => text,
         };
         let refused = |message: String| (PipelineError::fetch(name, message), false);
@@ -168,7 +182,12 @@ impl Loader {
             .map(|pulled| pulled.component)
             .map_err(|e| {
                 let message = format!("{e} (tried again in {} s)", FETCH_RETRY.as_secs());
-                (PipelineError::fetch(name, message), true)
+                let error = if e.unverified {
+                    PipelineError::signature(name, message)
+                } else {
+                    PipelineError::fetch(name, message)
+                };
+                (error, true)
             })
     }
 

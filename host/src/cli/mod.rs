@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod explain;
 pub mod plugin;
-mod registry;
+pub(crate) mod registry;
 
 pub use explain::{ExplainArgs, explain};
 pub use registry::RegistryArgs;

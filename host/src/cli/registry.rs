@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-use crate::plugin::oci::{Credentials, GivenIn, Puller, RegistryCas, RegistryOptions};
+use crate::plugin::oci::{
+    Credentials, GivenIn, Policy, Puller, RegistryCas, RegistryOptions, Verifier,
+};
 
 /// Where a pulled plugin is cached: the user's cache directory, or (in a container, without
 /// one) `/var/cache/nad-service-controller/plugins`, which the Deployment mounts.
@@ -38,6 +40,12 @@ pub struct RegistryArgs {
         value_delimiter = ','
     )]
     pub registry_ca: Vec<String>,
+
+    /// A verification policy (YAML: allOf, anyOf, trustRoot): every plugin artifact must carry
+    /// the cosign signatures it asks for, or it is not loaded; a component given as it is
+    /// (not by reference) does not load either.
+    #[arg(long, env = "NSC_VERIFICATION_POLICY", value_name = "FILE")]
+    pub verification_policy: Option<PathBuf>,
 
     /// Registry credentials: a Docker config file (the format of `~/.docker/config.json` and
     /// of a `kubernetes.io/dockerconfigjson` Secret). A registry it names is spoken to with
@@ -77,6 +85,32 @@ impl RegistryArgs {
         if cas.registries().next().is_some() {
             puller.set_cas(cas)?;
         }
+        if let Some(path) = &self.verification_policy {
+            puller.set_policy(Some(read_policy(path)?))?;
+        }
         Ok(puller)
     }
+}
+
+/// The verification policy of the file at `path`, ready to check with.
+pub fn read_policy(path: &std::path::Path) -> anyhow::Result<Verifier> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the verification policy {}", path.display()))?;
+    parse_policy(&path.display().to_string(), &text).map_err(anyhow::Error::msg)
+}
+
+/// A verification policy in YAML (or JSON) from `source`; an unknown or misspelt field is
+/// refused with its path.
+pub fn parse_policy(source: &str, text: &str) -> Result<Verifier, String> {
+    let document: serde_json::Value =
+        serde_saphyr::from_str(text).map_err(|e| format!("{source}: not YAML: {e}"))?;
+    let policy: Policy = serde_path_to_error::deserialize(document).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            format!("{source}: {}", e.inner())
+        } else {
+            format!("{source}: {path}: {}", e.inner())
+        }
+    })?;
+    Verifier::new(source, &policy)
 }

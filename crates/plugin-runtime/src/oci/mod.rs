@@ -19,6 +19,7 @@ mod reference;
 mod session;
 mod tls;
 mod token;
+mod verify;
 
 use std::{
     path::PathBuf,
@@ -43,6 +44,7 @@ pub use cache::Cache;
 pub use credentials::{Credential, Credentials, CredentialsError};
 pub use reference::{OciRef, SCHEME};
 pub use tls::{GivenIn, RegistryCas, configmap_key, registry_of_key};
+pub use verify::{AnyOf, Keyless, Policy, Signer, TrustRoot, Verified, Verifier};
 
 use describe::{describe, describe_blob, innermost};
 use session::{Auth, Origin, Settings, State};
@@ -75,6 +77,8 @@ pub struct Pulled {
 pub struct FetchError {
     pub reference: String,
     pub message: String,
+    /// It was had, but its signatures do not pass the verification policy.
+    pub unverified: bool,
 }
 
 /// Pulls plugin artifacts (and pushes them, for `plugin push`).
@@ -135,6 +139,70 @@ impl Puller {
         })
     }
 
+    /// Checks every artifact against `verifier`'s policy from now on (`None`: no check).
+    pub fn set_policy(&self, verifier: Option<Verifier>) -> anyhow::Result<()> {
+        self.update(|settings| settings.verifier = verifier.map(Arc::new))
+    }
+
+    /// Whether a verification policy is in force.
+    pub fn verifies(&self) -> bool {
+        self.state
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .settings
+            .verifier
+            .is_some()
+    }
+
+    /// Checks the signatures of `reference` (which names its digest) against the policy in
+    /// force; `None` when there is none.
+    pub async fn verify(&self, reference: &OciRef) -> Result<Option<Verified>, FetchError> {
+        let state = self
+            .state
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let Some(verifier) = &state.settings.verifier else {
+            return Ok(None);
+        };
+        let fail = |message: String| FetchError {
+            reference: reference.to_string(),
+            message,
+            unverified: true,
+        };
+        let Some(digest) = reference.digest() else {
+            return Err(fail(
+                "a signature is checked against a digest: pin it (@sha256:…)".to_owned(),
+            ));
+        };
+        let started = Instant::now();
+        let (config, auth) = state
+            .signature_session(&self.options, reference)
+            .await
+            .map_err(|message| FetchError {
+                unverified: false,
+                ..fail(message)
+            })?;
+        let verified = verifier
+            .verify(
+                config,
+                &auth,
+                reference.registry(),
+                reference.repository(),
+                digest,
+            )
+            .await
+            .map_err(fail)?;
+        tracing::info!(
+            reference = %reference,
+            signatures = verified.signatures,
+            signers = ?verified.signers,
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "plugin artifact's signatures verified"
+        );
+        Ok(Some(verified))
+    }
+
     /// Trusts `cas` for their registries from now on (in place of the CAs given before).
     pub fn set_cas(&self, cas: RegistryCas) -> anyhow::Result<()> {
         self.update(|settings| settings.cas = Arc::new(cas))
@@ -178,6 +246,7 @@ impl Puller {
         let fail = |message: String| FetchError {
             reference: reference.to_string(),
             message,
+            unverified: false,
         };
         let started = Instant::now();
         // Asked for only when the registry is: a cached pinned plugin loads without it.
@@ -198,6 +267,8 @@ impl Puller {
                 digest
             }
         };
+        // Checked before anything is read, even from the cache: the policy may have changed.
+        self.verify(&reference.pinned(&digest)).await?;
         if let Some(pulled) = self.cached(&digest) {
             return Ok(pulled);
         }
@@ -310,6 +381,7 @@ impl Puller {
         let fail = |message: String| FetchError {
             reference: reference.to_string(),
             message,
+            unverified: false,
         };
         let layer = ImageLayer::new(component.to_vec(), media_type.to_owned(), None);
         let config = Config::new(b"{}".to_vec(), PUSH_CONFIG_MEDIA_TYPE.to_owned(), None);

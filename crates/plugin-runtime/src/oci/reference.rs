@@ -68,6 +68,13 @@ impl OciRef {
         )
     }
 
+    /// This reference pinned at `digest`.
+    pub fn pinned(&self, digest: &str) -> OciRef {
+        OciRef {
+            reference: self.at(digest),
+        }
+    }
+
     pub fn reference(&self) -> &Reference {
         &self.reference
     }

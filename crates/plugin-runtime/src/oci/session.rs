@@ -15,6 +15,7 @@ use super::{
     Credential, Credentials, OciRef, RegistryOptions,
     tls::RegistryCas,
     token::{Exchanger, Request},
+    verify::Verifier,
 };
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -60,6 +61,8 @@ pub(super) struct Settings {
     pub(super) credentials: Option<Arc<Credentials>>,
     pub(super) origin: Origin,
     pub(super) cas: Arc<RegistryCas>,
+    /// The verification policy every artifact is checked against, if any.
+    pub(super) verifier: Option<Arc<Verifier>>,
 }
 
 /// The clients of one registry (or of every registry without CAs of its own).
@@ -177,6 +180,46 @@ impl State {
             }
         };
         Ok((link.oci.clone(), auth))
+    }
+}
+
+impl State {
+    /// How the signatures of `reference` are read: the signature client's configuration (the
+    /// registry's protocol and CAs) and authentication.
+    pub(super) async fn signature_session(
+        &self,
+        options: &RegistryOptions,
+        reference: &OciRef,
+    ) -> Result<(sigstore::registry::ClientConfig, sigstore::registry::Auth), String> {
+        use sigstore::registry::{
+            Auth as SignatureAuth, Certificate as SignatureCertificate,
+            CertificateEncoding as SignatureEncoding, ClientConfig as SignatureConfig,
+            ClientProtocol as SignatureProtocol,
+        };
+        let (_, auth) = self.session(options, reference, false).await?;
+        let config = SignatureConfig {
+            protocol: if options.http.is_empty() {
+                SignatureProtocol::Https
+            } else {
+                SignatureProtocol::HttpsExcept(options.http.clone())
+            },
+            extra_root_certificates: self
+                .link(reference.registry())
+                .roots
+                .iter()
+                .map(|der| SignatureCertificate {
+                    encoding: SignatureEncoding::Der,
+                    data: der.clone(),
+                })
+                .collect(),
+            ..SignatureConfig::default()
+        };
+        let auth = match auth.registry_auth {
+            RegistryAuth::Basic(user, password) => SignatureAuth::Basic(user, password),
+            RegistryAuth::Bearer(token) => SignatureAuth::Bearer(token),
+            _ => SignatureAuth::Anonymous,
+        };
+        Ok((config, auth))
     }
 }
 

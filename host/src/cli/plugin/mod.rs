@@ -10,6 +10,7 @@ mod push;
 mod render;
 mod scaffold;
 pub(crate) mod source;
+mod verify;
 
 use std::{io::Write, path::PathBuf, time::Duration};
 
@@ -49,6 +50,9 @@ pub enum PluginCommand {
     /// Publish a plugin to an OCI registry (one application/wasm layer) once it passes the
     /// load pipeline, and print the oci://…@sha256:… reference a plugin source names.
     Push(PushArgs),
+    /// Check an artifact's cosign signatures against a verification policy file, as the
+    /// controller does before it loads a plugin.
+    Verify(VerifyArgs),
 }
 
 impl PluginCommand {
@@ -59,7 +63,7 @@ impl PluginCommand {
             PluginCommand::Inspect(a) => Some(&a.sandbox),
             PluginCommand::Bench(a) => Some(&a.sandbox),
             PluginCommand::Push(a) => Some(&a.sandbox),
-            PluginCommand::Wit(_) | PluginCommand::New(_) => None,
+            PluginCommand::Wit(_) | PluginCommand::New(_) | PluginCommand::Verify(_) => None,
         }
     }
 
@@ -210,6 +214,19 @@ pub struct PushArgs {
     pub sandbox: SandboxArgs,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// The artifact: oci://<registry>/<repository>@sha256:<digest>.
+    #[arg(value_parser = oci_ref)]
+    pub reference: OciRef,
+    /// The verification policy (YAML: allOf, anyOf, trustRoot), as the controller's
+    /// --verification-policy or its policy ConfigMap holds it.
+    #[arg(long, value_name = "FILE")]
+    pub policy: PathBuf,
+    #[command(flatten)]
+    pub registry: crate::cli::RegistryArgs,
+}
+
 fn oci_ref(value: &str) -> Result<OciRef, String> {
     OciRef::parse(value)
 }
@@ -254,6 +271,7 @@ pub fn run(
         PluginCommand::Wit(args) => wit(args, out),
         PluginCommand::New(args) => scaffold::new(args, out),
         PluginCommand::Push(args) => push::push(args, out),
+        PluginCommand::Verify(args) => verify::verify(args, out),
     }
 }
 
