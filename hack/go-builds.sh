@@ -22,7 +22,7 @@ for group in "$@"; do
       timed hack/dataplane/build.sh
       ;;
     test-tools)
-      for tool in helm registry oras promtool; do timed hack/tools.sh "$tool"; done
+      for tool in helm registry oras promtool cosign; do timed hack/tools.sh "$tool"; done
       ;;
     *) echo "usage: hack/go-builds.sh control-plane|data-plane|test-tools..." >&2; exit 2 ;;
   esac
