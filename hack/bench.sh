@@ -14,13 +14,14 @@ target_dir="${CARGO_TARGET_DIR:-$repo/target}"
 cargo="${CARGO:-cargo}"
 
 echo "== building the benchmarks (release profile)" >&2
-$cargo bench --locked -p nad-service-controller --bench plugin_boundary --bench controller_scale --no-run
+$cargo bench --locked -p nad-service-controller --bench plugin_boundary --bench plugin_pull --bench controller_scale --no-run
 
 echo "== 1/3 plugin boundary (Criterion: evaluate at 1..10 000 pods, Wasm and native; loading; fields)" >&2
 # Only this run's results feed the report.
 export CRITERION_HOME="$target_dir/criterion"
 rm -rf "$CRITERION_HOME"
 $cargo bench --locked -p nad-service-controller --bench plugin_boundary
+$cargo bench --locked -p nad-service-controller --bench plugin_pull
 
 echo "== heap per cached pod (pod index and observations, dhat)" >&2
 memory_json="$target_dir/bench/pod_memory.json"

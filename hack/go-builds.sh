@@ -5,7 +5,7 @@
 #   hack/go-builds.sh GROUP...
 # GROUP: control-plane (etcd, kube-apiserver, kube-controller-manager, kubectl), data-plane
 # (kube-proxy, Multus, the CNI plugins, whereabouts, CoreDNS, cni-run), test-tools (helm,
-# the registry, oras, promtool).
+# the registry, oras, promtool, cosign).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

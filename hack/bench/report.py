@@ -115,6 +115,26 @@ def plugin_section(c: dict) -> tuple[list[str], dict]:
             lines += ["", f"Each extra label (a key and a value) that crosses costs {duration(per_label)} per pod."]
         lines.append("")
 
+    pulls = {k.split("/", 1)[1]: v["median_ns"] for k, v in c.items() if k.startswith("pull/")}
+    if pulls:
+        lines += [
+            "### Pulling a plugin artifact (registry on loopback, no cache)",
+            "",
+            "One `Puller::pull`: manifest, checks, layer, digest; `verified` adds the signature",
+            "check against a policy of one public key (cosign, `.sig` tag).",
+            "",
+            "| artifact | unchecked | verified | the check's share |",
+            "|---|---:|---:|---:|",
+        ]
+        data["pull"] = pulls
+        for name, label in [("default", "the default plugin (70 KB)"), ("15mib", "15 MiB")]:
+            plain, checked = pulls.get(f"unchecked/{name}"), pulls.get(f"verified/{name}")
+            if plain and checked:
+                lines.append(
+                    f"| {label} | {duration(plain)} | {duration(checked)} | {duration(checked - plain)} |"
+                )
+        lines.append("")
+
     convert = {k.split("/", 1)[1]: v for k, v in c.items() if k.startswith("convert/")}
     if convert:
         lines += ["### Host-side conversion to WIT records", "", "| conversion | per item |", "|---|---:|"]

@@ -235,13 +235,17 @@ async fn registry(
             .puller()
             .context("setting up the OCI registry client")?,
     );
-    if args.plugin_registry_secret.is_none() && args.plugin_registry_ca_configmap.is_none() {
+    if args.plugin_registry_secret.is_none()
+        && args.plugin_registry_ca_configmap.is_none()
+        && args.plugin_verification_configmap.is_none()
+    {
         return Ok((puller, None));
     }
     let settings = RegistrySettings {
         namespace: args.plugin_configmap_namespace.clone(),
         secret: args.plugin_registry_secret.clone(),
         ca_configmap: args.plugin_registry_ca_configmap.clone(),
+        policy_configmap: args.plugin_verification_configmap.clone(),
         file_cas: args.registry.cas()?,
         puller: puller.clone(),
     };

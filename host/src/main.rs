@@ -9,6 +9,8 @@ use nad_service_controller::{
 /// Errors are printed as their chain of causes on one line, never with a stack trace (even
 /// with `RUST_BACKTRACE` set): they are meant for the operator, not a debugger.
 fn main() -> ExitCode {
+    // Before any TLS client: kube's, the registries'.
+    nad_service_controller::plugin::install_crypto_provider();
     let command = Cli::parse().into_command();
     let (format, filter) = command.logging();
     if let Err(e) = telemetry::init(format, &filter) {

@@ -113,6 +113,14 @@ async fn env(test: &str) -> Env {
 }
 
 /// A source of plugins the controller follows while it runs.
+/// The names of the registry Secret, CA ConfigMap and verification policy ConfigMap followed.
+#[derive(Default)]
+struct RegistryObjects {
+    secret: Option<&'static str>,
+    cas: Option<&'static str>,
+    policy: Option<&'static str>,
+}
+
 enum Followed {
     Nothing,
     /// A plugin directory, rescanned every 200 ms.
@@ -120,9 +128,8 @@ enum Followed {
     /// A ConfigMap of this name in the test's namespace, watched through the API, whose
     /// `<name>.oci` entries the puller fetches.
     ConfigMap(&'static str, Option<Arc<Puller>>),
-    /// That ConfigMap, and the registry Secret and CA ConfigMap of these names whose
-    /// credentials and CAs the puller pulls with.
-    ConfigMapAndRegistry(&'static str, Arc<Puller>, &'static str, &'static str),
+    /// That ConfigMap, and the registry objects of these names the puller pulls with.
+    ConfigMapAndRegistry(&'static str, Arc<Puller>, RegistryObjects),
 }
 
 /// An environment whose plugins are the built-in one, `opt-out`, whatever `configure` adds,
@@ -151,12 +158,13 @@ async fn env_with(
         Followed::ConfigMap(name, puller) => {
             (None, Some(ConfigMapSource::new(&ns, name, puller)), None)
         }
-        Followed::ConfigMapAndRegistry(name, puller, secret, cas) => {
+        Followed::ConfigMapAndRegistry(name, puller, objects) => {
             let configmap = ConfigMapSource::new(&ns, name, Some(puller.clone()));
             let registry = RegistrySettings {
                 namespace: ns.clone(),
-                secret: Some(secret.to_owned()),
-                ca_configmap: Some(cas.to_owned()),
+                secret: objects.secret.map(str::to_owned),
+                ca_configmap: objects.cas.map(str::to_owned),
+                policy_configmap: objects.policy.map(str::to_owned),
                 file_cas: RegistryCas::default(),
                 puller,
             };
@@ -1263,7 +1271,12 @@ async fn the_registry_secret_and_ca_configmap_give_what_plugins_are_pulled_with(
         .unwrap();
 
     let puller = Arc::new(Puller::new(&options).unwrap());
-    let followed = Followed::ConfigMapAndRegistry("plugins", puller.clone(), "registry", "cas");
+    let objects = RegistryObjects {
+        secret: Some("registry"),
+        cas: Some("cas"),
+        policy: None,
+    };
+    let followed = Followed::ConfigMapAndRegistry("plugins", puller.clone(), objects);
     let env = env_with("ocisecret", |_, _| {}, followed).await;
     let (configmaps, secrets) = (env.api::<ConfigMap>(), env.api::<Secret>());
     env.service(
@@ -1377,6 +1390,156 @@ async fn the_registry_secret_and_ca_configmap_give_what_plugins_are_pulled_with(
     )
     .await;
     env.wait_slices("web", "web-c added, web-d left out by opt-out", |s| {
+        pod_names(s) == ["web-b", "web-c"]
+    })
+    .await;
+    env.finish().await;
+}
+
+/// The verification policy ConfigMap: plugin artifacts serve only with the signatures it asks
+/// for (cosign, with keys, offline). Before it exists nothing loads; an artifact signed by
+/// another key is told on the Service and counted, and serves once the policy names its key; a
+/// policy that cannot be used keeps the last good one in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_verification_policy_configmap_lets_only_signed_plugins_serve() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use support::registry::{Cosign, Registry};
+    let registry = Registry::start("cluster-signed");
+    let cosign = Cosign::new("cluster-signed");
+    let (a, a_pub) = cosign.key("a");
+    let (b, b_pub) = cosign.key("b");
+    let options = RegistryOptions {
+        http: vec![registry.host.clone()],
+        cache_dir: None,
+    };
+    let author = Puller::new(&options).unwrap();
+    let repository = registry.reference("plugins/tenant");
+    let target = OciRef::parse(&repository).unwrap();
+    let mut digests = Vec::new();
+    for (component, key) in [
+        (OPT_OUT, &a),
+        (
+            include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM")).as_slice(),
+            &b,
+        ),
+    ] {
+        let digest = author
+            .push(
+                &target,
+                component,
+                PUSH_LAYER_MEDIA_TYPE,
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        cosign.sign(key, &format!("{}/plugins/tenant@{digest}", registry.host));
+        digests.push(digest);
+    }
+    let puller = Arc::new(Puller::new(&options).unwrap());
+    let objects = RegistryObjects {
+        policy: Some("policy"),
+        ..RegistryObjects::default()
+    };
+    let followed = Followed::ConfigMapAndRegistry("plugins", puller.clone(), objects);
+    let env = env_with("ocisigned", |_, _| {}, followed).await;
+    let configmaps = env.api::<ConfigMap>();
+    env.service(
+        "web",
+        json!({}),
+        json!({"isim.dev/network": "macvlan", "isim.dev/endpoint-policy": "tenant"}),
+        json!({"clusterIP": "None", "ports": [{"port": 80}]}),
+    )
+    .await;
+    env.pod(
+        "web-a",
+        json!({"endpoints.isim.dev/opt-out": "true"}),
+        "macvlan",
+        true,
+    )
+    .await;
+    env.pod("web-b", json!({}), "macvlan", true).await;
+    let note_with = |text: String| {
+        let env = &env;
+        async move {
+            eventually(&format!("an Event saying {text:?}"), || async {
+                env.events_for("web")
+                    .await
+                    .into_iter()
+                    .filter_map(|e| e.note)
+                    .find(|n| n.contains(&text))
+            })
+            .await
+        }
+    };
+    let set_policy = |key: &str| {
+        let indented: String = key.lines().map(|l| format!("      {l}\n")).collect();
+        let configmap: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "policy"},
+            "data": {"policy.yaml": format!("allOf:\n  - publicKey: |\n{indented}")},
+        }))
+        .unwrap();
+        let configmaps = configmaps.clone();
+        async move {
+            configmaps
+                .patch(
+                    "policy",
+                    &PatchParams::apply("test").force(),
+                    &Patch::Apply(&configmap),
+                )
+                .await
+                .unwrap();
+        }
+    };
+
+    // No policy yet: nothing loads unchecked.
+    set_plugin_configmap(&configmaps, Some(oci_entry(&repository, &digests[0]))).await;
+    note_with(format!(
+        "plugin tenant: not loaded unverified: oci://{}/plugins/tenant@{}: the verification \
+         policy ConfigMap {}/policy does not exist",
+        registry.host, digests[0], env.ns
+    ))
+    .await;
+    // A policy of b's key: a's signature is not enough, and the Service is told.
+    set_policy(&b_pub).await;
+    note_with("not signed by allOf[0] (public key)".to_owned()).await;
+    let refused = "nad_service_controller_plugin_loads_total";
+    assert!(metric_with(&env, refused, "plugin=\"tenant\",result=\"signature\"") > 0);
+    // a's key: it serves.
+    set_policy(&a_pub).await;
+    env.wait_slices("web", "web-b only, the signed opt-out plugin", |s| {
+        pod_names(s) == ["web-b"]
+    })
+    .await;
+
+    // A policy that cannot be used keeps a's in force: b's artifact is refused, and the
+    // version serving keeps serving.
+    let typo: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "policy"},
+        "data": {"policy.yaml": "allOf:\n  - publikKey: x\n"},
+    }))
+    .unwrap();
+    let generation = puller.generation();
+    configmaps
+        .patch(
+            "policy",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&typo),
+        )
+        .await
+        .unwrap();
+    set_plugin_configmap(&configmaps, Some(oci_entry(&repository, &digests[1]))).await;
+    note_with(format!(
+        "@{}: its 1 signature(s) do not satisfy",
+        digests[1]
+    ))
+    .await;
+    assert_eq!(
+        puller.generation(),
+        generation,
+        "the unusable policy changed nothing"
+    );
+    env.pod("web-c", json!({}), "macvlan", true).await;
+    env.wait_slices("web", "web-c added by the version still serving", |s| {
         pod_names(s) == ["web-b", "web-c"]
     })
     .await;

@@ -11,78 +11,16 @@
 #[path = "support/registry.rs"]
 mod registry;
 
-use std::{
-    collections::BTreeMap,
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{collections::BTreeMap, path::Path};
 
 use nad_service_controller::plugin::{
     Limits, PluginDir, Plugins, Runtime, Step,
     oci::{AnyOf, PUSH_LAYER_MEDIA_TYPE, Policy, Puller, Signer, Verifier},
 };
-use registry::{Registry, Scratch, cli, oci, puller, push, tool};
+use registry::{Cosign, Registry, Scratch, cli, oci, puller, push};
 
 const DEFAULT: &[u8] = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));
 const OPT_OUT: &[u8] = include_bytes!(env!("NSC_EXAMPLE_OPT_OUT_WASM"));
-
-/// cosign, with keys of its own in a scratch directory.
-struct Cosign {
-    bin: PathBuf,
-    dir: Scratch,
-}
-
-impl Cosign {
-    fn new(test: &str) -> Self {
-        Cosign {
-            bin: tool("cosign"),
-            dir: Scratch::new(&format!("{test}-cosign")),
-        }
-    }
-
-    fn run(&self, args: &[&str]) -> String {
-        let out = Command::new(&self.bin)
-            .args(args)
-            .env("COSIGN_PASSWORD", "")
-            // No Docker config of the machine's: the registry is open.
-            .env("DOCKER_CONFIG", &self.dir.0)
-            .env("HOME", &self.dir.0)
-            .output()
-            .unwrap();
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-        );
-        assert!(out.status.success(), "cosign {args:?}: {stdout}{stderr}");
-        stdout.into_owned()
-    }
-
-    /// A new key pair `name`: the private key's path and the public key (PEM).
-    fn key(&self, name: &str) -> (PathBuf, String) {
-        let prefix = self.dir.0.join(name);
-        self.run(&[
-            "generate-key-pair",
-            "--output-key-prefix",
-            prefix.to_str().unwrap(),
-        ]);
-        let public = std::fs::read_to_string(prefix.with_extension("pub")).unwrap();
-        (prefix.with_extension("key"), public)
-    }
-
-    /// Signs `reference` (`host/repository@digest`) with `key`, offline.
-    fn sign(&self, key: &Path, reference: &str) {
-        self.run(&[
-            "sign",
-            "--key",
-            key.to_str().unwrap(),
-            "--tlog-upload=false",
-            "--allow-http-registry",
-            "--allow-insecure-registry",
-            "--yes",
-            reference,
-        ]);
-    }
-}
 
 fn policy(all_of: &[&str], any_of: Option<(usize, &[&str])>) -> Policy {
     let keys = |pems: &[&str]| {

@@ -36,6 +36,14 @@ pub use registry::{
 pub use reload::{Component, Entry, Loader, PluginDir, Scan};
 pub use runtime::{CallStats, DecisionScope, Plugin, Runtime};
 
+/// Makes ring rustls' provider for this process, before any TLS client (kube's, the registry's)
+/// is made. rustls cannot choose on its own: the sigstore crate's backend brings aws-lc-rs into
+/// the build beside ring, and with two providers compiled in, a client made without an installed
+/// one panics. A second call changes nothing.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// The default plugin, built from `plugins/default` by the build script.
 pub const DEFAULT_PLUGIN_WASM: &[u8] = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));
 

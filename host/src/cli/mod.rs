@@ -156,6 +156,17 @@ pub struct RunArgs {
     #[arg(long, env = "NSC_PLUGIN_REGISTRY_CA_CONFIGMAP", value_name = "NAME")]
     pub plugin_registry_ca_configmap: Option<String>,
 
+    /// A ConfigMap (in --plugin-configmap-namespace) whose `policy.yaml` is the verification
+    /// policy every plugin artifact is checked against (as --verification-policy), watched.
+    /// While it does not exist or has never been valid, no plugin artifact loads.
+    #[arg(
+        long,
+        env = "NSC_PLUGIN_VERIFICATION_CONFIGMAP",
+        value_name = "NAME",
+        conflicts_with = "verification_policy"
+    )]
+    pub plugin_verification_configmap: Option<String>,
+
     #[command(flatten)]
     pub registry: RegistryArgs,
 

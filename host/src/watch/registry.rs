@@ -6,10 +6,13 @@
 //!   whose credentials the puller uses;
 //! - the registry CA ConfigMap (`--plugin-registry-ca-configmap`), a PEM bundle per registry
 //!   (key `host` or `host_port`), trusted for that registry only, beside the CAs of
-//!   `--registry-ca` files.
+//!   `--registry-ca` files;
+//! - the verification policy ConfigMap (`--plugin-verification-configmap`, key `policy.yaml`):
+//!   the signatures every plugin artifact must carry.
 //!
 //! An object that cannot be used is logged with what to fix and changes nothing: the last good
-//! settings stay.
+//! settings stay. A verification policy that is asked for and cannot be had (the ConfigMap
+//! missing, or never valid) lets no plugin artifact load: never a silent downgrade.
 
 use std::{sync::Arc, time::Duration};
 
@@ -21,7 +24,13 @@ use kube::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::plugin::oci::{Credentials, GivenIn, Puller, RegistryCas, registry_of_key};
+use crate::{
+    cli::registry::parse_policy,
+    plugin::oci::{Credentials, GivenIn, Puller, RegistryCas, Verifier, registry_of_key},
+};
+
+/// The key of the verification policy in its ConfigMap.
+pub const POLICY_KEY: &str = "policy.yaml";
 
 /// The Secret's type, and the key of its Docker config.
 const DOCKER_CONFIG_TYPE: &str = "kubernetes.io/dockerconfigjson";
@@ -38,6 +47,8 @@ pub struct RegistrySettings {
     pub secret: Option<String>,
     /// The CA ConfigMap's name.
     pub ca_configmap: Option<String>,
+    /// The verification policy ConfigMap's name.
+    pub policy_configmap: Option<String>,
     /// The CAs of `--registry-ca` files, trusted beside the ConfigMap's.
     pub file_cas: RegistryCas,
     pub puller: Arc<Puller>,
@@ -91,6 +102,18 @@ pub fn cas(
     } else {
         Err(errors.join("; "))
     }
+}
+
+/// The verification policy of `configmap` (`namespace/name`), or what is wrong with it.
+pub fn policy(configmap: &ConfigMap, name: &str) -> Result<Verifier, String> {
+    let text = configmap
+        .data
+        .as_ref()
+        .and_then(|data| data.get(POLICY_KEY))
+        .ok_or_else(|| {
+            format!("ConfigMap {name}: data.{POLICY_KEY} is missing: give it the policy (YAML)")
+        })?;
+    parse_policy(&format!("ConfigMap {name} data.{POLICY_KEY}"), text)
 }
 
 impl RegistrySettings {
@@ -154,6 +177,37 @@ impl RegistrySettings {
         }
     }
 
+    /// Gives the puller the policy of `configmap`. One that cannot be used is logged and
+    /// changes nothing, unless no policy was had before: then nothing loads until one is.
+    fn apply_policy(&self, name: &str, configmap: Option<&ConfigMap>) {
+        let name = self.qualified(name);
+        let applied = match configmap.map(|c| policy(c, &name)) {
+            None => {
+                let why = format!(
+                    "the verification policy ConfigMap {name} does not exist, so no plugin \
+                     artifact can be checked: create it (data.{POLICY_KEY})"
+                );
+                tracing::warn!(configmap = %name, "the verification policy ConfigMap does not exist: no plugin artifact loads until it is created");
+                self.puller.set_policy_unavailable(why)
+            }
+            Some(Ok(verifier)) => {
+                tracing::info!(configmap = %name, "verification policy read from the ConfigMap");
+                self.puller.set_policy(Some(verifier))
+            }
+            Some(Err(e)) if self.puller.has_policy() => {
+                tracing::warn!(configmap = %name, error = %e, "the verification policy cannot be used; the policy read before stays in force");
+                return;
+            }
+            Some(Err(e)) => {
+                tracing::warn!(configmap = %name, error = %e, "the verification policy cannot be used: no plugin artifact loads until it is mended");
+                self.puller.set_policy_unavailable(e)
+            }
+        };
+        if let Err(e) = applied {
+            tracing::error!(configmap = %name, error = %e, "cannot make registry clients for the verification policy");
+        }
+    }
+
     /// Reads the objects once (at start, before the plugins load).
     pub async fn read(&self, client: &Client) {
         if let Some(name) = &self.secret {
@@ -166,6 +220,13 @@ impl RegistrySettings {
             let found = get::<ConfigMap>(client, &self.namespace, name).await;
             if let Ok(configmap) = found {
                 self.apply_cas(name, configmap.as_ref());
+            }
+        }
+        if let Some(name) = &self.policy_configmap {
+            match get::<ConfigMap>(client, &self.namespace, name).await {
+                Ok(configmap) => self.apply_policy(name, configmap.as_ref()),
+                // Until it is read, nothing loads unchecked.
+                Err(()) => self.apply_policy(name, None),
             }
         }
     }
@@ -184,7 +245,13 @@ impl RegistrySettings {
                 follow(&client, &self.namespace, name, &ended, apply).await;
             }
         };
-        futures::join!(secret, cas);
+        let policy = async {
+            if let Some(name) = &self.policy_configmap {
+                let apply = |c: Option<&ConfigMap>| self.apply_policy(name, c);
+                follow(&client, &self.namespace, name, &ended, apply).await;
+            }
+        };
+        futures::join!(secret, cas, policy);
     }
 }
 

@@ -267,3 +267,61 @@ pub fn cli(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// cosign, with keys of its own in a scratch directory.
+pub struct Cosign {
+    bin: PathBuf,
+    dir: Scratch,
+}
+
+impl Cosign {
+    pub fn new(test: &str) -> Self {
+        Cosign {
+            bin: tool("cosign"),
+            dir: Scratch::new(&format!("{test}-cosign")),
+        }
+    }
+
+    pub fn run(&self, args: &[&str]) -> String {
+        let out = Command::new(&self.bin)
+            .args(args)
+            .env("COSIGN_PASSWORD", "")
+            // No Docker config of the machine's: the registry is open.
+            .env("DOCKER_CONFIG", &self.dir.0)
+            .env("HOME", &self.dir.0)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "cosign {args:?}: {stdout}{stderr}");
+        stdout.into_owned()
+    }
+
+    /// A new key pair `name`: the private key's path and the public key (PEM).
+    pub fn key(&self, name: &str) -> (PathBuf, String) {
+        let prefix = self.dir.0.join(name);
+        self.run(&[
+            "generate-key-pair",
+            "--output-key-prefix",
+            prefix.to_str().unwrap(),
+        ]);
+        let public = std::fs::read_to_string(prefix.with_extension("pub")).unwrap();
+        (prefix.with_extension("key"), public)
+    }
+
+    /// Signs `reference` (`host/repository@digest`) with `key`, offline.
+    pub fn sign(&self, key: &Path, reference: &str) {
+        self.run(&[
+            "sign",
+            "--key",
+            key.to_str().unwrap(),
+            "--tlog-upload=false",
+            "--allow-http-registry",
+            "--allow-insecure-registry",
+            "--yes",
+            reference,
+        ]);
+    }
+}

@@ -100,6 +100,7 @@ impl ControlPlane {
         let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
             .unwrap();
+        nad_test_kit::install_crypto_provider();
         Client::try_from(config).unwrap()
     }
 

@@ -14,3 +14,6 @@ pub mod metrics;
 pub mod native;
 pub mod wait;
 pub mod wit;
+
+/// Makes ring the process's TLS provider, before any client is made (see the function).
+pub use nad_plugin_runtime::install_crypto_provider;

@@ -28,6 +28,9 @@ use kube::{
 use nad_test_kit::wait::eventually;
 use serde_json::{Value, json};
 
+/// Makes ring the process's TLS provider, before any client is made (see the function).
+pub use nad_test_kit::install_crypto_provider;
+
 pub const NETWORKS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
 pub const NETWORK_STATUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/network-status";
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";

@@ -63,6 +63,7 @@ async fn main() -> anyhow::Result<()> {
         finalize_terminating: !args.keep_terminating,
         ..Config::default()
     };
+    nad_test_kit::install_crypto_provider();
     let client = kube::Client::try_default()
         .await
         .context("connecting to Kubernetes")?;

@@ -204,6 +204,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let ca_pem = serviceaccount::pem(config.root_cert.as_deref().unwrap_or_default())
         .context("reading the API server's CA from the kubeconfig")?;
+    node_sim::install_crypto_provider();
     let client = kube::Client::try_from(config).context("connecting to the API server")?;
     let layout = Layout::new(args.nodes);
 

@@ -47,7 +47,7 @@ pub use tls::{GivenIn, RegistryCas, configmap_key, registry_of_key};
 pub use verify::{AnyOf, Keyless, Policy, Signer, TrustRoot, Verified, Verifier};
 
 use describe::{describe, describe_blob, innermost};
-use session::{Auth, Origin, Settings, State};
+use session::{Auth, Origin, Settings, State, Verification};
 
 use super::{MAX_PLUGIN_BYTES, pipeline::sha256_hex};
 
@@ -103,9 +103,8 @@ impl std::fmt::Debug for Puller {
 
 impl Puller {
     pub fn new(options: &RegistryOptions) -> anyhow::Result<Self> {
-        // reqwest's rustls is built without a crypto provider: use ring, as kube does. A second
-        // install (another Puller) is refused harmlessly.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        // The process's TLS clients use ring (see the function).
+        crate::install_crypto_provider();
         Ok(Self {
             options: options.clone(),
             state: RwLock::new(State::new(options, Settings::default())?),
@@ -141,17 +140,30 @@ impl Puller {
 
     /// Checks every artifact against `verifier`'s policy from now on (`None`: no check).
     pub fn set_policy(&self, verifier: Option<Verifier>) -> anyhow::Result<()> {
-        self.update(|settings| settings.verifier = verifier.map(Arc::new))
+        self.update(|settings| {
+            settings.verification = match verifier {
+                None => Verification::Off,
+                Some(verifier) => Verification::Policy(Arc::new(verifier)),
+            }
+        })
     }
 
-    /// Whether a verification policy is in force.
+    /// Refuses every artifact from now on, for `why` (a policy is asked for and cannot be had):
+    /// a missing policy never lets unchecked plugins in.
+    pub fn set_policy_unavailable(&self, why: String) -> anyhow::Result<()> {
+        self.update(|settings| settings.verification = Verification::Unavailable(why))
+    }
+
+    /// Whether artifacts are checked (or, with the policy unavailable, refused).
     pub fn verifies(&self) -> bool {
-        self.state
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .settings
-            .verifier
-            .is_some()
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        !matches!(state.settings.verification, Verification::Off)
+    }
+
+    /// Whether a policy that can be checked with is in force.
+    pub fn has_policy(&self) -> bool {
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        matches!(state.settings.verification, Verification::Policy(_))
     }
 
     /// Checks the signatures of `reference` (which names its digest) against the policy in
@@ -162,13 +174,15 @@ impl Puller {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let Some(verifier) = &state.settings.verifier else {
-            return Ok(None);
-        };
         let fail = |message: String| FetchError {
             reference: reference.to_string(),
             message,
             unverified: true,
+        };
+        let verifier = match &state.settings.verification {
+            Verification::Off => return Ok(None),
+            Verification::Unavailable(why) => return Err(fail(why.clone())),
+            Verification::Policy(verifier) => verifier,
         };
         let Some(digest) = reference.digest() else {
             return Err(fail(

@@ -61,8 +61,19 @@ pub(super) struct Settings {
     pub(super) credentials: Option<Arc<Credentials>>,
     pub(super) origin: Origin,
     pub(super) cas: Arc<RegistryCas>,
-    /// The verification policy every artifact is checked against, if any.
-    pub(super) verifier: Option<Arc<Verifier>>,
+    /// What every artifact is checked against.
+    pub(super) verification: Verification,
+}
+
+/// Whether artifacts are checked, and against what.
+#[derive(Debug, Clone, Default)]
+pub(super) enum Verification {
+    /// No policy: artifacts load unchecked.
+    #[default]
+    Off,
+    Policy(Arc<Verifier>),
+    /// A policy is asked for but none can be had (`why`): nothing loads.
+    Unavailable(String),
 }
 
 /// The clients of one registry (or of every registry without CAs of its own).
