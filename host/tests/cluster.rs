@@ -283,6 +283,38 @@ impl Env {
         }
     }
 
+    /// The Service `web` of the plugin `tenant`, with the pods `web-a` (which opts out) and
+    /// `web-b`.
+    async fn tenant_service(&self) {
+        self.service(
+            "web",
+            json!({}),
+            json!({"isim.dev/network": "macvlan", "isim.dev/endpoint-policy": "tenant"}),
+            json!({"clusterIP": "None", "ports": [{"port": 80}]}),
+        )
+        .await;
+        self.pod(
+            "web-a",
+            json!({"endpoints.isim.dev/opt-out": "true"}),
+            "macvlan",
+            true,
+        )
+        .await;
+        self.pod("web-b", json!({}), "macvlan", true).await;
+    }
+
+    /// The note of an Event on the Service `name` that contains `text`, once there is one.
+    async fn event_note(&self, name: &str, text: &str) -> String {
+        eventually(&format!("an Event on {name} saying {text:?}"), || async {
+            self.events_for(name)
+                .await
+                .into_iter()
+                .filter_map(|e| e.note)
+                .find(|n| n.contains(text))
+        })
+        .await
+    }
+
     async fn events_for(&self, name: &str) -> Vec<Event> {
         self.api::<Event>()
             .list(&ListParams::default())
@@ -962,21 +994,7 @@ where
     F: Fn(Option<&'static [u8]>) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    env.service(
-        "web",
-        json!({}),
-        json!({"isim.dev/network": "macvlan", "isim.dev/endpoint-policy": "tenant"}),
-        json!({"clusterIP": "None", "ports": [{"port": 80}]}),
-    )
-    .await;
-    env.pod(
-        "web-a",
-        json!({"endpoints.isim.dev/opt-out": "true"}),
-        "macvlan",
-        true,
-    )
-    .await;
-    env.pod("web-b", json!({}), "macvlan", true).await;
+    env.tenant_service().await;
     let unknown = "nad_service_controller_reconciles_total";
     eventually("a reconcile naming the missing plugin", || async {
         (metric_with(env, unknown, "result=\"unknown_plugin\"") > 0).then_some(())
@@ -1279,38 +1297,11 @@ async fn the_registry_secret_and_ca_configmap_give_what_plugins_are_pulled_with(
     let followed = Followed::ConfigMapAndRegistry("plugins", puller.clone(), objects);
     let env = env_with("ocisecret", |_, _| {}, followed).await;
     let (configmaps, secrets) = (env.api::<ConfigMap>(), env.api::<Secret>());
-    env.service(
-        "web",
-        json!({}),
-        json!({"isim.dev/network": "macvlan", "isim.dev/endpoint-policy": "tenant"}),
-        json!({"clusterIP": "None", "ports": [{"port": 80}]}),
-    )
-    .await;
-    env.pod(
-        "web-a",
-        json!({"endpoints.isim.dev/opt-out": "true"}),
-        "macvlan",
-        true,
-    )
-    .await;
-    env.pod("web-b", json!({}), "macvlan", true).await;
-    let note_with = |text: String| {
-        let env = &env;
-        async move {
-            eventually(&format!("an Event saying {text:?}"), || async {
-                env.events_for("web")
-                    .await
-                    .into_iter()
-                    .filter_map(|e| e.note)
-                    .find(|n| n.contains(&text))
-            })
-            .await
-        }
-    };
+    env.tenant_service().await;
 
     // No CA yet: the registry is not trusted, and the Service is told where to give its CA.
     set_plugin_configmap(&configmaps, Some(oci_entry(&repository, &opt_out))).await;
-    note_with(format!(
+    env.event_note("web", &format!(
         "the registry {host} was refused over TLS (invalid peer certificate: UnknownIssuer): it \
          is not signed by a CA this host trusts: give the CA that signed it (the key {} of the \
          ConfigMap {}/cas)",
@@ -1328,7 +1319,7 @@ async fn the_registry_secret_and_ca_configmap_give_what_plugins_are_pulled_with(
         .await
         .unwrap();
     // Trusted now, but no Secret yet: read anonymously, refused, and told to create the Secret.
-    note_with(format!(
+    env.event_note("web", &format!(
         "the registry {host} refused anonymous access to plugins/tenant: the Secret {}/registry \
          that is to hold the credential for {host} does not exist: create it",
         env.ns
@@ -1341,11 +1332,14 @@ async fn the_registry_secret_and_ca_configmap_give_what_plugins_are_pulled_with(
         .create(&PostParams::default(), &wrong)
         .await
         .unwrap();
-    note_with(format!(
-        "the registry {host} refused the user name and password from Secret {}/registry for \
+    env.event_note(
+        "web",
+        &format!(
+            "the registry {host} refused the user name and password from Secret {}/registry for \
          plugins/tenant",
-        env.ns
-    ))
+            env.ns
+        ),
+    )
     .await;
     assert!(puller.generation() > generation);
 
@@ -1377,9 +1371,10 @@ async fn the_registry_secret_and_ca_configmap_give_what_plugins_are_pulled_with(
     })
     .await;
     set_plugin_configmap(&configmaps, Some(oci_entry(&repository, &default))).await;
-    note_with(format!(
-        "@{default}: the registry {host} refused the user name and password"
-    ))
+    env.event_note(
+        "web",
+        &format!("@{default}: the registry {host} refused the user name and password"),
+    )
     .await;
     env.pod("web-c", json!({}), "macvlan", true).await;
     env.pod(
@@ -1443,34 +1438,7 @@ async fn the_verification_policy_configmap_lets_only_signed_plugins_serve() {
     let followed = Followed::ConfigMapAndRegistry("plugins", puller.clone(), objects);
     let env = env_with("ocisigned", |_, _| {}, followed).await;
     let configmaps = env.api::<ConfigMap>();
-    env.service(
-        "web",
-        json!({}),
-        json!({"isim.dev/network": "macvlan", "isim.dev/endpoint-policy": "tenant"}),
-        json!({"clusterIP": "None", "ports": [{"port": 80}]}),
-    )
-    .await;
-    env.pod(
-        "web-a",
-        json!({"endpoints.isim.dev/opt-out": "true"}),
-        "macvlan",
-        true,
-    )
-    .await;
-    env.pod("web-b", json!({}), "macvlan", true).await;
-    let note_with = |text: String| {
-        let env = &env;
-        async move {
-            eventually(&format!("an Event saying {text:?}"), || async {
-                env.events_for("web")
-                    .await
-                    .into_iter()
-                    .filter_map(|e| e.note)
-                    .find(|n| n.contains(&text))
-            })
-            .await
-        }
-    };
+    env.tenant_service().await;
     let set_policy = |key: &str| {
         let indented: String = key.lines().map(|l| format!("      {l}\n")).collect();
         let configmap: ConfigMap = serde_json::from_value(json!({
@@ -1493,15 +1461,19 @@ async fn the_verification_policy_configmap_lets_only_signed_plugins_serve() {
 
     // No policy yet: nothing loads unchecked.
     set_plugin_configmap(&configmaps, Some(oci_entry(&repository, &digests[0]))).await;
-    note_with(format!(
-        "plugin tenant: not loaded unverified: oci://{}/plugins/tenant@{}: the verification \
+    env.event_note(
+        "web",
+        &format!(
+            "plugin tenant: not loaded unverified: oci://{}/plugins/tenant@{}: the verification \
          policy ConfigMap {}/policy does not exist",
-        registry.host, digests[0], env.ns
-    ))
+            registry.host, digests[0], env.ns
+        ),
+    )
     .await;
     // A policy of b's key: a's signature is not enough, and the Service is told.
     set_policy(&b_pub).await;
-    note_with("not signed by allOf[0] (public key)".to_owned()).await;
+    env.event_note("web", "not signed by allOf[0] (public key)")
+        .await;
     let refused = "nad_service_controller_plugin_loads_total";
     assert!(metric_with(&env, refused, "plugin=\"tenant\",result=\"signature\"") > 0);
     // a's key: it serves.
@@ -1528,10 +1500,10 @@ async fn the_verification_policy_configmap_lets_only_signed_plugins_serve() {
         .await
         .unwrap();
     set_plugin_configmap(&configmaps, Some(oci_entry(&repository, &digests[1]))).await;
-    note_with(format!(
-        "@{}: its 1 signature(s) do not satisfy",
-        digests[1]
-    ))
+    env.event_note(
+        "web",
+        &format!("@{}: its 1 signature(s) do not satisfy", digests[1]),
+    )
     .await;
     assert_eq!(
         puller.generation(),
