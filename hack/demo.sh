@@ -137,34 +137,41 @@ json.dump({"apiVersion": "v1", "kind": "List", "items": keep}, sys.stdout)' >"$l
   done
   show "kubectl get pods -l app=nginx-nad (the prober's condition: $condition)"
   kubectl get pods -l app=nginx-nad -o custom-columns="NAME:.metadata.name,READY:.status.conditions[?(@.type==\"Ready\")].status,NETWORK-READY:.status.conditions[?(@.type==\"$condition\")].status,IP:.status.podIP"
-  local nad victim dead
+  local nad victim dead dead6
   nad="$(pod_of netutils-nad)"
   victim="$(pod_of nginx-nad)"
-  dead="$(kubectl get pod "$victim" -o json | python3 -c '
+  read -r dead dead6 < <(kubectl get pod "$victim" -o json | python3 -c '
 import json, sys
 pod = json.load(sys.stdin)
 for net in json.loads(pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]):
     if net.get("name", "").endswith("/macvlan"):
-        print(net["ips"][0])')"
-  resolved() { hack/pod-exec "default/$nad" -- getent ahostsv4 nginx-nad | awk '{print $1}' | sort -u | xargs; }
+        print(" ".join(net["ips"][:2]))')
+  # A and AAAA records, one line: "192.168.2.4 192.168.2.5 fd00:192:168:2::4 ..."
+  resolved() {
+    local family
+    for family in ahostsv4 ahostsv6; do
+      hack/pod-exec "default/$nad" -- getent "$family" nginx-nad | awk '$1 !~ /^::ffff:/ {print $1}' | sort -u
+    done | xargs
+  }
   show "nginx-nad resolves to: $(resolved)"
-  show "\$ hack/pod-exec default/$victim -- ip link set net1 down    ($dead: its secondary link dies; primary network and Ready untouched)"
+  show "\$ hack/pod-exec default/$victim -- ip link set net1 down    ($dead and $dead6: its secondary link dies; primary network and Ready untouched)"
   hack/pod-exec "default/$victim" -- ip link set net1 down
   local down=$SECONDS
   deadline=$((SECONDS + 30))
-  until ! resolved | grep -qw "$dead"; do
-    ((SECONDS < deadline)) || die "$dead was still in DNS 30 s after its link went down"
+  until ! resolved | grep -qwF -e "$dead" -e "$dead6"; do
+    ((SECONDS < deadline)) || die "$dead or $dead6 was still in DNS 30 s after its link went down"
     sleep 0.5
   done
   show "after $((SECONDS - down)) s: nginx-nad resolves to $(resolved) only"
   kubectl get pods -l app=nginx-nad -o custom-columns="NAME:.metadata.name,READY:.status.conditions[?(@.type==\"Ready\")].status,NETWORK-READY:.status.conditions[?(@.type==\"$condition\")].status,MESSAGE:.status.conditions[?(@.type==\"$condition\")].message"
   curl_from "$nad" nginx-nad 200
+  curl_from "$nad" nginx-nad 200 -6
   ((failed == 0)) || die "nginx-nad did not answer with its other pod"
   show "\$ hack/pod-exec default/$victim -- ip link set net1 up"
   hack/pod-exec "default/$victim" -- ip link set net1 up
   deadline=$((SECONDS + 30))
-  until resolved | grep -qw "$dead"; do
-    ((SECONDS < deadline)) || die "$dead was not back in DNS 30 s after its link came up"
+  until resolved | grep -qwF "$dead" && resolved | grep -qwF "$dead6"; do
+    ((SECONDS < deadline)) || die "$dead and $dead6 were not both back in DNS 30 s after its link came up"
     sleep 0.5
   done
   show "OK: the link is back, and nginx-nad resolves to $(resolved) again"
@@ -234,12 +241,17 @@ if [[ "$dataplane" == true ]]; then
   step "curls" "the seed's four curls, from inside the netutils pods (hack/pod-exec stands in for kubectl exec)"
   pod_of() { kubectl get pods -l "app=$1" -o jsonpath='{.items[0].metadata.name}'; }
   failed=0
+  # curl_from <pod> <service> <want> [-6]
   curl_from() {
     local pod="$1" service="$2" want="$3" code out
-    local args=(curl -s -o /dev/null -w "%{http_code}")
-    [[ "$want" == 000 ]] && args+=(--connect-timeout 10)
+    local args=(curl ${4:+"$4"} -s -o /dev/null -w "%{http_code}")
+    local shown=(curl ${4:+"$4"} -s -o /dev/null -w '"%{http_code}"')
+    if [[ "$want" == 000 ]]; then
+      args+=(--connect-timeout 10)
+      shown+=(--connect-timeout 10)
+    fi
     # Shown as the seed's README shows its kubectl exec lines.
-    echo "\$ hack/pod-exec default/$pod -- curl -s -o /dev/null -w \"%{http_code}\"${args[6]:+ ${args[*]:6}} $service"
+    echo "\$ hack/pod-exec default/$pod -- ${shown[*]} $service"
     code=0
     out="$(hack/pod-exec "default/$pod" -- "${args[@]}" "$service")" || code=$?
     if ((code)); then echo "${out}command terminated with exit code $code"; else echo "$out"; fi
@@ -256,7 +268,11 @@ if [[ "$dataplane" == true ]]; then
   curl_from "$base" nginx-basic 200
   curl_from "$base" nginx-nad 000
   ((failed == 0)) || die "the curls did not answer as in the seed's README"
-  show "OK: netutils-nad reaches both Services; netutils-base reaches nginx-basic only (demo took $(steps_duration $((SECONDS - steps_first))))"
+  show "the same two curls to nginx-nad over IPv6 (its AAAA records: $(hack/pod-exec "default/$nad" -- getent ahostsv6 nginx-nad | awk '{print $1}' | sort -u | xargs))"
+  curl_from "$nad" nginx-nad 200 -6
+  curl_from "$base" nginx-nad 000 -6
+  ((failed == 0)) || die "the curls over IPv6 did not answer as over IPv4"
+  show "OK: netutils-nad reaches both Services, over IPv4 and IPv6; netutils-base reaches nginx-basic only (demo took $(steps_duration $((SECONDS - steps_first))))"
 
   step "prober" "readiness on the network: the network prober (deploy/prober) on both nodes, attached to default/macvlan"
   prober_demo

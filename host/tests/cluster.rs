@@ -13,7 +13,7 @@ use std::{
     collections::BTreeSet,
     io::Write,
     path::PathBuf,
-    sync::{Arc, Mutex, OnceLock},
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -54,41 +54,11 @@ const MISBEHAVING: &[u8] = include_bytes!(env!("NSC_TEST_MISBEHAVING_WASM"));
 
 mod support;
 use support::{WAIT, client, eventually};
+#[path = "support/logs.rs"]
+mod logs;
 #[path = "support/promql.rs"]
 mod promql;
-
-// ---- log capture ------------------------------------------------------------------------------
-
-fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let writer = buffer.clone();
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter("info,nad_service_controller=debug,kube_runtime=debug")
-            .with_ansi(false)
-            .with_writer(move || Tee(writer.clone()))
-            .try_init();
-        buffer
-    })
-}
-
-/// Writes to the capture buffer.
-struct Tee(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Tee {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn captured() -> String {
-    String::from_utf8_lossy(&logs().lock().unwrap()).into_owned()
-}
+use logs::{captured, logs};
 
 // ---- the test environment ----------------------------------------------------------------------
 

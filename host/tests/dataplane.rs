@@ -13,7 +13,7 @@
 #![allow(clippy::too_many_lines)]
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
     sync::Arc,
     time::{Duration, Instant},
@@ -32,6 +32,8 @@ use serde_json::Value;
 
 mod support;
 use support::{client, eventually};
+#[path = "support/logs.rs"]
+mod logs;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -157,13 +159,15 @@ impl Plane {
         self.pods(app).await[0].name_any()
     }
 
-    /// The macvlan IPs of `app`'s Ready pods, as Multus wrote them in `network-status`.
-    async fn ready_macvlan_ips(&self, app: &str) -> BTreeSet<String> {
+    /// The macvlan IPs of `family` of `app`'s Ready pods, as Multus wrote them in
+    /// `network-status`.
+    async fn ready_macvlan_ips(&self, app: &str, family: Family) -> BTreeSet<String> {
         self.pods(app)
             .await
             .iter()
             .filter(|p| is_ready(p))
             .flat_map(macvlan_ips)
+            .filter(|ip| Family::of(ip) == family)
             .collect()
     }
 
@@ -174,31 +178,45 @@ impl Plane {
 
     /// What `name` resolves to from inside `pod` (A records, through CoreDNS).
     async fn dns(&self, pod: &str, name: &str) -> BTreeSet<String> {
-        let (_, out) = self.exec(pod, &["getent", "ahostsv4", name]).await;
+        self.resolve(pod, name, Family::V4).await
+    }
+
+    /// The addresses of `family` that `name` resolves to from inside `pod`: its A or its AAAA
+    /// records, through CoreDNS (glibc's `getent ahostsv4`, `ahostsv6`).
+    async fn resolve(&self, pod: &str, name: &str, family: Family) -> BTreeSet<String> {
+        let (_, out) = self.exec(pod, &["getent", family.getent(), name]).await;
         out.lines()
             .filter_map(|l| l.split_whitespace().next())
+            // ahostsv6 maps A records to ::ffff:a.b.c.d when there is no AAAA: not an answer.
+            .filter(|a| !a.starts_with("::ffff:"))
             .map(str::to_owned)
             .collect()
     }
 
     /// The seed's curl: the HTTP code, curl's exit code and the body.
     async fn curl(&self, pod: &str, url: &str) -> (String, i32) {
-        let (code, out) = self
-            .exec(
-                pod,
-                &[
-                    "curl",
-                    "-s",
-                    "-o",
-                    "/dev/null",
-                    "-w",
-                    "%{http_code}",
-                    "--connect-timeout",
-                    "3",
-                    url,
-                ],
-            )
-            .await;
+        self.curl_over(pod, url, None).await
+    }
+
+    /// The seed's curl over one family (`curl -4`, `curl -6`).
+    async fn curl6(&self, pod: &str, url: &str) -> (String, i32) {
+        self.curl_over(pod, url, Some(Family::V6)).await
+    }
+
+    async fn curl_over(&self, pod: &str, url: &str, family: Option<Family>) -> (String, i32) {
+        let mut args = vec!["curl"];
+        args.extend(family.map(Family::curl_flag));
+        args.extend([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--connect-timeout",
+            "3",
+            url,
+        ]);
+        let (code, out) = self.exec(pod, &args).await;
         (out, code)
     }
 
@@ -209,14 +227,63 @@ impl Plane {
     }
 
     /// Waits until `nginx-nad` resolves from `client` to exactly the Ready nginx-nad pods'
-    /// macvlan IPs; returns them.
+    /// macvlan IPs, A records to the IPv4 ones and AAAA records to the IPv6 ones; returns the
+    /// IPv4 ones.
     async fn nginx_nad_follows(&self, client: &str, what: &str) -> BTreeSet<String> {
+        self.follows(
+            client,
+            "nginx-nad",
+            "nginx-nad",
+            &[Family::V4, Family::V6],
+            what,
+        )
+        .await
+        .remove(&Family::V4)
+        .unwrap_or_default()
+    }
+
+    /// Waits until `service` resolves from `client` to exactly the macvlan IPs of `app`'s
+    /// Ready pods of each of `families`, and to nothing of the other family; returns them.
+    async fn follows(
+        &self,
+        client: &str,
+        service: &str,
+        app: &str,
+        families: &[Family],
+        what: &str,
+    ) -> BTreeMap<Family, BTreeSet<String>> {
         eventually(what, || async {
-            let want = self.ready_macvlan_ips("nginx-nad").await;
-            let got = self.dns(client, "nginx-nad").await;
-            (!want.is_empty() && got == want).then_some(got)
+            let mut answers = BTreeMap::new();
+            for family in [Family::V4, Family::V6] {
+                let want = if families.contains(&family) {
+                    self.ready_macvlan_ips(app, family).await
+                } else {
+                    BTreeSet::new()
+                };
+                let got = self.resolve(client, service, family).await;
+                if got != want || (families.contains(&family) && want.is_empty()) {
+                    return None;
+                }
+                answers.insert(family, got);
+            }
+            Some(answers)
         })
         .await
+    }
+
+    /// The address types of `service`'s EndpointSlices.
+    async fn slice_families(&self, service: &str) -> BTreeSet<String> {
+        Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(
+            self.client.clone(),
+            &self.ns,
+        )
+        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|s| s.address_type)
+        .collect()
     }
 
     /// Waits until `pod`'s Ready condition is `ready`, then until `name_of` nginx-nad's
@@ -260,6 +327,37 @@ impl Plane {
         let _ = Api::<Namespace>::all(self.client.clone())
             .delete(&self.ns, &DeleteParams::default())
             .await;
+    }
+}
+
+/// An address family, as DNS and curl take it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    fn of(address: &str) -> Self {
+        if address.contains(':') {
+            Self::V6
+        } else {
+            Self::V4
+        }
+    }
+
+    fn getent(self) -> &'static str {
+        match self {
+            Self::V4 => "ahostsv4",
+            Self::V6 => "ahostsv6",
+        }
+    }
+
+    fn curl_flag(self) -> &'static str {
+        match self {
+            Self::V4 => "-4",
+            Self::V6 => "-6",
+        }
     }
 }
 
@@ -329,6 +427,253 @@ async fn the_seeds_four_curls_answer_as_in_its_readme() {
         reasons.contains("Scheduled") && reasons.contains("Started"),
         "{nginx}'s Events: {reasons:?}"
     );
+    plane.finish().await;
+}
+
+/// Dual-stack: `testdata/`'s nginx-nad (`PreferDualStack`) gets a slice of each family, and
+/// CoreDNS answers A and AAAA records with exactly the Ready pods' macvlan addresses of each.
+/// Over IPv6 the seed's curls answer as over IPv4: 200 from netutils-nad, to the name and to an
+/// endpoint's name; a timeout from netutils-base, which has IPv6 on the cluster network only.
+/// nginx-basic answers over IPv6 through kube-proxy's IPv6 rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dual_stack_dns_answers_a_and_aaaa_and_curl_6_reaches_only_the_network() {
+    let plane = Plane::new("dual").await;
+    let (nad, base) = (
+        plane.pod_named("netutils-nad").await,
+        plane.pod_named("netutils-base").await,
+    );
+    let answers = plane
+        .follows(
+            &nad,
+            "nginx-nad",
+            "nginx-nad",
+            &[Family::V4, Family::V6],
+            "nginx-nad: A and AAAA records of the Ready pods' macvlan addresses",
+        )
+        .await;
+    eprintln!(
+        "nginx-nad: A {:?}, AAAA {:?}",
+        answers[&Family::V4],
+        answers[&Family::V6]
+    );
+    let aaaa = &answers[&Family::V6];
+    assert_eq!(aaaa.len(), 2, "{aaaa:?}");
+    assert!(
+        aaaa.iter().all(|ip| ip.starts_with("fd00:192:168:2::")),
+        "{aaaa:?}"
+    );
+    assert_eq!(
+        plane.slice_families("nginx-nad").await,
+        BTreeSet::from(["IPv4".to_owned(), "IPv6".to_owned()])
+    );
+
+    assert_eq!(plane.curl6(&nad, "nginx-nad").await, ("200".into(), 0));
+    let started = Instant::now();
+    assert_eq!(
+        plane.curl6(&base, "nginx-nad").await,
+        ("000".into(), 28),
+        "a pod without the secondary network times out over IPv6 too"
+    );
+    assert!(started.elapsed() >= Duration::from_secs(3), "a timeout");
+
+    // An endpoint's name: its IPv6 address with dashes, under the Service.
+    let address = aaaa.first().unwrap();
+    let pod = plane
+        .pods("nginx-nad")
+        .await
+        .into_iter()
+        .find(|p| macvlan_ips(p).contains(address))
+        .unwrap()
+        .name_any();
+    let endpoint = format!("{}.nginx-nad", address.replace(':', "-"));
+    assert_eq!(
+        plane.resolve(&nad, &endpoint, Family::V6).await,
+        BTreeSet::from([address.clone()])
+    );
+    let url = format!("http://{endpoint}/");
+    assert_eq!(plane.curl6(&nad, &url).await, ("200".into(), 0));
+    let body = plane
+        .exec(&nad, &["curl", "-6", "-s", "--max-time", "3", &url])
+        .await
+        .1;
+    assert!(
+        body.contains(&pod),
+        "{endpoint} answered {body:?}, not {pod}"
+    );
+    assert_eq!(plane.curl6(&base, &url).await, ("000".into(), 28));
+
+    // The cluster network is dual-stack: nginx-basic's IPv6 cluster IP, through kube-proxy.
+    assert_eq!(plane.curl6(&base, "nginx-basic").await, ("200".into(), 0));
+    assert_eq!(plane.curl6(&nad, "nginx-basic").await, ("200".into(), 0));
+    plane.finish().await;
+}
+
+/// A Service of one family gets that family's slice only, and DNS answers only it: `SingleStack`
+/// `[IPv4]` beside testdata's dual-stack nginx-nad (same pods) has no AAAA record; `[IPv6]` has
+/// no A record, and serves over IPv6 (curl -4 cannot resolve it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_of_one_family_publishes_and_serves_only_it() {
+    let plane = Plane::new("families").await;
+    let (nad, base) = (
+        plane.pod_named("netutils-nad").await,
+        plane.pod_named("netutils-base").await,
+    );
+    let services: Api<Service> = Api::namespaced(plane.client.clone(), &plane.ns);
+    for (name, family) in [("nginx-nad-v4", "IPv4"), ("nginx-nad-v6", "IPv6")] {
+        services
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name, "labels": {"app": "nginx-nad"},
+                                 "annotations": {"isim.dev/network": "macvlan"}},
+                    "spec": {"clusterIP": "None", "ipFamilyPolicy": "SingleStack",
+                             "ipFamilies": [family],
+                             "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let v4 = plane
+        .follows(
+            &nad,
+            "nginx-nad-v4",
+            "nginx-nad",
+            &[Family::V4],
+            "nginx-nad-v4: A records only",
+        )
+        .await;
+    let v6 = plane
+        .follows(
+            &nad,
+            "nginx-nad-v6",
+            "nginx-nad",
+            &[Family::V6],
+            "nginx-nad-v6: AAAA records only",
+        )
+        .await;
+    eprintln!("nginx-nad-v4: {v4:?}; nginx-nad-v6: {v6:?}");
+    assert_eq!(
+        plane.slice_families("nginx-nad-v4").await,
+        BTreeSet::from(["IPv4".to_owned()])
+    );
+    assert_eq!(
+        plane.slice_families("nginx-nad-v6").await,
+        BTreeSet::from(["IPv6".to_owned()])
+    );
+
+    assert_eq!(plane.curl6(&nad, "nginx-nad-v6").await, ("200".into(), 0));
+    assert_eq!(plane.curl(&nad, "nginx-nad-v6").await, ("200".into(), 0));
+    assert_eq!(
+        plane
+            .curl_over(&nad, "nginx-nad-v6", Some(Family::V4))
+            .await,
+        ("000".into(), 6),
+        "no A record: curl -4 cannot resolve it"
+    );
+    assert_eq!(plane.curl6(&base, "nginx-nad-v6").await, ("000".into(), 28));
+    assert_eq!(
+        plane
+            .curl_over(&nad, "nginx-nad-v4", Some(Family::V4))
+            .await,
+        ("200".into(), 0)
+    );
+    // No AAAA record (above): curl -6 has no IPv6 address to connect to.
+    let (http, code) = plane.curl6(&nad, "nginx-nad-v4").await;
+    assert_eq!(http, "000");
+    assert_ne!(code, 0);
+    plane.finish().await;
+}
+
+/// A pod whose address of one family on the network is link-local (fe80::, which an
+/// EndpointSlice may not hold) is published with its other address: over IPv4 only, with the
+/// controller's log line naming the pod, the network, the address and the rule; DNS has no
+/// AAAA record for it, and it answers over IPv4. (whereabouts hands out `fe80::100` from this
+/// test's NetworkAttachmentDefinition, on the same IPv4 range as testdata's.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_with_a_link_local_ipv6_address_is_published_over_ipv4_only() {
+    logs::logs();
+    let plane = Plane::new("linklocal").await;
+    let nad = plane.pod_named("netutils-nad").await;
+    let config = serde_json::json!({
+        "cniVersion": "0.3.1", "name": "linklocal", "type": "macvlan", "master": "eth0",
+        "mode": "bridge",
+        "ipam": {"type": "whereabouts", "ipRanges": [
+            {"range": "192.168.2.0/24", "range_start": "192.168.2.2", "range_end": "192.168.2.254"},
+            {"range": "fe80::/64", "range_start": "fe80::100"}]}});
+    let file = std::env::temp_dir().join(format!("{}-linklocal.json", plane.ns));
+    std::fs::write(
+        &file,
+        serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+             "metadata": {"name": "linklocal"}, "spec": {"config": config.to_string()}},
+            {"apiVersion": "v1", "kind": "Service",
+             "metadata": {"name": "ll", "annotations": {"isim.dev/network": "linklocal"},
+                          "labels": {"app": "ll"}},
+             "spec": {"clusterIP": "None", "ipFamilyPolicy": "PreferDualStack",
+                      "ports": [{"port": 80}]}},
+            {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "ll", "labels": {"app": "ll"},
+                          "annotations": {"k8s.v1.cni.cncf.io/networks": "linklocal"}},
+             "spec": {"containers": [{"name": "web", "image": "nginx:1.27",
+                 "ports": [{"containerPort": 80}],
+                 "readinessProbe": {"httpGet": {"path": "/", "port": 80}, "periodSeconds": 1}}]}}]})
+        .to_string(),
+    )
+    .unwrap();
+    plane
+        .kubectl(&["apply", "-f", file.to_str().unwrap()])
+        .await;
+    let _ = std::fs::remove_file(&file);
+
+    let pod = eventually("ll Ready", || async {
+        let pod = plane.pod("ll").await;
+        is_ready(&pod).then_some(pod)
+    })
+    .await;
+    let status: Vec<Value> =
+        serde_json::from_str(&pod.annotations()["k8s.v1.cni.cncf.io/network-status"]).unwrap();
+    let network = format!("{}/linklocal", plane.ns);
+    let ips: Vec<String> = status
+        .iter()
+        .filter(|e| e["name"] == network.as_str())
+        .flat_map(|e| e["ips"].as_array().cloned().unwrap_or_default())
+        .filter_map(|ip| ip.as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(ips.len(), 2, "{ips:?}");
+    assert_eq!(ips[1], "fe80::100", "{ips:?}");
+    let ipv4 = ips[0].clone();
+
+    eventually("ll: its IPv4 address in DNS", || async {
+        (plane.dns(&nad, "ll").await == BTreeSet::from([ipv4.clone()])).then_some(())
+    })
+    .await;
+    assert_eq!(
+        plane.slice_families("ll").await,
+        BTreeSet::from(["IPv4".to_owned()])
+    );
+    assert!(
+        plane.resolve(&nad, "ll", Family::V6).await.is_empty(),
+        "no AAAA record"
+    );
+    assert_eq!(plane.curl(&nad, "ll").await, ("200".into(), 0));
+    let line = logs::captured()
+        .lines()
+        .find(|l| l.contains("address left out") && l.contains(&format!("network=\"{network}\"")))
+        .map(str::to_owned)
+        .unwrap_or_default();
+    for part in [
+        "pod=ll",
+        "address=fe80::100",
+        "rule=\"link-local\"",
+        "link-local range",
+    ] {
+        assert!(
+            line.contains(part),
+            "{part} missing from the log line {line:?}"
+        );
+    }
+    eprintln!("the log line: {line}");
     plane.finish().await;
 }
 
@@ -504,6 +849,7 @@ async fn a_rollout_moves_dns_to_the_new_pods() {
             .iter()
             .filter(|p| is_ready(p))
             .flat_map(macvlan_ips)
+            .filter(|ip| Family::of(ip) == Family::V4)
             .collect();
         let got = plane.dns(&nad, "nginx-nad").await;
         (want.len() == 2 && got == want).then_some(got)
@@ -1346,8 +1692,8 @@ impl Probers {
 
 /// The scenario on the real data plane: one nginx-nad pod's `net1` taken down inside
 /// its namespace while its primary network and its Ready stay up. Within the prober's
-/// detection window its endpoint is not serving and CoreDNS no longer answers its address; 50
-/// curls all answer; nginx-basic is unaffected. The link up again, it is back. A restart of the
+/// detection window its endpoint is not serving and CoreDNS no longer answers its addresses,
+/// neither the A nor the AAAA record; 25 curls over each family all answer; nginx-basic is unaffected. The link up again, it is back. A restart of the
 /// probers writes nothing (no flap).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_whose_secondary_link_dies_leaves_dns_within_the_detection_window() {
@@ -1369,16 +1715,28 @@ async fn a_pod_whose_secondary_link_dies_leaves_dns_within_the_detection_window(
         .await;
     assert_eq!(both.len(), 2);
     let victim = nginx[0].clone();
-    let dead_ip = macvlan_ips(&plane.pod(&victim).await)[0].clone();
+    let (dead_ip, dead_ip6) = {
+        let ips = macvlan_ips(&plane.pod(&victim).await);
+        let of = |family| {
+            ips.iter()
+                .find(|ip| Family::of(ip) == family)
+                .unwrap()
+                .clone()
+        };
+        (of(Family::V4), of(Family::V6))
+    };
 
     let (code, out) = plane
         .exec(&victim, &["ip", "link", "set", "net1", "down"])
         .await;
     assert_eq!(code, 0, "{out}");
     let down = Instant::now();
-    eventually("the dead address out of DNS", || async {
-        let answers = plane.dns(&client, "nginx-nad").await;
-        (!answers.is_empty() && !answers.contains(&dead_ip)).then_some(())
+    // Both families: its A and its AAAA record leave.
+    eventually("the dead addresses out of DNS", || async {
+        let a = plane.dns(&client, "nginx-nad").await;
+        let aaaa = plane.resolve(&client, "nginx-nad", Family::V6).await;
+        (!a.is_empty() && !a.contains(&dead_ip) && !aaaa.is_empty() && !aaaa.contains(&dead_ip6))
+            .then_some(())
     })
     .await;
     let detection = down.elapsed();
@@ -1400,8 +1758,9 @@ async fn a_pod_whose_secondary_link_dies_leaves_dns_within_the_detection_window(
         "{c:?}"
     );
     assert_eq!(plane.serving("nginx-nad", &victim).await, Some(false));
-    for _ in 0..50 {
+    for _ in 0..25 {
         assert_eq!(plane.curl(&client, "nginx-nad").await, ("200".into(), 0));
+        assert_eq!(plane.curl6(&client, "nginx-nad").await, ("200".into(), 0));
     }
     let base = plane.pod_named("netutils-base").await;
     for _ in 0..10 {
@@ -1419,12 +1778,10 @@ async fn a_pod_whose_secondary_link_dies_leaves_dns_within_the_detection_window(
         .await;
     assert_eq!(code, 0, "{out}");
     let up = Instant::now();
-    eventually("the address back in DNS", || async {
-        plane
-            .dns(&client, "nginx-nad")
-            .await
-            .contains(&dead_ip)
-            .then_some(())
+    eventually("the addresses back in DNS", || async {
+        let a = plane.dns(&client, "nginx-nad").await;
+        let aaaa = plane.resolve(&client, "nginx-nad", Family::V6).await;
+        (a.contains(&dead_ip) && aaaa.contains(&dead_ip6)).then_some(())
     })
     .await;
     eprintln!("link up -> back in DNS: {:?}", up.elapsed());

@@ -71,9 +71,17 @@ fn multus_plugin(parts: &Parts, node: &NodeLayout) -> Value {
                 "hairpinMode": true,
                 "ipam": {
                     "type": "host-local",
-                    "ranges": [[{"subnet": node.pod_cidr, "gateway": node.gateway.to_string()}]],
-                    // The gateway named, so that network-status shows it for the default route.
-                    "routes": [{"dst": "0.0.0.0/0", "gw": node.gateway.to_string()}],
+                    // Dual-stack: an address of each family, IPv4 first (the pod's podIP).
+                    "ranges": [
+                        [{"subnet": node.pod_cidr, "gateway": node.gateway.to_string()}],
+                        [{"subnet": node.pod_cidr6, "gateway": node.gateway6.to_string()}],
+                    ],
+                    // The gateways named, so that network-status shows them for the default
+                    // routes.
+                    "routes": [
+                        {"dst": "0.0.0.0/0", "gw": node.gateway.to_string()},
+                        {"dst": "::/0", "gw": node.gateway6.to_string()},
+                    ],
                     "dataDir": cni.join("host-local").join(&node.name),
                 },
             }],
@@ -242,6 +250,11 @@ mod tests {
         let bridge = &conf["delegates"][0]["plugins"][0];
         assert_eq!(bridge["type"], "bridge");
         assert_eq!(bridge["ipam"]["ranges"][0][0]["subnet"], "10.244.1.0/24");
+        assert_eq!(
+            bridge["ipam"]["ranges"][1][0]["subnet"],
+            "fd00:10:244:1::/64"
+        );
+        assert_eq!(bridge["ipam"]["routes"][1]["gw"], "fd00:10:244:1::1");
         assert_eq!(
             bridge["ipam"]["dataDir"],
             "/state/dataplane/cni/host-local/nsc-node-1"

@@ -1,5 +1,5 @@
 //! What runs on the nodes besides pods: kube-proxy on each (nftables mode, the node's own
-//! rules), and CoreDNS on the first, reading the API server's Services and EndpointSlices for
+//! rules, for IPv4 and IPv6), and CoreDNS on the first, reading the API server's Services and EndpointSlices for
 //! `cluster.local` (answers rotated, as the default Corefile's `loadbalance` does). Each is a child process kept running (restarted if it exits).
 
 use std::path::{Path, PathBuf};
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use crate::layout::{CLUSTER_CIDR, CLUSTER_DOMAIN, NodeLayout};
+use crate::layout::{CLUSTER_CIDRS, CLUSTER_DOMAIN, NodeLayout};
 use crate::netns;
 
 /// Where the agent finds the networking parts and keeps its files.
@@ -38,7 +38,8 @@ pub fn kube_proxy(parts: &Parts, node: &NodeLayout) {
         format!("--kubeconfig={}", parts.kubeconfig.display()),
         format!("--hostname-override={}", node.name),
         "--proxy-mode=nftables".into(),
-        format!("--cluster-cidr={CLUSTER_CIDR}"),
+        // Both families: kube-proxy runs a proxier for each (the node has an address of each).
+        format!("--cluster-cidr={}", CLUSTER_CIDRS.join(",")),
         // Leave the kernel's conntrack settings (machine-wide ones among them) alone.
         "--conntrack-max-per-core=0".into(),
         "--conntrack-tcp-timeout-established=0".into(),

@@ -3,7 +3,7 @@
 //! every port it is given: `/` is `index.html`, a missing file is 404. Removing `index.html`
 //! makes an HTTP readiness probe on `/` fail, as it would with nginx.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
 use anyhow::Context as _;
@@ -18,11 +18,7 @@ pub async fn serve(ports: Vec<u16>, root: PathBuf) -> anyhow::Result<()> {
         .with_state(root);
     let mut servers = tokio::task::JoinSet::new();
     for port in ports {
-        let address = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .with_context(|| format!("listening on {address}"))?;
-        servers.spawn(axum::serve(listener, app.clone()).into_future());
+        servers.spawn(axum::serve(listen(port).await?, app.clone()).into_future());
     }
     tokio::select! {
         done = servers.join_next() => match done {
@@ -32,6 +28,19 @@ pub async fn serve(ports: Vec<u16>, root: PathBuf) -> anyhow::Result<()> {
         _ = tokio::signal::ctrl_c() => Ok(()),
         () = terminated() => Ok(()),
     }
+}
+
+/// A listener on `port` of every address, as nginx's `listen 80; listen [::]:80;`: `[::]`,
+/// which takes IPv4 too (`net.ipv6.bindv6only` is 0), or `0.0.0.0` where IPv6 is off.
+async fn listen(port: u16) -> anyhow::Result<tokio::net::TcpListener> {
+    let any6 = SocketAddr::from((Ipv6Addr::UNSPECIFIED, port));
+    if let Ok(listener) = tokio::net::TcpListener::bind(any6).await {
+        return Ok(listener);
+    }
+    let any4 = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
+    tokio::net::TcpListener::bind(any4)
+        .await
+        .with_context(|| format!("listening on {any4}"))
 }
 
 async fn terminated() {

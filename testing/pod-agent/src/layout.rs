@@ -6,10 +6,18 @@
 //!                                         │  │        relay listens on 172.30.0.1:<port>)
 //!                                    veth │  │ veth
 //!  netns nsc-node-0: eth0 172.30.0.10   eth0 172.30.0.11 :netns nsc-node-1
+//!                         fd00:172:30::10    fd00:172:30::11
 //!                    cni0 10.244.0.1    cni0 10.244.1.1
+//!                         fd00:10:244::1     fd00:10:244:1::1
 //!                     │ (bridge CNI)     │
-//!  netns nsc-p-<uid>: eth0 10.244.0.x   eth0 10.244.1.y, net1 192.168.2.z (macvlan on eth0)
+//!  netns nsc-p-<uid>: eth0 10.244.0.x   eth0 10.244.1.y, fd00:10:244:1::y
+//!                         fd00:10:244::x     net1 192.168.2.z, fd00:192:168:2::z (macvlan on eth0)
 //! ```
+//!
+//! Dual-stack, IPv4 first (the primary family, as the API server's service ranges list it):
+//! the nodes have an address of each family on the LAN, and the pods of each family on the
+//! cluster network. The macvlan network's addresses are whereabouts', from `testdata/`'s
+//! NetworkAttachmentDefinition.
 //!
 //! The `kubernetes` Service's endpoint is [`LAN_ADDRESS`]`:<port>` (hack/local-up.sh advertises
 //! it): a pod's connection to `10.96.0.1:443` is DNATed by kube-proxy on its node to it, and
@@ -18,7 +26,7 @@
 //! Nothing lives in the machine's own namespace: the agent reaches into the nodes' namespaces
 //! only through sockets it opens there (see `netns`).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// The prefix of every network namespace, link owner and directory the agent creates.
 pub const PREFIX: &str = "nsc-";
@@ -29,8 +37,8 @@ pub const LAN_BRIDGE: &str = "br0";
 /// (`--advertise-address` in hack/local-up.sh, so the `kubernetes` Service's endpoint), where
 /// the relay to the API server listens.
 pub const LAN_ADDRESS: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 1);
-/// Pods' cluster network, split into a /24 per node.
-pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
+/// Pods' cluster network, of each family: split into a /24 and a /64 per node.
+pub const CLUSTER_CIDRS: [&str; 2] = ["10.244.0.0/16", "fd00:10:244::/56"];
 /// The cluster domain CoreDNS serves.
 pub const CLUSTER_DOMAIN: &str = "cluster.local";
 
@@ -43,10 +51,17 @@ pub struct NodeLayout {
     /// The node end of its link to the LAN bridge (`eth0` in the node's namespace).
     pub lan_port: String,
     pub ip: Ipv4Addr,
-    /// Its pods' /24 of [`CLUSTER_CIDR`].
+    /// Its IPv6 address on the LAN, of `fd00:172:30::/64` (the bridge has none: the relay to
+    /// the API server is IPv4).
+    pub ip6: Ipv6Addr,
+    /// Its pods' /24 of [`CLUSTER_CIDRS`]' IPv4 range.
     pub pod_cidr: String,
+    /// Its pods' /64 of [`CLUSTER_CIDRS`]' IPv6 range.
+    pub pod_cidr6: String,
     /// The cluster network bridge's address on the node: the pods' default gateway.
     pub gateway: Ipv4Addr,
+    /// The same, for IPv6.
+    pub gateway6: Ipv6Addr,
     pub zone: String,
 }
 
@@ -66,8 +81,14 @@ impl Layout {
                     name: format!("{PREFIX}node-{i}"),
                     lan_port: format!("n{i}"),
                     ip: Ipv4Addr::new(172, 30, 0, 10 + i),
+                    ip6: Ipv6Addr::new(0xfd00, 0x172, 0x30, 0, 0, 0, 0, 0x10 + u16::from(i)),
                     pod_cidr: format!("10.244.{i}.0/24"),
+                    pod_cidr6: format!(
+                        "{}/64",
+                        Ipv6Addr::new(0xfd00, 0x10, 0x244, u16::from(i), 0, 0, 0, 0)
+                    ),
                     gateway: Ipv4Addr::new(10, 244, i, 1),
+                    gateway6: Ipv6Addr::new(0xfd00, 0x10, 0x244, u16::from(i), 0, 0, 0, 1),
                     zone: zones[usize::from(i) % zones.len()].to_owned(),
                 })
                 .collect(),
@@ -118,6 +139,11 @@ mod tests {
         assert_eq!(layout.nodes[1].ip, Ipv4Addr::new(172, 30, 0, 11));
         assert_eq!(layout.nodes[1].pod_cidr, "10.244.1.0/24");
         assert_eq!(layout.nodes[1].gateway, Ipv4Addr::new(10, 244, 1, 1));
+        assert_eq!(layout.nodes[1].ip6.to_string(), "fd00:172:30::11");
+        assert_eq!(layout.nodes[1].pod_cidr6, "fd00:10:244:1::/64");
+        assert_eq!(layout.nodes[1].gateway6.to_string(), "fd00:10:244:1::1");
+        assert_eq!(layout.nodes[0].pod_cidr6, "fd00:10:244::/64");
+        assert_eq!(layout.nodes[0].gateway6.to_string(), "fd00:10:244::1");
         assert_eq!(layout.dns_server(), Some(Ipv4Addr::new(172, 30, 0, 10)));
         assert_eq!(layout.node("nsc-node-0").map(|n| n.index), Some(0));
     }

@@ -1,5 +1,6 @@
 //! The nodes' network: a bridge in its own namespace, and each node a namespace with `eth0` on
-//! it, routes to the other nodes' pod ranges, and nothing else. Traffic for anywhere else is
+//! it (an IPv4 and an IPv6 address), routes to the other nodes' pod ranges of both families,
+//! and nothing else. Traffic for anywhere else is
 //! dropped silently (a blackhole default route), as a packet to an unrouted network dies in a
 //! real one: a client without the secondary network times out (curl exit 28).
 //!
@@ -42,22 +43,26 @@ pub async fn set_up(layout: &Layout) -> anyhow::Result<()> {
         .await?;
         let address = format!("{}/24", node.ip);
         ip_in(&node.name, &["addr", "add", &address, "dev", "eth0"]).await?;
+        // No duplicate address detection: the address is usable at once, and the LAN is ours.
+        let address6 = format!("{}/64", node.ip6);
+        ip_in(
+            &node.name,
+            &["-6", "addr", "add", &address6, "dev", "eth0", "nodad"],
+        )
+        .await?;
         ip_in(&node.name, &["link", "set", "eth0", "up"]).await?;
         for other in layout.nodes.iter().filter(|o| o.index != node.index) {
-            ip_in(
-                &node.name,
-                &[
-                    "route",
-                    "add",
-                    &other.pod_cidr,
-                    "via",
-                    &other.ip.to_string(),
-                ],
-            )
-            .await?;
+            for (range, via) in [
+                (&other.pod_cidr, other.ip.to_string()),
+                (&other.pod_cidr6, other.ip6.to_string()),
+            ] {
+                ip_in(&node.name, &["route", "add", range, "via", &via]).await?;
+            }
         }
         ip_in(&node.name, &["route", "add", "blackhole", "default"]).await?;
+        ip_in(&node.name, &["-6", "route", "add", "blackhole", "default"]).await?;
         netns::sysctl(&node.name, "net.ipv4.ip_forward", "1").await?;
+        netns::sysctl(&node.name, "net.ipv6.conf.all.forwarding", "1").await?;
         // Answers of the API server's relay to the node's pods.
         ip_in(
             LAN_NETNS,

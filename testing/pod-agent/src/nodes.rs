@@ -75,7 +75,7 @@ fn go_arch() -> &'static str {
 fn spec(node: &NodeLayout) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Node",
         "metadata": {"name": node.name, "labels": labels(node)},
-        "spec": {"podCIDR": node.pod_cidr, "podCIDRs": [node.pod_cidr]}})
+        "spec": {"podCIDR": node.pod_cidr, "podCIDRs": [node.pod_cidr, node.pod_cidr6]}})
 }
 
 async fn heartbeat(api: &Api<Node>, node: &NodeLayout) -> anyhow::Result<()> {
@@ -85,6 +85,7 @@ async fn heartbeat(api: &Api<Node>, node: &NodeLayout) -> anyhow::Result<()> {
                         "message": "pod-agent is posting ready status",
                         "lastHeartbeatTime": now, "lastTransitionTime": now}],
         "addresses": [{"type": "InternalIP", "address": node.ip.to_string()},
+                      {"type": "InternalIP", "address": node.ip6.to_string()},
                       {"type": "Hostname", "address": node.name}],
         "capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"},
         "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"},
