@@ -476,7 +476,19 @@ async fn dual_stack_dns_answers_a_and_aaaa_and_curl_6_reaches_only_the_network()
     );
     assert!(started.elapsed() >= Duration::from_secs(3), "a timeout");
 
-    // An endpoint's name: its IPv6 address with dashes, under the Service.
+    // Each endpoint's name, its address with dashes under the Service, resolves to that address
+    // only (an A record for an IPv4 one, AAAA for an IPv6 one); over IPv6 it serves its pod.
+    for (family, addresses) in &answers {
+        for address in addresses {
+            let endpoint = format!("{}.nginx-nad", address.replace(['.', ':'], "-"));
+            assert_eq!(
+                plane.resolve(&nad, &endpoint, *family).await,
+                BTreeSet::from([address.clone()]),
+                "{endpoint}"
+            );
+            eprintln!("{endpoint}: {address}");
+        }
+    }
     let address = aaaa.first().unwrap();
     let pod = plane
         .pods("nginx-nad")
@@ -485,21 +497,13 @@ async fn dual_stack_dns_answers_a_and_aaaa_and_curl_6_reaches_only_the_network()
         .find(|p| macvlan_ips(p).contains(address))
         .unwrap()
         .name_any();
-    let endpoint = format!("{}.nginx-nad", address.replace(':', "-"));
-    assert_eq!(
-        plane.resolve(&nad, &endpoint, Family::V6).await,
-        BTreeSet::from([address.clone()])
-    );
-    let url = format!("http://{endpoint}/");
+    let url = format!("http://{}.nginx-nad/", address.replace(':', "-"));
     assert_eq!(plane.curl6(&nad, &url).await, ("200".into(), 0));
     let body = plane
         .exec(&nad, &["curl", "-6", "-s", "--max-time", "3", &url])
         .await
         .1;
-    assert!(
-        body.contains(&pod),
-        "{endpoint} answered {body:?}, not {pod}"
-    );
+    assert!(body.contains(&pod), "{url} answered {body:?}, not {pod}");
     assert_eq!(plane.curl6(&base, &url).await, ("000".into(), 28));
 
     // The cluster network is dual-stack: nginx-basic's IPv6 cluster IP, through kube-proxy.
