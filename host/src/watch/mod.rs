@@ -10,12 +10,14 @@
 //! - [`slices`]: this controller's slices, telling its own writes from anyone else's;
 //! - [`plugin_dir`]: the plugin directory, rescanned for new, changed and removed plugins;
 //! - [`registry`]: the registry credentials and CAs the plugins are pulled with;
+//! - [`named`]: one object watched by name (the plugin ConfigMap, the registry settings);
 //! - [`recovery`]: after an outage, the Services that failed meanwhile.
 //!
 //! Every watch retries on its own with a bounded backoff ([`health`]) and never ends; what a
 //! relist triggers waits until the relist is complete ([`relist`]).
 
 pub mod health;
+pub mod named;
 pub mod networks;
 pub mod nodes;
 pub mod plugin_dir;

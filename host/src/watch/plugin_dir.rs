@@ -9,15 +9,10 @@ use std::{
     time::Duration,
 };
 
-use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::{
-    Api, Client, ResourceExt,
-    runtime::{
-        WatchStreamExt as _,
-        reflector::{ObjectRef, Store},
-        watcher,
-    },
+    Client, ResourceExt,
+    runtime::reflector::{ObjectRef, Store},
 };
 use tokio::sync::watch;
 
@@ -32,10 +27,10 @@ use crate::{
     reconcile::book::SharedBook,
 };
 
-use super::registry::RegistrySettings;
-
-/// How often a quiet ConfigMap watch checks whether this controller's term has ended.
-const TERM_CHECK: Duration = Duration::from_secs(1);
+use super::{
+    named::{Named, Seen},
+    registry::RegistrySettings,
+};
 
 /// The ConfigMap whose `binaryData` holds plugins, read through the API.
 #[derive(Clone)]
@@ -225,43 +220,28 @@ async fn watch_configmap(
     client: Client,
     publisher: Arc<Publisher>,
 ) {
-    let api: Api<ConfigMap> = Api::namespaced(client, &configmap.namespace);
-    // Only this ConfigMap: the RBAC grants it by name. Retried as every other watch (within
-    // 2 s), so that its errors, counted, tell a failing watch from a quiet one.
-    let config = watcher::Config::default().fields(&format!("metadata.name={}", configmap.name));
-    let mut events = watcher(api, config).backoff(super::backoff()).boxed();
+    // Retried as every other watch (within 2 s), so that its errors, counted, tell a failing
+    // watch from a quiet one.
+    let mut watch = Named::<ConfigMap>::new(client, &configmap.namespace, &configmap.name);
     let progress = publisher.metrics.watch.progress("configmaps");
-    let mut listed: Option<ConfigMap> = None;
     // The ConfigMap as last loaded, for retries.
     let mut current: Option<ConfigMap> = None;
     loop {
         // The term's end shows on the channel; look at it while no event comes.
-        let latest = match tokio::time::timeout(TERM_CHECK, events.next()).await {
-            Err(_) if publisher.tx.is_closed() => return,
-            Err(_) if configmap.retry_due() => current.clone(),
-            Err(_) => continue,
-            Ok(event) => match event.inspect(|e| super::health::count(&progress, e)) {
-                None => return,
-                Some(Err(e)) => {
-                    tracing::warn!(
-                        configmap = %format!("{}/{}", configmap.namespace, configmap.name),
-                        error = %crate::error::describe_watch(&e),
-                        "cannot watch the plugin ConfigMap (retrying); the plugins loaded keep serving"
-                    );
-                    continue;
-                }
-                Some(Ok(watcher::Event::Init)) => {
-                    listed = None;
-                    continue;
-                }
-                Some(Ok(watcher::Event::InitApply(cm))) => {
-                    listed = Some(cm);
-                    continue;
-                }
-                Some(Ok(watcher::Event::InitDone)) => listed.take(),
-                Some(Ok(watcher::Event::Apply(cm))) => Some(cm),
-                Some(Ok(watcher::Event::Delete(_))) => None,
-            },
+        let latest = match watch.next(|e| super::health::count(&progress, e)).await {
+            None => return,
+            Some(Seen::Quiet) if publisher.tx.is_closed() => return,
+            Some(Seen::Quiet) if configmap.retry_due() => current.clone(),
+            Some(Seen::Quiet) => continue,
+            Some(Seen::Failed(error)) => {
+                tracing::warn!(
+                    configmap = %format!("{}/{}", configmap.namespace, configmap.name),
+                    error = %error,
+                    "cannot watch the plugin ConfigMap (retrying); the plugins loaded keep serving"
+                );
+                continue;
+            }
+            Some(Seen::State(cm)) => cm,
         };
         current.clone_from(&latest);
         let (runtime, shared, cm_source) = (

@@ -14,16 +14,13 @@
 //! settings stay. A verification policy that is asked for and cannot be had (the ConfigMap
 //! missing, or never valid) lets no plugin artifact load: never a silent downgrade.
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
-use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::{
-    Api, Client, Resource,
-    runtime::{WatchStreamExt as _, watcher},
-};
+use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
+use super::named::{Named, Seen};
 use crate::{
     cli::registry::parse_policy,
     plugin::oci::{Credentials, GivenIn, Puller, RegistryCas, Verifier, registry_of_key},
@@ -35,9 +32,6 @@ pub const POLICY_KEY: &str = "policy.yaml";
 /// The Secret's type, and the key of its Docker config.
 const DOCKER_CONFIG_TYPE: &str = "kubernetes.io/dockerconfigjson";
 const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
-
-/// How often a quiet watch checks whether this controller's term has ended.
-const TERM_CHECK: Duration = Duration::from_secs(1);
 
 /// The registry objects to follow, and the puller they set.
 #[derive(Clone)]
@@ -289,30 +283,18 @@ async fn follow<K>(
         + Send
         + 'static,
 {
-    let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    // Only this object: the RBAC grants it by name.
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = watcher(api, config).backoff(super::backoff()).boxed();
-    let mut listed: Option<K> = None;
-    loop {
-        let event = match tokio::time::timeout(TERM_CHECK, events.next()).await {
-            Err(_) if ended() => return,
-            Err(_) => continue,
-            Ok(None) => return,
-            Ok(Some(event)) => event,
-        };
-        match event {
-            Err(e) => tracing::warn!(
+    let mut watch = Named::<K>::new(client.clone(), namespace, name);
+    while let Some(seen) = watch.next(|_| {}).await {
+        match seen {
+            Seen::Quiet if ended() => return,
+            Seen::Quiet => {}
+            Seen::Failed(error) => tracing::warn!(
                 kind = %K::kind(&()),
                 name = %format!("{namespace}/{name}"),
-                error = %crate::error::describe_watch(&e),
+                error = %error,
                 "cannot watch a registry setting (retrying); the settings read before stay in use"
             ),
-            Ok(watcher::Event::Init) => listed = None,
-            Ok(watcher::Event::InitApply(object)) => listed = Some(object),
-            Ok(watcher::Event::InitDone) => apply(listed.take().as_ref()),
-            Ok(watcher::Event::Apply(object)) => apply(Some(&object)),
-            Ok(watcher::Event::Delete(_)) => apply(None),
+            Seen::State(object) => apply(object.as_ref()),
         }
     }
 }

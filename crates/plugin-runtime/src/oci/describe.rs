@@ -67,7 +67,7 @@ pub(super) fn describe(
 /// A request that had no answer: the registry unreachable, slow, or not trusted over TLS.
 fn request_failed(e: &reqwest::Error, registry: &str, auth: &Auth) -> String {
     let cause = innermost(e);
-    if cause.contains("certificate") {
+    if untrusted_certificate(e) {
         format!(
             "the registry {registry} was refused over TLS ({cause}): {}",
             auth.untrusted
@@ -120,6 +120,29 @@ pub(super) fn describe_blob(e: &OciDistributionError, digest: &str) -> String {
     }
 }
 
+/// Whether rustls refused the registry's certificate somewhere down `e`'s causes. rustls' error
+/// travels inside an `io::Error`, itself inside another (tokio-rustls, then hyper), and an
+/// `io::Error`'s `source()` skips the error it carries: each one is opened instead.
+fn untrusted_certificate(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(cause) = next {
+        if matches!(
+            cause.downcast_ref::<rustls::Error>(),
+            Some(rustls::Error::InvalidCertificate(_))
+        ) {
+            return true;
+        }
+        next = match cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            Some(carried) => Some(carried),
+            None => cause.source(),
+        };
+    }
+    false
+}
+
 /// The deepest cause of an error: `Connection refused (os error 111)` rather than reqwest's
 /// `error sending request`.
 pub(super) fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
@@ -136,6 +159,38 @@ mod tests {
 
     use super::*;
     use crate::oci::session::jwt_expiry;
+
+    /// An error with `source` as its cause, as reqwest and hyper wrap the connection's.
+    #[derive(Debug)]
+    struct Wrapped(std::io::Error);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("error sending request")
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_refused_certificate_is_found_inside_the_io_error_that_carries_it() {
+        let refused = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let io = |e: rustls::Error| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+        assert!(untrusted_certificate(&Wrapped(io(refused.clone()))));
+        // As reqwest gives it: tokio-rustls' io::Error inside hyper's.
+        let nested = std::io::Error::other(io(refused.clone()));
+        assert!(untrusted_certificate(&Wrapped(nested)));
+        assert!(untrusted_certificate(&refused));
+        // Other TLS failures and other causes are not a certificate refused, whatever they say.
+        let other = rustls::Error::General("certificate store busy".into());
+        assert!(!untrusted_certificate(&Wrapped(io(other))));
+        let plain = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "bad certificate?");
+        assert!(!untrusted_certificate(&Wrapped(plain)));
+    }
 
     #[test]
     fn an_expired_registry_token_is_named_as_expired() {
