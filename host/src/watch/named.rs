@@ -27,21 +27,34 @@ pub enum Seen<K> {
     Failed(String),
 }
 
+/// What can be watched by name: a namespaced object the API sends as JSON.
+pub trait Object:
+    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + 'static
+{
+}
+
+impl<K> Object for K where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static
+{
+}
+
 /// The watch of one object by name.
 pub struct Named<K> {
     events: BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>,
     listed: Option<K>,
 }
 
-impl<K> Named<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + 'static,
-{
+impl<K: Object> Named<K> {
     /// Watches `namespace/name` (a field selector: only that object is listed or sent).
     pub fn new(client: Client, namespace: &str, name: &str) -> Self {
         let api: Api<K> = Api::namespaced(client, namespace);

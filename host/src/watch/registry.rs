@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use super::named::{Named, Seen};
+use super::named::{self, Named, Seen};
 use crate::{
     cli::registry::parse_policy,
     plugin::oci::{Credentials, GivenIn, Puller, RegistryCas, Verifier, registry_of_key},
@@ -269,20 +269,13 @@ where
 }
 
 /// Applies each state of the object `name` (`None`: it does not exist) until `ended`.
-async fn follow<K>(
+async fn follow<K: named::Object>(
     client: &Client,
     namespace: &str,
     name: &str,
     ended: &(impl Fn() -> bool + Sync),
     apply: impl Fn(Option<&K>),
-) where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + 'static,
-{
+) {
     let mut watch = Named::<K>::new(client.clone(), namespace, name);
     while let Some(seen) = watch.next(|_| {}).await {
         match seen {
