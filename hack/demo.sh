@@ -147,12 +147,7 @@ for net in json.loads(pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network
     if net.get("name", "").endswith("/macvlan"):
         print(" ".join(net["ips"][:2]))')
   # A and AAAA records, one line: "192.168.2.4 192.168.2.5 fd00:192:168:2::4 ..."
-  resolved() {
-    local family
-    for family in ahostsv4 ahostsv6; do
-      hack/pod-exec "default/$nad" -- getent "$family" nginx-nad | awk '$1 !~ /^::ffff:/ {print $1}' | sort -u
-    done | xargs
-  }
+  resolved() { { records "$nad" ahostsv4; records "$nad" ahostsv6; } | xargs; }
   show "nginx-nad resolves to: $(resolved)"
   show "\$ hack/pod-exec default/$victim -- ip link set net1 down    ($dead and $dead6: its secondary link dies; primary network and Ready untouched)"
   hack/pod-exec "default/$victim" -- ip link set net1 down
@@ -170,7 +165,8 @@ for net in json.loads(pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network
   show "\$ hack/pod-exec default/$victim -- ip link set net1 up"
   hack/pod-exec "default/$victim" -- ip link set net1 up
   deadline=$((SECONDS + 30))
-  until resolved | grep -qwF "$dead" && resolved | grep -qwF "$dead6"; do
+  local now
+  until now=" $(resolved) " && [[ "$now" == *" $dead "* && "$now" == *" $dead6 "* ]]; do
     ((SECONDS < deadline)) || die "$dead and $dead6 were not both back in DNS 30 s after its link came up"
     sleep 0.5
   done
@@ -240,6 +236,9 @@ show "OK: the slice holds exactly the pods' secondary-network IPs"
 if [[ "$dataplane" == true ]]; then
   step "curls" "the seed's four curls, from inside the netutils pods (hack/pod-exec stands in for kubectl exec)"
   pod_of() { kubectl get pods -l "app=$1" -o jsonpath='{.items[0].metadata.name}'; }
+  # records <pod> ahostsv4|ahostsv6: nginx-nad's A or AAAA records as <pod> resolves them, one
+  # line (ahostsv6 gives A records as ::ffff:a.b.c.d where there is no AAAA: left out).
+  records() { hack/pod-exec "default/$1" -- getent "$2" nginx-nad | awk '$1 !~ /^::ffff:/ {print $1}' | sort -u | xargs; }
   failed=0
   # curl_from <pod> <service> <want> [-6]
   curl_from() {
@@ -268,7 +267,7 @@ if [[ "$dataplane" == true ]]; then
   curl_from "$base" nginx-basic 200
   curl_from "$base" nginx-nad 000
   ((failed == 0)) || die "the curls did not answer as in the seed's README"
-  show "the same two curls to nginx-nad over IPv6 (its AAAA records: $(hack/pod-exec "default/$nad" -- getent ahostsv6 nginx-nad | awk '{print $1}' | sort -u | xargs))"
+  show "the same two curls to nginx-nad over IPv6 (its AAAA records: $(records "$nad" ahostsv6))"
   curl_from "$nad" nginx-nad 200 -6
   curl_from "$base" nginx-nad 000 -6
   ((failed == 0)) || die "the curls over IPv6 did not answer as over IPv4"

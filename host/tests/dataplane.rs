@@ -382,14 +382,21 @@ fn condition(pod: &Pod, kind: &str) -> Option<k8s_openapi::api::core::v1::PodCon
 }
 
 fn macvlan_ips(pod: &Pod) -> Vec<String> {
+    network_ips(pod, "macvlan")
+}
+
+/// `pod`'s IPs on the network attachment `name` (of any namespace), as Multus wrote them in
+/// `network-status`, in its order.
+fn network_ips(pod: &Pod, name: &str) -> Vec<String> {
     let status: Vec<Value> = pod
         .annotations()
         .get("k8s.v1.cni.cncf.io/network-status")
         .map(|s| serde_json::from_str(s).unwrap())
         .unwrap_or_default();
+    let suffix = format!("/{name}");
     status
         .iter()
-        .filter(|e| e["name"].as_str().is_some_and(|n| n.ends_with("/macvlan")))
+        .filter(|e| e["name"].as_str().is_some_and(|n| n.ends_with(&suffix)))
         .flat_map(|e| e["ips"].as_array().cloned().unwrap_or_default())
         .filter_map(|ip| ip.as_str().map(str::to_owned))
         .collect()
@@ -635,15 +642,8 @@ async fn a_pod_with_a_link_local_ipv6_address_is_published_over_ipv4_only() {
         is_ready(&pod).then_some(pod)
     })
     .await;
-    let status: Vec<Value> =
-        serde_json::from_str(&pod.annotations()["k8s.v1.cni.cncf.io/network-status"]).unwrap();
     let network = format!("{}/linklocal", plane.ns);
-    let ips: Vec<String> = status
-        .iter()
-        .filter(|e| e["name"] == network.as_str())
-        .flat_map(|e| e["ips"].as_array().cloned().unwrap_or_default())
-        .filter_map(|ip| ip.as_str().map(str::to_owned))
-        .collect();
+    let ips = network_ips(&pod, "linklocal");
     assert_eq!(ips.len(), 2, "{ips:?}");
     assert_eq!(ips[1], "fe80::100", "{ips:?}");
     let ipv4 = ips[0].clone();
@@ -1697,8 +1697,9 @@ impl Probers {
 /// The scenario on the real data plane: one nginx-nad pod's `net1` taken down inside
 /// its namespace while its primary network and its Ready stay up. Within the prober's
 /// detection window its endpoint is not serving and CoreDNS no longer answers its addresses,
-/// neither the A nor the AAAA record; 25 curls over each family all answer; nginx-basic is unaffected. The link up again, it is back. A restart of the
-/// probers writes nothing (no flap).
+/// neither the A nor the AAAA record; 25 curls over each family all answer; nginx-basic is
+/// unaffected. The link up again, it is back. A restart of the probers writes nothing (no
+/// flap).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_whose_secondary_link_dies_leaves_dns_within_the_detection_window() {
     let plane = Plane::new("netready").await;

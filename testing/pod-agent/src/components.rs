@@ -1,6 +1,7 @@
 //! What runs on the nodes besides pods: kube-proxy on each (nftables mode, the node's own
-//! rules, for IPv4 and IPv6), and CoreDNS on the first, reading the API server's Services and EndpointSlices for
-//! `cluster.local` (answers rotated, as the default Corefile's `loadbalance` does). Each is a child process kept running (restarted if it exits).
+//! rules, for IPv4 and IPv6), and CoreDNS on the first, reading the API server's Services and
+//! EndpointSlices for `cluster.local` (answers rotated, as the default Corefile's `loadbalance`
+//! does). Each is a child process kept running (restarted if it exits).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -1,8 +1,8 @@
 //! The nodes' network: a bridge in its own namespace, and each node a namespace with `eth0` on
 //! it (an IPv4 and an IPv6 address), routes to the other nodes' pod ranges of both families,
-//! and nothing else. Traffic for anywhere else is
-//! dropped silently (a blackhole default route), as a packet to an unrouted network dies in a
-//! real one: a client without the secondary network times out (curl exit 28).
+//! and nothing else. Traffic for anywhere else is dropped silently (a blackhole default route
+//! of each family), as a packet to an unrouted network dies in a real one: a client without
+//! the secondary network times out (curl exit 28).
 //!
 //! The bridge has an address of the nodes' /24 ([`LAN_ADDRESS`]), where the relay to the API
 //! server listens, and a route back to each node's pod range through that node: pods reach
