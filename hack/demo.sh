@@ -16,6 +16,8 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 # shellcheck source=hack/steps.sh
 source hack/steps.sh
+# shellcheck source=hack/proc.sh
+source hack/proc.sh
 steps_init demo
 
 cluster="${DEMO_CLUSTER:-local}"
@@ -41,7 +43,8 @@ cleanup() {
   wait 2>/dev/null || true
   if [[ "$started_cluster" == true ]]; then
     show "stopping the data plane and the local control plane"
-    hack/local-down.sh || true
+    # After a failure the logs stay, to read (.local/logs).
+    NAD_KEEP_LOGS="$((status != 0))" hack/local-down.sh || true
   elif [[ "$started_dataplane" == true ]]; then
     show "stopping the data plane"
     hack/pod-agent.sh down || true
@@ -81,11 +84,15 @@ ${CARGO:-cargo} build --release --locked -p nad-service-controller -p pod-agent 
 background_wait "go: waiting" "waiting for the Go builds (.local/logs/go-builds-demo.log)" || die "a Go build failed"
 
 if [[ "$cluster" == local ]]; then
-  if ! [[ -f .local/kubeconfig ]] || ! .local/bin/kubectl --kubeconfig .local/kubeconfig get --raw /readyz >/dev/null 2>&1; then
-    started_cluster=true
+  was_up=false
+  if [[ -f .local/kubeconfig ]] && .local/bin/kubectl --kubeconfig .local/kubeconfig get --raw /readyz >/dev/null 2>&1; then
+    was_up=true
   fi
   step "control plane" "starting the local control plane (etcd, kube-apiserver, kube-controller-manager)"
-  eval "$(hack/local-up.sh)"
+  # A failed start stops what it started (hack/local-up.sh), so there is nothing to stop until it is up.
+  exports="$(step_repeatable "starting the local control plane" "make local-up" hack/local-up.sh)" || exit 1
+  eval "$exports"
+  [[ "$was_up" == true ]] || started_cluster=true
   export PATH="$repo/.local/bin:$PATH"
 else
   [[ -n "${KUBECONFIG:-}" ]] || die "DEMO_CLUSTER=existing needs KUBECONFIG"
@@ -94,8 +101,8 @@ fi
 if [[ "$cluster" == local ]]; then
   if [[ "$dataplane" == true ]]; then
     step "data plane" "starting the data plane (hack/pod-agent.sh up: 2 nodes as network namespaces, Multus, whereabouts, kube-proxy, CoreDNS)"
-    [[ -f .local/pids/pod-agent.pid ]] && kill -0 "$(<.local/pids/pod-agent.pid)" 2>/dev/null || started_dataplane=true
-    hack/pod-agent.sh up
+    proc_running .local/pids/pod-agent.pid || started_dataplane=true
+    step_repeatable "starting the data plane" "hack/pod-agent.sh up" hack/pod-agent.sh up || exit 1
   else
     step "node simulator" "starting the node simulator (no data plane: $fallback)"
     "$target_dir/release/node-sim" --range macvlan=192.168.2.0/24 >"$logs/node-sim.log" 2>&1 &

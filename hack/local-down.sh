@@ -4,7 +4,7 @@
 # running and no state it does nothing and exits 0. Leaves the binary cache alone.
 #
 # Environment: NAD_LOCAL_DIR (state directory, default <repo>/.local), NAD_STOP_GRACE (seconds
-# to wait after TERM, default 10).
+# to wait after TERM, default 10), NAD_KEEP_LOGS (1: leave .local/logs).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,46 +13,26 @@ grace="${NAD_STOP_GRACE:-10}"
 
 log() { echo "local-down: $*" >&2; }
 
-# True if $1 is a live process running the component named $2 (guards against PID reuse).
-is_ours() {
-  local pid="$1" name="$2"
-  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
-  local argv0
-  argv0="$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n1)" || return 1
-  [[ "${argv0##*/}" == "$name" ]]
-}
+# shellcheck source=hack/proc.sh
+source "$repo/hack/proc.sh"
+proc_prefix="local-down: "
 
+# Controller manager first, etcd last, so that the API server does not lose its storage first.
+# Each is known by the pid and start time recorded when it started (hack/proc.sh), so a pid
+# reused by another process since is left alone.
 stop_all() {
-  local pids=() names=() f pid name
-  # Controller manager first, etcd last, so that the API server does not lose its storage first.
+  local name
   for name in kube-controller-manager kube-apiserver etcd; do
-    f="$state/pids/$name.pid"
-    [[ -f "$f" ]] || continue
-    pid="$(<"$f")"
-    if is_ours "$pid" "$name"; then
-      log "stopping $name (pid $pid)"
-      kill -TERM "$pid" 2>/dev/null || true
-      pids+=("$pid")
-      names+=("$name")
-    fi
-  done
-  local deadline=$((SECONDS + grace)) i
-  for i in "${!pids[@]}"; do
-    while is_ours "${pids[$i]}" "${names[$i]}" && ((SECONDS < deadline)); do sleep 0.2; done
-    if is_ours "${pids[$i]}" "${names[$i]}"; then
-      log "${names[$i]} (pid ${pids[$i]}) did not exit after ${grace}s; killing it"
-      kill -KILL "${pids[$i]}" 2>/dev/null || true
-    fi
-  done
-  for i in "${!pids[@]}"; do
-    while is_ours "${pids[$i]}" "${names[$i]}"; do sleep 0.1; done
+    proc_stop "$state/pids/$name.pid" "$name" "$grace"
   done
 }
 
 remove_state() {
   # Only what local-up.sh creates; anything else someone put in .local/ stays.
   local d="$state"
-  rm -rf "${d:?}/pids" "$d/logs" "$d/etcd" "$d/pki" "${d:?}/bin" \
+  # NAD_KEEP_LOGS=1 (hack/local-up.sh after a failed start) keeps the logs to read.
+  [[ "${NAD_KEEP_LOGS:-}" == 1 ]] || rm -rf "${d:?}/logs"
+  rm -rf "${d:?}/pids" "$d/etcd" "$d/pki" "${d:?}/bin" \
     "$d/kube-controller-manager" \
     "$d/kubeconfig" "$d/kube-controller-manager.kubeconfig" "$d/ports"
 }

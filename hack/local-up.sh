@@ -55,19 +55,35 @@ export NAD_LOCK_HELD=1
 
 # --- helpers -------------------------------------------------------------------------------------
 
-# True if the PID recorded for component $1 is a live process running that component.
-running() {
-  local name="$1" pid argv0
-  [[ -f "$pids/$name.pid" ]] || return 1
-  pid="$(<"$pids/$name.pid")"
-  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
-  argv0="$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n1)" || return 1
-  [[ "${argv0##*/}" == "$name" ]]
+# shellcheck source=hack/proc.sh
+source "$hack/proc.sh"
+
+# True if component $1, as recorded when it was started, is still running.
+running() { proc_running "$pids/$1.pid"; }
+
+# What the last health check of wait_for got, for the message when none passes.
+answer=""
+
+# http_check URL BODY [CURL-ARG...]: true when URL answers 200 with BODY in it; sets answer.
+http_check() {
+  local url="$1" want="$2" out code body failed
+  shift 2
+  out="$(curl -sS --max-time 5 -w '\n%{http_code}' "$@" "$url" 2>&1)" || true
+  code="${out##*$'\n'}"
+  body="${out%$'\n'*}"
+  if [[ "$code" == 000 ]]; then
+    answer="no answer from $url: ${body:-curl failed}"
+    return 1
+  fi
+  # A health endpoint that is not ok lists its failed checks as "[-]<check> failed: ...".
+  failed="$(grep '^\[-\]' <<<"$body" | head -n 5 | tr '\n' ' ')" || true
+  answer="HTTP $code from $url: ${failed:-$(head -c 300 <<<"$body" | tr '\n' ' ')}"
+  [[ "$code" == 200 && "$body" == *"$want"* ]]
 }
 
 apiserver_ready() {
-  curl -fsS --max-time 5 --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \
-    "https://127.0.0.1:$apiserver_port/readyz" 2>/dev/null | grep -qx ok
+  http_check "https://127.0.0.1:$apiserver_port/readyz" ok \
+    --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key"
 }
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -77,32 +93,42 @@ print_export() {
   echo "export KUBECONFIG=$kubeconfig"
 }
 
-# Starts component $1 in its own session (so it outlives this script), logging to .local/logs.
-# Fd 9 (the lock) is closed for it, or it would hold the lock for as long as it runs.
+# Starts component $1 in its own session (so it outlives this script), logging to .local/logs,
+# and records its pid and start time (hack/proc.sh), by which it is known from then on.
 start() {
-  local name="$1" bin="$2"
-  shift 2
+  local name="$1"
+  shift
   log "starting $name (log: $logs/$name.log)"
-  # shellcheck disable=SC2016 # expanded by the inner shell
-  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$pids/$name.pid" "$bin" "$@" \
-    </dev/null >>"$logs/$name.log" 2>&1 9>&- &
-  local _
-  for _ in $(seq 50); do [[ -s "$pids/$name.pid" ]] && break; sleep 0.1; done
+  proc_start "$pids/$name.pid" "$logs/$name.log" "$@"
 }
 
-# Waits until command "$@" succeeds, for component $1's sake (its log is shown on failure).
+# A start that failed: says what was seen, stops what this run started (hack/local-down.sh, the
+# logs kept), names the command that repeats this step alone, and exits 1.
+failed_start() {
+  echo "local-up: error: $1" >&2
+  [[ -z "${2:-}" ]] || proc_log_tail "$2" >&2
+  log "stopping what this run started; the logs stay in $logs/"
+  trap - EXIT
+  NAD_KEEP_LOGS=1 "$hack/local-down.sh" || log "could not stop everything (above)"
+  log "to repeat this step alone: make local-up (hack/local-up.sh); nothing is rebuilt"
+  exit 1
+}
+
+# Waits until check "$@" succeeds, for component $1's sake: fails at once if the component
+# exits (with its exit status and its log), or at the deadline with the check's last answer.
 wait_for() {
   local name="$1" what="$2"
   shift 2
   local deadline=$((SECONDS + ready_timeout))
+  answer=""
   until "$@"; do
     if ! running "$name"; then
-      tail -n 30 "$logs/$name.log" >&2 || true
-      die "$name exited while waiting for $what; see $logs/$name.log"
+      proc_exited "$pids/$name.pid"
+      failed_start "$name $proc_how while waiting for $what" "$logs/$name.log"
     fi
     if ((SECONDS >= deadline)); then
-      tail -n 30 "$logs/$name.log" >&2 || true
-      die "timed out after ${ready_timeout}s waiting for $what; see $logs/$name.log"
+      failed_start "$name is running (pid $(proc_pid "$pids/$name.pid")) but still waiting for \
+$what after ${ready_timeout}s; the last answer: ${answer:-none}" "$logs/$name.log"
     fi
     sleep 0.5
   done
@@ -136,6 +162,8 @@ for port in "$etcd_client_port" "$etcd_peer_port" "$apiserver_port" "$kcm_port";
 see the NAD_*_PORT variables in $hack/local-up.sh)"
 done
 
+# From here on, a failure stops what this run started and removes its state.
+trap 'failed_start "stopped with exit status $? (the messages above say why)"' EXIT
 mkdir -p "$pki" "$logs" "$pids" "$state/etcd" "$state/bin" "$state/kube-controller-manager/volume-plugins"
 chmod 700 "$state/etcd" "$pki"
 ln -sfn "${bin[kubectl]}" "$state/bin/kubectl"
@@ -215,7 +243,7 @@ start etcd "${bin[etcd]}" \
   --initial-cluster-state=new \
   --unsafe-no-fsync=true \
   --log-level=warn
-etcd_healthy() { curl -fsS --max-time 2 "$etcd_url/health" 2>/dev/null | grep -q '"health":"true"'; }
+etcd_healthy() { http_check "$etcd_url/health" '"health":"true"'; }
 wait_for etcd "etcd to become healthy" etcd_healthy
 
 # --- kube-apiserver ------------------------------------------------------------------------------
@@ -258,7 +286,7 @@ start kube-controller-manager "${bin[kube-controller-manager]}" \
   --cluster-signing-cert-file="$pki/ca.crt" \
   --cluster-signing-key-file="$pki/ca.key" \
   --profiling=false
-kcm_healthy() { curl -fsS -k --max-time 2 "https://127.0.0.1:$kcm_port/healthz" 2>/dev/null | grep -qx ok; }
+kcm_healthy() { http_check "https://127.0.0.1:$kcm_port/healthz" ok -k; }
 wait_for kube-controller-manager "the controller manager's /healthz" kcm_healthy
 
 # --- cluster contents ----------------------------------------------------------------------------
@@ -267,8 +295,9 @@ export KUBECONFIG="$kubeconfig"
 log "installing the NetworkAttachmentDefinition CRD"
 "$kubectl" apply -f "$repo/deploy/crds/" >&2
 "$kubectl" wait --for=condition=Established --timeout="${ready_timeout}s" "crd/$crd_name" >&2
-sa_ready() { "$kubectl" get serviceaccount default --namespace default >/dev/null 2>&1; }
+sa_ready() { answer="$("$kubectl" get serviceaccount default --namespace default -o name 2>&1)"; }
 wait_for kube-controller-manager "the default service account" sa_ready
 
+trap - EXIT
 log "ready: API server https://127.0.0.1:$apiserver_port (kubectl: $state/bin/kubectl)"
 print_export

@@ -28,13 +28,22 @@ ready_timeout="${NAD_READY_TIMEOUT:-180}"
 log() { echo "pod-agent: $*" >&2; }
 die() { echo "pod-agent: error: $*" >&2; exit 1; }
 
-running() {
-  [[ -f "$pidfile" ]] || return 1
-  local pid argv0
-  pid="$(<"$pidfile")"
-  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
-  argv0="$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n1)" || return 1
-  [[ "${argv0##*/}" == pod-agent ]]
+# shellcheck source=hack/proc.sh
+source "$repo/hack/proc.sh"
+proc_prefix="pod-agent: "
+
+# The agent as recorded when it started: its pid and start time (hack/proc.sh).
+running() { proc_running "$pidfile"; }
+
+# A start that failed: says what was seen, stops the agent (its pods and namespaces with it; the
+# log kept) and names the command that repeats this step alone.
+failed_start() {
+  echo "pod-agent: error: $1" >&2
+  proc_log_tail "$log_file" 30 >&2
+  log "stopping what this start began (hack/pod-agent.sh down); the log stays in $log_file"
+  down
+  log "to repeat this step alone: hack/pod-agent.sh up (the builds are kept: nothing is rebuilt)"
+  exit 1
 }
 
 # The same packages as hack/demo.sh builds: cargo then resolves the same features for the
@@ -46,10 +55,25 @@ build_agent() {
 
 in_node() { ip netns exec nsc-node-0 "$@"; }
 
-ready() {
-  kubectl get nodes -l pod-agent.isim.dev/local=true -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -qx True \
-    && in_node curl -fsS --max-time 2 http://127.0.0.1:10256/healthz >/dev/null 2>&1 \
-    && in_node curl -fsS --max-time 2 http://127.0.0.1:8181/ready >/dev/null 2>&1
+nodes_ready() {
+  kubectl get nodes -l pod-agent.isim.dev/local=true -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -qx True
+}
+kube_proxy_healthy() { in_node curl -fsS --max-time 2 http://127.0.0.1:10256/healthz >/dev/null 2>&1; }
+coredns_ready() { in_node curl -fsS --max-time 2 http://127.0.0.1:8181/ready >/dev/null 2>&1; }
+ready() { nodes_ready && kube_proxy_healthy && coredns_ready; }
+
+# Which of ready()'s checks fail, and what they answered.
+not_ready() {
+  local out
+  nodes_ready || echo -n "no node is Ready ($(kubectl get nodes -l pod-agent.isim.dev/local=true --no-headers 2>&1 | tr -s ' \n' ' ')); "
+  kube_proxy_healthy || {
+    out="$(in_node curl -sS --max-time 2 http://127.0.0.1:10256/healthz 2>&1 | head -c 300 | tr '\n' ' ')" || true
+    echo -n "kube-proxy's /healthz in nsc-node-0: ${out:-no answer}; "
+  }
+  coredns_ready || {
+    out="$(in_node curl -sS --max-time 2 http://127.0.0.1:8181/ready 2>&1 | head -c 300 | tr '\n' ' ')" || true
+    echo -n "CoreDNS's /ready in nsc-node-0: ${out:-no answer}"
+  }
 }
 
 up() {
@@ -59,7 +83,7 @@ up() {
   build_agent
   "$agent" check >&2 || die "this machine cannot run the data plane (above)"
   if running && ready; then
-    log "already running (pid $(<"$pidfile"))"
+    log "already running (pid $(proc_pid "$pidfile"))"
     return 0
   fi
   running && down
@@ -83,34 +107,26 @@ up() {
   kubectl wait --for=condition=Established --timeout=60s -f "$(part whereabouts)/crds/" >/dev/null
 
   log "starting the pod agent (log: $log_file)"
-  # shellcheck disable=SC2016 # expanded by the inner shell
-  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$pidfile" "$agent" run \
+  proc_start "$pidfile" "$log_file" "$agent" run \
     --state "$dataplane" --nodes "${NAD_DATAPLANE_NODES:-2}" --kubeconfig "$KUBECONFIG" \
     --cni-bin "$dataplane/cni-bin" --cni-run "$(part cni-run)/cni-run" \
-    --kube-proxy "$kube_proxy" --coredns "$(part coredns)/coredns" --controller "$controller" \
-    </dev/null >>"$log_file" 2>&1 &
+    --kube-proxy "$kube_proxy" --coredns "$(part coredns)/coredns" --controller "$controller"
   local deadline=$((SECONDS + ready_timeout))
   until ready; do
     if ! running; then
-      tail -n 30 "$log_file" >&2 || true
-      die "the pod agent exited; see $log_file"
+      proc_exited "$pidfile"
+      failed_start "the pod agent $proc_how before its nodes were ready"
     fi
-    ((SECONDS < deadline)) || { tail -n 30 "$log_file" >&2; die "not ready after ${ready_timeout}s; see $state/logs/"; }
+    ((SECONDS < deadline)) || failed_start "the pod agent is running (pid $(proc_pid "$pidfile")) but \
+not ready after ${ready_timeout}s: $(not_ready)"
     sleep 0.5
   done
   log "ready: nodes $(kubectl get nodes -l pod-agent.isim.dev/local=true -o name | tr '\n' ' ')"
 }
 
 down() {
-  if running; then
-    local pid
-    pid="$(<"$pidfile")"
-    log "stopping the pod agent (pid $pid): it stops its pods and removes its namespaces"
-    kill -TERM "$pid" 2>/dev/null || true
-    local deadline=$((SECONDS + 40))
-    while running && ((SECONDS < deadline)); do sleep 0.2; done
-    running && { log "still running after 40 s; killing it"; kill -KILL "$pid" 2>/dev/null || true; }
-  fi
+  # TERM: it stops its pods and removes its namespaces.
+  proc_stop "$pidfile" "the pod agent" 40
   rm -f "$pidfile"
   sweep
 }

@@ -7,6 +7,7 @@
 #   steps_init NAME           once, before the first step
 #   step KEY [DESCRIPTION]    ends the step before (printing its time), starts KEY
 #   steps_report              ends the last step, prints the table
+#   step_repeatable ...       a short step tried twice, then named for repeating (below)
 # shellcheck shell=bash
 
 steps_name=""
@@ -69,6 +70,22 @@ background_wait() {
 }
 background_stop() {
   [[ -z "$background_pid" ]] || kill -- "-$background_pid" 2>/dev/null || true
+}
+
+# A short step after the long builds (starting the control plane or the data plane), whose
+# command stops what it started when it fails: tried once more, and if it fails again, the
+# message names the command that repeats it alone; the builds are kept either way.
+#   step_repeatable WHAT REPEAT COMMAND...   (COMMAND's stdout is this function's)
+step_repeatable() {
+  local what="$1" repeat="$2"
+  shift 2
+  "$@" && return 0
+  echo "$steps_name: $what failed (above); trying it once more" >&2
+  "$@" && return 0
+  echo "$steps_name: $what failed twice (above). The builds before it are done and kept: run \
+'$repeat' to repeat this step alone, then 'make $steps_name' again, which rebuilds nothing and \
+goes on from here (README: Troubleshooting)" >&2
+  return 1
 }
 
 steps_report() {

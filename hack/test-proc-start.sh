@@ -19,9 +19,10 @@ source "$helper"
 
 work="$(mktemp -d)"
 stand_ins=()
+# shellcheck disable=SC2317 # the EXIT trap
 cleanup() {
   local pid
-  for pid in "${stand_ins[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${stand_ins[@]}"; do { kill -KILL "$pid" && wait "$pid"; } 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -56,8 +57,11 @@ for i in $(seq "$starts"); do
   [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == "$work/stand-in" ]] || not_program=$((not_program + 1))
   proc_running "$work/pids/stand-in-$i.pid" || not_program=$((not_program + 1))
 done
-((not_program == 0)) && pass "each recorded pid runs the stand-in after its exec, and is still seen running" \
-  || fail "$not_program recorded pids are not the running stand-in after their exec"
+if ((not_program == 0)); then
+  pass "each recorded pid runs the stand-in after its exec, and is still seen running"
+else
+  fail "$not_program recorded pids are not the running stand-in after their exec"
+fi
 
 # proc_stop stops the first 20 (TERM, and waits), and then they are not running; the rest are
 # killed here.
@@ -67,11 +71,15 @@ for i in $(seq "$starts"); do
     proc_stop "$work/pids/stand-in-$i.pid" stand-in 5 2>/dev/null
     proc_running "$work/pids/stand-in-$i.pid" || stopped=$((stopped + 1))
   else
-    kill -KILL "$(proc_pid "$work/pids/stand-in-$i.pid")" 2>/dev/null || true
+    pid="$(proc_pid "$work/pids/stand-in-$i.pid")"
+    { kill -KILL "$pid" && wait "$pid"; } 2>/dev/null || true
   fi
 done
-((stopped == 20)) && pass "proc_stop stops a component, which is then not running" \
-  || fail "$((20 - stopped)) of 20 still seen running after proc_stop"
+if ((stopped == 20)); then
+  pass "proc_stop stops a component, which is then not running"
+else
+  fail "$((20 - stopped)) of 20 still seen running after proc_stop"
+fi
 
 if ! declare -F proc_exited >/dev/null; then
   fail "$helper has no proc_exited: a component that exits cannot be told from one that fails its health check"
@@ -97,21 +105,30 @@ kill -KILL "$proc_last"
 deadline=$((SECONDS + 10))
 while proc_running "$work/pids/killed.pid" && ((SECONDS < deadline)); do sleep 0.05; done
 proc_exited "$work/pids/killed.pid"
-[[ "$proc_how" == "was killed by SIGKILL" ]] && pass "a killed component: '$proc_how'" \
-  || fail "a component killed by SIGKILL: '$proc_how'"
+if [[ "$proc_how" == "was killed by SIGKILL" ]]; then
+  pass "a killed component: '$proc_how'"
+else
+  fail "a component killed by SIGKILL: '$proc_how'"
+fi
 
 # One that cannot be executed.
 proc_start "$work/pids/missing.pid" "$work/missing.log" "$work/no-such-program"
 deadline=$((SECONDS + 10))
 while proc_running "$work/pids/missing.pid" && ((SECONDS < deadline)); do sleep 0.05; done
 proc_exited "$work/pids/missing.pid"
-[[ "$proc_how" == "exited with status 127" ]] && pass "a program that cannot be executed: '$proc_how'" \
-  || fail "a program that cannot be executed: '$proc_how'"
+if [[ "$proc_how" == "exited with status 127" ]]; then
+  pass "a program that cannot be executed: '$proc_how'"
+else
+  fail "a program that cannot be executed: '$proc_how'"
+fi
 
 # A pid file naming a live process that started at another time (a pid reused since) is not ours.
 echo "$$ 1" >"$work/pids/reused.pid"
-proc_running "$work/pids/reused.pid" && fail "a live pid with another start time is taken for ours" \
-  || pass "a live pid with another start time is not ours"
+if proc_running "$work/pids/reused.pid"; then
+  fail "a live pid with another start time is taken for ours"
+else
+  pass "a live pid with another start time is not ours"
+fi
 # ... nor is a zombie: a child that has exited and that no one has reaped yet.
 zombie="$(bash -c 'sleep 0.1 & exec sleep 1' >/dev/null 2>&1 & echo $!)"
 # The inner sleep (0.1 s) is the zombie child of the outer one, which does not wait for it.
@@ -119,8 +136,11 @@ sleep 0.5
 zombie_child="$(pgrep -P "$zombie" || true)"
 if [[ -n "$zombie_child" ]] && [[ "$(awk '{print $3}' "/proc/$zombie_child/stat" 2>/dev/null)" == Z ]]; then
   proc_identity "$zombie_child" >"$work/pids/zombie.pid"
-  proc_running "$work/pids/zombie.pid" && fail "a zombie is taken for a running component" \
-    || pass "a zombie is not running"
+  if proc_running "$work/pids/zombie.pid"; then
+    fail "a zombie is taken for a running component"
+  else
+    pass "a zombie is not running"
+  fi
 else
   fail "could not make a zombie to check (child: '${zombie_child}')"
 fi

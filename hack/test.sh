@@ -23,15 +23,18 @@ if [[ -f .local/kubeconfig ]] && [[ -x .local/bin/kubectl ]] \
   && .local/bin/kubectl --kubeconfig .local/kubeconfig get --raw /readyz >/dev/null 2>&1; then
   was_up=true
 fi
+# shellcheck source=hack/proc.sh
+source hack/proc.sh
 dataplane_was_up=false
-[[ -f .local/pids/pod-agent.pid ]] && kill -0 "$(<.local/pids/pod-agent.pid)" 2>/dev/null && dataplane_was_up=true
+proc_running .local/pids/pod-agent.pid && dataplane_was_up=true
 started_cluster=false started_dataplane=false
 cleanup() {
   local status=$?
   background_stop
   if [[ "$started_cluster" == true ]]; then
     echo "== stopping the local control plane" >&2
-    hack/local-down.sh || status=1
+    # After a failure the logs stay, to read (.local/logs).
+    NAD_KEEP_LOGS="$((status != 0))" hack/local-down.sh || status=1
   elif [[ "$started_dataplane" == true ]]; then
     echo "== stopping the data plane" >&2
     hack/pod-agent.sh down || status=1
@@ -75,18 +78,13 @@ step "image" "the image's OCI layout (umoci), with its SBOM (cargo-sbom, oras)"
 make --no-print-directory image-oci IMAGE_LAYOUT="$image_layout" IMAGE_TAG="$image_tag" >/dev/null
 
 step "control plane" "starting the local control plane"
-if ! exports="$(hack/local-up.sh)"; then
-  echo "test: the local control plane did not start; see the messages above and .local/logs/" >&2
-  exit 1
-fi
+exports="$(step_repeatable "starting the local control plane" "make local-up" hack/local-up.sh)" || exit 1
 eval "$exports"
 [[ "$was_up" == true ]] || started_cluster=true
 
 step "data plane" "the data plane (hack/pod-agent.sh: nodes as network namespaces, Multus, CNI plugins, whereabouts, kube-proxy, CoreDNS)"
-if ! hack/pod-agent.sh up; then
-  echo "test: the data plane did not start (above), which the data-plane tests (host/tests/dataplane.rs) need" >&2
-  exit 1
-fi
+# The data-plane tests (host/tests/dataplane.rs) need it.
+step_repeatable "starting the data plane" "hack/pod-agent.sh up" hack/pod-agent.sh up || exit 1
 [[ "$was_up" == true && "$dataplane_was_up" == false ]] && started_dataplane=true
 
 step "manifests" "deploy/ manifests: deploy.yaml up to date, server-side dry runs of every overlay"
@@ -98,7 +96,7 @@ hack/helm.sh check
 step "monitoring" "deploy/monitoring: promtool check/test rules, the dashboard's queries (hack/monitoring.sh)"
 hack/monitoring.sh check
 
-step "scripts" "the scripts every command starts with (hack/test-scripts.sh: system-packages, pod-agent preflight, steps)"
+step "scripts" "the scripts every command starts with (hack/test-scripts.sh: system-packages, pod-agent preflight, steps, the start race)"
 hack/test-scripts.sh
 
 step "cargo test" "cargo test (unit, plugin-runtime, plugin-CLI, cluster, data-plane and RBAC tests)"

@@ -275,14 +275,15 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
 }
 
 /// CPU seconds so far of each local control-plane process (hack/local-up.sh records their
-/// PIDs beside the kubeconfig), to show what the API side spent on a phase.
+/// PIDs, each with its start time, beside the kubeconfig), to show what the API side spent on a
+/// phase.
 pub fn control_plane_cpu(kubeconfig: &std::path::Path) -> Value {
     let pids = kubeconfig.parent().unwrap().join("pids");
     let mut cpu = serde_json::Map::new();
     for name in ["etcd", "kube-apiserver", "kube-controller-manager"] {
         let seconds = std::fs::read_to_string(pids.join(format!("{name}.pid")))
             .ok()
-            .and_then(|pid| cpu_seconds(pid.trim().parse().ok()?));
+            .and_then(|recorded| cpu_seconds(recorded.split_whitespace().next()?.parse().ok()?));
         cpu.insert(name.into(), json!(seconds));
     }
     Value::Object(cpu)
@@ -296,10 +297,10 @@ pub fn kcm_flags(kubeconfig: &std::path::Path) -> Vec<String> {
         .parent()
         .unwrap()
         .join("pids/kube-controller-manager.pid");
-    let Some(cmdline) = std::fs::read_to_string(pid)
-        .ok()
-        .and_then(|pid| std::fs::read(format!("/proc/{}/cmdline", pid.trim())).ok())
-    else {
+    let Some(cmdline) = std::fs::read_to_string(pid).ok().and_then(|recorded| {
+        let pid = recorded.split_whitespace().next()?.to_owned();
+        std::fs::read(format!("/proc/{pid}/cmdline")).ok()
+    }) else {
         return Vec::new();
     };
     let relevant = [

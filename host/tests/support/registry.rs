@@ -173,13 +173,24 @@ impl Registry {
             .stderr(log)
             .spawn()
             .expect("starting the registry");
-        self.child = Some(child);
+        let child = self.child.insert(child);
+        // Known by its handle, never by a name: an exit is told at once with its status, a
+        // registry alive but not listening by the deadline is told as such.
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(&self.host).is_err() {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!(
+                    "the registry exited ({status}) before listening on {}; its log:\n{}",
+                    self.host,
+                    read_log(&self.dir)
+                );
+            }
             assert!(
                 Instant::now() < deadline,
-                "the registry did not start: {}",
-                self.log()
+                "the registry (pid {}) is running but not listening on {} after 20 s; its log:\n{}",
+                child.id(),
+                self.host,
+                read_log(&self.dir)
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -187,7 +198,7 @@ impl Registry {
 
     /// Its log: warnings and one access-log line per request.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
+        read_log(&self.dir)
     }
 
     /// `oci://<host>/<path>`.
@@ -209,6 +220,10 @@ impl Drop for Registry {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+fn read_log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("log")).unwrap_or_default()
 }
 
 /// A directory of the test's own, removed when dropped.

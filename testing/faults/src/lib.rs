@@ -70,6 +70,19 @@ fn alive(pid: u32) -> bool {
             .unwrap_or(false)
 }
 
+/// A process's start time (field 22 of `/proc/<pid>/stat`, clock ticks since boot), which with
+/// its pid names it for good: hack/proc.sh records both.
+fn start_time(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The command name (field 2) may hold spaces and parentheses: count from its closing one.
+    let after_name = &stat[stat.rfind(')').unwrap() + 1..];
+    after_name
+        .split_whitespace()
+        .nth(19)
+        .and_then(|ticks| ticks.parse().ok())
+        .unwrap_or_else(|| panic!("no start time in /proc/{pid}/stat: {stat}"))
+}
+
 /// The API server this harness started after a kill, so that the next kill can reap it: a
 /// killed child that is not waited for shows as a zombie while its threads are still going.
 /// One for the whole test binary, since every scene shares the control plane.
@@ -104,13 +117,17 @@ impl ControlPlane {
         Client::try_from(config).unwrap()
     }
 
+    /// The pid `hack/local-up.sh` recorded for `component` (its pid file holds the pid and the
+    /// process's start time, hack/proc.sh).
     fn pid(&self, component: &str) -> u32 {
         let path = self.state.join("pids").join(format!("{component}.pid"));
-        std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-            .trim()
-            .parse()
-            .unwrap()
+        let recorded =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        recorded
+            .split_whitespace()
+            .next()
+            .and_then(|pid| pid.parse().ok())
+            .unwrap_or_else(|| panic!("{}: no pid in {recorded:?}", path.display()))
     }
 
     /// SIGKILLs the API server; returns its command line, for [`Self::start_apiserver`].
@@ -157,9 +174,11 @@ impl ControlPlane {
             .process_group(0)
             .spawn()
             .unwrap();
+        // As hack/proc.sh records it: the pid and the start time, by which hack/local-down.sh
+        // knows the process is still the one started here.
         std::fs::write(
             self.state.join("pids/kube-apiserver.pid"),
-            child.id().to_string(),
+            format!("{} {}\n", child.id(), start_time(child.id())),
         )
         .unwrap();
         *APISERVER.lock().unwrap() = Some(child);
