@@ -75,6 +75,23 @@ else
   fail "steps said: $out; kept: $rows"
 fi
 
+# steps.sh's step_repeatable: a step that fails once is tried again; one that fails twice is
+# named with the command that repeats it alone.
+out="$(bash -c 'source hack/steps.sh; steps_init selftest
+  flaky() { [[ -e "$1" ]] || { touch "$1"; return 1; }; echo up; }
+  step_repeatable "starting the flaky part" "make flaky-up" flaky "$0"' "$work/flaky" 2>&1)" && status=0 || status=$?
+if [[ "$status" == 0 && "$out" == *"starting the flaky part failed (above); trying it once more"*up ]]; then
+  pass "step_repeatable tries a failed step once more"
+else
+  fail "step_repeatable, a step failing once: exit $status, said: $out"
+fi
+out="$(bash -c 'source hack/steps.sh; steps_init selftest; step_repeatable "starting the broken part" "make broken-up" false' 2>&1)" && status=0 || status=$?
+if [[ "$status" == 1 && "$out" == *"starting the broken part failed twice"*"run 'make broken-up' to repeat this step alone, then 'make selftest' again, which rebuilds nothing"* ]]; then
+  pass "step_repeatable names the command that repeats a step failing twice"
+else
+  fail "step_repeatable, a step failing twice: exit $status, said: $out"
+fi
+
 # The start race of issue 41 (hack/test-proc-start.sh): hundreds of starts through hack/proc.sh,
 # each checked inside a widened window between the fork and the exec; exits and kills told.
 if hack/test-proc-start.sh; then
