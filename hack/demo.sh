@@ -209,7 +209,12 @@ for pod in json.load(sys.stdin)["items"]:
 }
 deadline=$((SECONDS + timeout))
 until [[ "$(endpoints | wc -l)" -ge 2 && "$(endpoints)" == "$(pod_ips)" ]]; do
-  kill -0 "$controller" 2>/dev/null || { tail -20 "$logs/controller.log" >&2; die "the controller exited"; }
+  if ! kill -0 "$controller" 2>/dev/null; then
+    status=0
+    wait "$controller" || status=$?
+    proc_log_tail "$logs/controller.log" >&2
+    die "the controller exited with status $status (its log: $logs/controller.log)"
+  fi
   if ((SECONDS > deadline)); then
     kubectl get pods -o wide >&2 || true
     tail -20 "$logs/controller.log" >&2
