@@ -55,25 +55,31 @@ build_agent() {
 
 in_node() { ip netns exec nsc-node-0 "$@"; }
 
+# Each check keeps what it got, and ready() which one failed, for not_ready.
+nodes_answer="" kube_proxy_answer="" coredns_answer="" failed_check=""
 nodes_ready() {
-  kubectl get nodes -l pod-agent.isim.dev/local=true -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -qx True
+  nodes_answer="$(kubectl get nodes -l pod-agent.isim.dev/local=true -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}' 2>&1)"
+  [[ "$nodes_answer" == *=True* ]]
 }
-kube_proxy_healthy() { in_node curl -fsS --max-time 2 http://127.0.0.1:10256/healthz >/dev/null 2>&1; }
-coredns_ready() { in_node curl -fsS --max-time 2 http://127.0.0.1:8181/ready >/dev/null 2>&1; }
-ready() { nodes_ready && kube_proxy_healthy && coredns_ready; }
+kube_proxy_healthy() { kube_proxy_answer="$(in_node curl -fsS --max-time 2 http://127.0.0.1:10256/healthz 2>&1)"; }
+coredns_ready() { coredns_answer="$(in_node curl -fsS --max-time 2 http://127.0.0.1:8181/ready 2>&1)"; }
+ready() {
+  local check
+  for check in nodes_ready kube_proxy_healthy coredns_ready; do
+    failed_check="$check"
+    "$check" || return 1
+  done
+}
 
-# Which of ready()'s checks fail, and what they answered.
+# What the check of ready() that failed last answered.
 not_ready() {
-  local out
-  nodes_ready || echo -n "no node is Ready ($(kubectl get nodes -l pod-agent.isim.dev/local=true --no-headers 2>&1 | tr -s ' \n' ' ')); "
-  kube_proxy_healthy || {
-    out="$(in_node curl -sS --max-time 2 http://127.0.0.1:10256/healthz 2>&1 | head -c 300 | tr '\n' ' ')" || true
-    echo -n "kube-proxy's /healthz in nsc-node-0: ${out:-no answer}; "
-  }
-  coredns_ready || {
-    out="$(in_node curl -sS --max-time 2 http://127.0.0.1:8181/ready 2>&1 | head -c 300 | tr '\n' ' ')" || true
-    echo -n "CoreDNS's /ready in nsc-node-0: ${out:-no answer}"
-  }
+  local answer
+  case "$failed_check" in
+    nodes_ready) echo "no node is Ready (${nodes_answer:-no node})"; return ;;
+    kube_proxy_healthy) answer="kube-proxy's /healthz in nsc-node-0: ${kube_proxy_answer:-no answer}" ;;
+    coredns_ready) answer="CoreDNS's /ready in nsc-node-0: ${coredns_answer:-no answer}" ;;
+  esac
+  head -c 300 <<<"$answer" | tr '\n' ' '
 }
 
 up() {

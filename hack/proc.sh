@@ -70,31 +70,36 @@ proc_start() {
   mv -f "$pidfile.tmp" "$pidfile"
 }
 
+# Reads PIDFILE into the caller's pid and start; false without a pid in it.
+proc_recorded() {
+  { read -r pid start <"$1"; } 2>/dev/null || return 1
+  [[ "$pid" =~ ^[0-9]+$ ]]
+}
+
+# True if pid $1 was started by this shell, which alone can wait for it.
+proc_is_child() { [[ " ${proc_children[*]} " == *" $1 "* ]]; }
+
 proc_pid() {
-  local pid _
-  [[ -f "$1" ]] || return 1
-  read -r pid _ <"$1" 2>/dev/null || return 1
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  local pid start
+  proc_recorded "$1" || return 1
   echo "$pid"
 }
 
 proc_running() {
   local pid start proc_fields
-  [[ -f "$1" ]] || return 1
-  read -r pid start <"$1" 2>/dev/null || return 1
-  [[ "$pid" =~ ^[0-9]+$ && "$start" =~ ^[0-9]+$ ]] || return 1
+  proc_recorded "$1" && [[ "$start" =~ ^[0-9]+$ ]] || return 1
   proc_stat_fields "$pid" || return 1
   [[ "${proc_fields[0]}" != Z && "${proc_fields[19]}" == "$start" ]]
 }
 
 # shellcheck disable=SC2034 # proc_how is read by the caller
 proc_exited() {
-  local pid status=0
-  if ! pid="$(proc_pid "$1")"; then
+  local pid start status=0
+  if ! proc_recorded "$1"; then
     proc_how="left no pid file ($1)"
     return 0
   fi
-  if [[ " ${proc_children[*]} " == *" $pid "* ]]; then
+  if proc_is_child "$pid"; then
     # This shell's child: `wait` gives its status, which bash keeps after reaping it.
     wait "$pid" 2>/dev/null || status=$?
     if ((status > 128)); then
@@ -108,9 +113,8 @@ proc_exited() {
 }
 
 proc_stop() {
-  local pidfile="$1" name="$2" grace="$3" pid
-  proc_running "$pidfile" || return 0
-  pid="$(proc_pid "$pidfile")"
+  local pidfile="$1" name="$2" grace="$3" pid start
+  proc_running "$pidfile" && proc_recorded "$pidfile" || return 0
   echo "${proc_prefix}stopping $name (pid $pid)" >&2
   kill -TERM "$pid" 2>/dev/null || true
   local deadline=$((SECONDS + grace))
@@ -121,7 +125,7 @@ proc_stop() {
     while proc_running "$pidfile"; do sleep 0.1; done
   fi
   # Reap a child of this shell here, or bash reports its end later, out of place.
-  [[ " ${proc_children[*]} " != *" $pid "* ]] || wait "$pid" 2>/dev/null || true
+  ! proc_is_child "$pid" || wait "$pid" 2>/dev/null || true
 }
 
 proc_log_tail() {
