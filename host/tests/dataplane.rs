@@ -1566,20 +1566,48 @@ impl Plane {
         ])
         .await;
         let _ = std::fs::remove_file(&file);
-        // The shipped DaemonSet, this test's: its own name and selector, this network.
+        // This test's prober: a ServiceAccount of its own, granted the shipped ClusterRole by a
+        // ClusterRoleBinding of its own that names this network (isim.dev/probe-networks), as
+        // the admission policy reads it. Its own, because the policy weighs every grant of an
+        // account: the shipped one names no network.
+        let name = format!("prober-{}", self.ns);
+        let network = format!("{}/macvlan", self.ns);
+        let mut account = items
+            .iter()
+            .find(|o| o["kind"] == "ServiceAccount")
+            .unwrap()
+            .clone();
+        account["metadata"]["name"] = name.clone().into();
+        let mut grant = items
+            .iter()
+            .find(|o| o["kind"] == "ClusterRoleBinding")
+            .unwrap()
+            .clone();
+        grant["metadata"]["name"] = name.clone().into();
+        grant["metadata"]["annotations"]["isim.dev/probe-networks"] = network.clone().into();
+        grant["subjects"][0]["name"] = name.clone().into();
+        let file = std::env::temp_dir().join(format!("{}-prober-grant.json", self.ns));
+        std::fs::write(
+            &file,
+            serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [account, grant]})
+                .to_string(),
+        )
+        .unwrap();
+        kubectl(&["apply", "--server-side", "-f", file.to_str().unwrap()]).await;
+        let _ = std::fs::remove_file(&file);
+        // The shipped DaemonSet, this test's: its own name, account and selector, this network.
         let mut ds = items
             .iter()
             .find(|o| o["kind"] == "DaemonSet")
             .unwrap()
             .clone();
-        let name = format!("prober-{}", self.ns);
-        let network = format!("{}/macvlan", self.ns);
         ds["metadata"]["name"] = name.clone().into();
         ds["spec"]["selector"]["matchLabels"]["nsc-test-prober"] = self.ns.clone().into();
         let template = &mut ds["spec"]["template"];
         template["metadata"]["labels"]["nsc-test-prober"] = self.ns.clone().into();
         template["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] = network.clone().into();
         template["spec"]["nodeSelector"] = serde_json::json!({"pod-agent.isim.dev/local": "true"});
+        template["spec"]["serviceAccountName"] = name.clone().into();
         for env in template["spec"]["containers"][0]["env"]
             .as_array_mut()
             .unwrap()
@@ -1691,6 +1719,12 @@ impl Probers {
         let api: Api<k8s_openapi::api::apps::v1::DaemonSet> =
             Api::namespaced(self.client.clone(), PROBER_NS);
         let _ = api.delete(&self.name, &DeleteParams::foreground()).await;
+        let grants: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> =
+            Api::all(self.client.clone());
+        let _ = grants.delete(&self.name, &DeleteParams::default()).await;
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(self.client.clone(), PROBER_NS);
+        let _ = accounts.delete(&self.name, &DeleteParams::default()).await;
     }
 }
 

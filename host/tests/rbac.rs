@@ -67,6 +67,8 @@ const PROBER_FILES: [&str; 3] = [
 ];
 const PROBER_ACCOUNT: &str = "nad-network-prober";
 const PROBER_POLICY: &str = "nad-network-prober-own-node";
+/// The annotation of the prober's grant that names its networks.
+const PROBE_NETWORKS: &str = "isim.dev/probe-networks";
 const PROBER_KINDS: [&str; 6] = [
     "Namespace",
     "ServiceAccount",
@@ -175,7 +177,12 @@ async fn service_account_token(admin: &Client) -> String {
 /// A fresh token of the ServiceAccount `account` (in the controller's namespace), bound to the
 /// pod `bound` if any, as kubelet mounts one: it then names the pod's node too.
 async fn token(admin: &Client, account: &str, bound: Option<&Pod>) -> String {
-    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), CONTROLLER_NS);
+    token_in(admin, CONTROLLER_NS, account, bound).await
+}
+
+/// A token of the ServiceAccount `namespace/account`, bound to `bound` when given.
+async fn token_in(admin: &Client, namespace: &str, account: &str, bound: Option<&Pod>) -> String {
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
             audiences: None,
@@ -288,16 +295,31 @@ impl Controller {
 
     /// The prober's binary (`nad-service-controller probe`), with a kubeconfig, serving on
     /// loopback port `port`.
-    fn prober(kubeconfig: &Path, dir: &Path, node: &str, network: &str, port: u16) -> Self {
+    /// The prober, as the stand-in prober pod `pod` (in the prober's namespace) on `node`,
+    /// reading its admission policy every second.
+    fn prober(
+        kubeconfig: &Path,
+        dir: &Path,
+        node: &str,
+        network: &str,
+        port: u16,
+        pod: &str,
+    ) -> Self {
         let log = dir.join("prober.log");
         let child = Command::new(env!("CARGO_BIN_EXE_nad-service-controller"))
             .args(["probe", "--node-name", node, "--network", network])
             .arg(format!("--address=127.0.0.1:{port}"))
+            .args(["--pod-name", pod, "--pod-namespace", CONTROLLER_NS])
+            .arg("--admission-policy-check-seconds=1")
             .arg("--log-filter=info,nad_service_controller=debug")
             .env("KUBECONFIG", kubeconfig)
             .env_remove("NODE_NAME")
             .env_remove("NSC_PROBE_NETWORKS")
             .env_remove("NSC_PROBE_ADDRESS")
+            .env_remove("NSC_PROBE_ADMISSION_POLICY")
+            .env_remove("NSC_PROBE_ADMISSION_POLICY_BINDING")
+            .env_remove("POD_NAME")
+            .env_remove("POD_NAMESPACE")
             .env_remove("NSC_LOG_FORMAT")
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())
@@ -944,8 +966,9 @@ async fn main_scenario(roles: Roles, launch: Launch) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The objects of `deploy/prober` and the namespace of `deploy/deploy.yaml` they go to.
-fn prober_manifest() -> Vec<Value> {
+/// The objects of `deploy/prober` and the namespace of `deploy/deploy.yaml` they go to, its
+/// grant naming `networks` (as an overlay sets them).
+fn prober_manifest(networks: &str) -> Vec<Value> {
     let mut docs: Vec<Value> = manifest(Roles::Release)
         .into_iter()
         .filter(|d| d["kind"] == "Namespace")
@@ -954,6 +977,60 @@ fn prober_manifest() -> Vec<Value> {
         let more: Vec<Value> = serde_saphyr::from_str_multiple(text).unwrap();
         docs.extend(more.into_iter().filter(|d| !d.is_null()));
     }
+    set_probe_networks(&mut docs, networks);
+    docs
+}
+
+/// Names `networks` in the annotation of the prober's grant (its ClusterRoleBinding).
+fn set_probe_networks(docs: &mut [Value], networks: &str) {
+    let grant = docs
+        .iter_mut()
+        .find(|d| d["kind"] == "ClusterRoleBinding")
+        .expect("deploy/prober has the ClusterRoleBinding");
+    grant["metadata"]["annotations"][PROBE_NETWORKS] = json!(networks);
+}
+
+/// `deploy/prober` as an operator installs it under other names: a kustomization of its own
+/// with `namespace: <namespace>` and `namePrefix: <prefix>`, rendered by kubectl's kustomize,
+/// its grant naming `networks`.
+fn renamed_prober_manifest(
+    dir: &Path,
+    namespace: &str,
+    prefix: &str,
+    networks: &str,
+) -> Vec<Value> {
+    let base = dir.join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    let prober = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/prober");
+    for entry in std::fs::read_dir(&prober).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), base.join(entry.file_name())).unwrap();
+    }
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+             namespace: {namespace}\nnamePrefix: {prefix}\nresources:\n  - base\n"
+        ),
+    )
+    .unwrap();
+    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.local/bin/kubectl");
+    let kubectl = if local.exists() {
+        local
+    } else {
+        "kubectl".into()
+    };
+    let out = Command::new(kubectl)
+        .arg("kustomize")
+        .arg(dir)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("running kubectl kustomize");
+    assert!(out.status.success(), "kubectl kustomize {}", dir.display());
+    let mut docs: Vec<Value> =
+        serde_saphyr::from_str_multiple(std::str::from_utf8(&out.stdout).unwrap()).unwrap();
+    docs.retain(|d| !d.is_null());
+    set_probe_networks(&mut docs, networks);
     docs
 }
 
@@ -963,8 +1040,12 @@ fn prober_manifest() -> Vec<Value> {
 async fn prober_pod(admin: &Client, docs: &[Value], node: &str, name: &str) -> Pod {
     let daemonset = docs
         .iter()
-        .find(|d| d["kind"] == "DaemonSet" && d["metadata"]["name"] == PROBER_ACCOUNT)
+        .find(|d| d["kind"] == "DaemonSet")
         .expect("deploy/prober has the DaemonSet");
+    let namespace = daemonset["metadata"]["namespace"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let mut pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -973,7 +1054,7 @@ async fn prober_pod(admin: &Client, docs: &[Value], node: &str, name: &str) -> P
     });
     pod["metadata"]["name"] = json!(name);
     pod["spec"]["nodeName"] = json!(node);
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), CONTROLLER_NS);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &namespace);
     let _ = pods
         .delete(name, &DeleteParams::default().grace_period(0))
         .await;
@@ -1044,12 +1125,15 @@ fn sim_nodes() -> (String, String) {
 
 /// RBAC lets the prober patch the status of any pod; the admission policy of `deploy/prober`
 /// narrows that to the pods of its own node (the node its token is bound to through its pod),
-/// and there to its own conditions, network-ready.isim.dev/<namespace>.<name>.
+/// and there to the conditions network-ready.isim.dev/<namespace>.<name> of the networks its
+/// grant names, and nothing else of the pod. (A refusal is matched by the policy's name's end:
+/// a renamed install's policy, deleted by the test before, may still answer for a few seconds,
+/// with the same rules.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_prober_writes_only_the_status_of_pods_on_its_own_node() {
     let _turn = TURN.lock().await;
     let admin = client().await;
-    let docs = prober_manifest();
+    let docs = prober_manifest("x/y");
     install(&admin, &docs, &PROBER_KINDS).await;
     let (sim, heartbeat) = Simulator::for_tests(admin.clone()).await.unwrap();
     let (node_a, node_b) = sim_nodes();
@@ -1091,12 +1175,11 @@ async fn the_prober_writes_only_the_status_of_pods_on_its_own_node() {
         }
     };
     assert!(
-        refused.contains(&format!(
-            "ValidatingAdmissionPolicy '{PROBER_POLICY}' with binding '{PROBER_POLICY}' denied request"
-        )) && refused.contains(&format!(
-            "the network prober of node {node_a} may only write the status of pods on its own \
+        refused.contains(&format!("{PROBER_POLICY}' denied request"))
+            && refused.contains(&format!(
+                "the network prober of node {node_a} may only write the status of pods on its own \
              node; pod {ns}/on-b is on node {node_b}"
-        )),
+            )),
         "{refused}"
     );
 
@@ -1131,8 +1214,14 @@ async fn the_prober_writes_only_the_status_of_pods_on_its_own_node() {
     assert_eq!(others(&flipped), others(&on_a));
     assert_eq!(condition_status(&flipped, "Ready").as_deref(), Some("True"));
 
-    // On its own node, no other condition: not kubelet's Ready, nor one of another type.
-    for (what, condition_type) in [("Ready", "Ready"), ("another type", "example.com/other")] {
+    // On its own node, no other condition: not kubelet's Ready, nor one of another type, nor
+    // the network readiness of a network it does not probe.
+    let other_network = format!("network-ready.isim.dev/{ns}.other");
+    for (what, condition_type) in [
+        ("Ready", "Ready"),
+        ("another type", "example.com/other"),
+        ("of a network it does not probe", other_network.as_str()),
+    ] {
         let message = forbidden_message(
             &format!("writing condition {what} of a pod on its node"),
             pods.patch_status(
@@ -1144,13 +1233,21 @@ async fn the_prober_writes_only_the_status_of_pods_on_its_own_node() {
         );
         assert!(
             message.contains(&format!(
-                "the network prober may only write conditions of type \
-                 network-ready.isim.dev/<namespace>.<name>; this request changes condition \
-                 {condition_type} of pod {ns}/on-a"
+                "the network prober may only write the conditions of the networks it probes \
+                 (network-ready.isim.dev/x.y); this request changes condition {condition_type} of \
+                 pod {ns}/on-a"
             )),
             "{message}"
         );
     }
+    let read_back = Api::<Pod>::namespaced(admin.clone(), &ns)
+        .get("on-a")
+        .await
+        .unwrap();
+    assert_eq!(condition_status(&read_back, &other_network), None);
+
+    // Nothing else of the pod: one refusal per kind of field, each read back unchanged.
+    refuses_every_change_but_its_condition(&pods, &admin, &ns, "on-a").await;
 
     // RBAC: the status only; not the pod itself, nor reading it one by one.
     let message = forbidden_message(
@@ -1212,6 +1309,259 @@ async fn the_prober_writes_only_the_status_of_pods_on_its_own_node() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The prober (`pods`: its client) may change nothing of pod `name` in `ns` but its own
+/// conditions: each change below, a strategic merge of its status as the prober writes, is
+/// refused naming the field, and the pod reads back (by `admin`) as it was. The field the
+/// policy names nowhere (`status.message`) stands for one a later Kubernetes adds.
+async fn refuses_every_change_but_its_condition(
+    pods: &Api<Pod>,
+    admin: &Client,
+    ns: &str,
+    name: &str,
+) {
+    let before = Api::<Pod>::namespaced(admin.clone(), ns)
+        .get(name)
+        .await
+        .unwrap();
+    for (what, patch, field) in [
+        (
+            "a label (joining another Service's selector)",
+            json!({"metadata": {"labels": {"app": "hijacked"}}}),
+            "metadata.labels",
+        ),
+        (
+            "the Multus network-status annotation (publishing an address of its choice)",
+            json!({"metadata": {"annotations": {"k8s.v1.cni.cncf.io/network-status":
+                r#"[{"name": "x/y", "interface": "net1", "ips": ["192.0.2.66"]}]"#}}}),
+            "metadata.annotations",
+        ),
+        (
+            "a finalizer (the pod can no longer be deleted)",
+            json!({"metadata": {"finalizers": ["example.com/stuck"]}}),
+            "metadata.finalizers",
+        ),
+        (
+            "the pod's addresses",
+            json!({"status": {"podIP": "10.244.0.66",
+                "podIPs": [{"ip": "10.244.0.66"}, {"$patch": "replace"}]}}),
+            "status.podIP",
+        ),
+        (
+            "the phase",
+            json!({"status": {"phase": "Failed"}}),
+            "status.phase",
+        ),
+        (
+            "a status field no rule names",
+            json!({"status": {"message": "written by the prober"}}),
+            "status.message",
+        ),
+    ] {
+        let message = forbidden_message(
+            &format!("writing {what} of pod {ns}/{name}"),
+            pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
+                .await,
+        );
+        assert!(
+            message.contains(&format!(
+                "{PROBER_POLICY}' denied request"
+            )) && message.contains("the network prober may change nothing of a pod but its network readiness conditions")
+                && message.contains(field)
+                && message.contains(&format!("of pod {ns}/{name}")),
+            "writing {what}: {message}"
+        );
+    }
+    // Owner references: the status subresource drops them itself (whatever the writer).
+    let _ = pods
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Strategic(&json!({"metadata": {"ownerReferences": [{"apiVersion": "v1",
+                "kind": "ConfigMap", "name": "owner", "uid": "1b4e28ba-2fa1-11d2-883f-0016d3cca427"}]}})),
+        )
+        .await;
+    let after = Api::<Pod>::namespaced(admin.clone(), ns)
+        .get(name)
+        .await
+        .unwrap();
+    assert_eq!(after.metadata.labels, before.metadata.labels);
+    assert_eq!(after.metadata.annotations, before.metadata.annotations);
+    assert_eq!(after.metadata.finalizers, before.metadata.finalizers);
+    assert_eq!(
+        after.metadata.owner_references,
+        before.metadata.owner_references
+    );
+    let (status, was) = (after.status.unwrap(), before.status.unwrap());
+    assert_eq!(
+        (status.pod_ip, status.phase, status.message),
+        (was.pod_ip, was.phase, was.message)
+    );
+}
+
+/// The prober installed under other names, as an operator might (kustomize `namespace:` and
+/// `namePrefix:`), is confined all the same: the policy finds the prober through its grant,
+/// whose subject kustomize renames with it, not through a user name written in the policy.
+/// (The shipped binding is taken away first, so the renamed install's own policy is the one
+/// that refuses.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prober_installed_under_other_names_is_confined_all_the_same() {
+    let _turn = TURN.lock().await;
+    let admin = client().await;
+    let dir = std::env::temp_dir().join(format!("nsc-rbac-{}-renamed", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let renamed_ns = &format!("nsc-prober-renamed-{}", std::process::id());
+    let docs = renamed_prober_manifest(&dir, renamed_ns, "renamed-", "x/y");
+    let names: Vec<String> = docs
+        .iter()
+        .map(|d| {
+            format!(
+                "{} {}",
+                d["kind"].as_str().unwrap(),
+                d["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert!(
+        names.contains(
+            &"ValidatingAdmissionPolicyBinding renamed-nad-network-prober-own-node".to_owned()
+        ),
+        "{names:?}"
+    );
+    let bindings: Api<DynamicObject> = Api::all_with(
+        admin.clone(),
+        &pinned_kind(
+            &admin,
+            &GroupVersionKind::gvk(
+                "admissionregistration.k8s.io",
+                "v1",
+                "ValidatingAdmissionPolicyBinding",
+            ),
+        )
+        .await
+        .unwrap()
+        .0,
+    );
+    let _ = bindings
+        .delete(PROBER_POLICY, &DeleteParams::default())
+        .await;
+    let namespace_doc = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": renamed_ns,
+        "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}});
+    let mut all = vec![namespace_doc];
+    all.extend(docs.iter().cloned());
+    install(&admin, &all, &PROBER_KINDS).await;
+
+    let (sim, heartbeat) = Simulator::for_tests(admin.clone()).await.unwrap();
+    let (node_a, _) = sim_nodes();
+    let ns = namespace(&admin, "prober-renamed").await;
+    pod_on(&sim, &ns, "on-a", &node_a, "web").await;
+    let stand_in = format!("renamed-prober-{}", std::process::id());
+    let prober_pod = prober_pod(&admin, &docs, &node_a, &stand_in).await;
+    let bound = token_in(
+        &admin,
+        renamed_ns,
+        "renamed-nad-network-prober",
+        Some(&prober_pod),
+    )
+    .await;
+    let prober = client_for(&service_account_kubeconfig(&bound, &dir)).await;
+    let pods: Api<Pod> = Api::namespaced(prober.clone(), &ns);
+
+    // Until the renamed policy takes effect (and the shipped one's binding, deleted, stops
+    // answering), wait for the renamed policy's refusal; a label written meanwhile is undone.
+    let deadline = tokio::time::Instant::now() + support::WAIT;
+    let message = loop {
+        let result = pods
+            .patch_status(
+                "on-a",
+                &PatchParams::default(),
+                &Patch::Strategic(&json!({"metadata": {"labels": {"app": "hijacked"}}})),
+            )
+            .await;
+        match result {
+            Err(kube::Error::Api(status))
+                if status.code == 403 && status.message.contains("'renamed-") =>
+            {
+                break status.message;
+            }
+            Err(kube::Error::Api(status)) if status.code == 403 => {}
+            Err(e) => panic!("patching a label as the renamed prober: {e}"),
+            Ok(_) => {
+                Api::<Pod>::namespaced(admin.clone(), &ns)
+                    .patch(
+                        "on-a",
+                        &PatchParams::default(),
+                        &Patch::Merge(&json!({"metadata": {"labels": {"app": "web"}}})),
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the renamed install's policy did not refuse its prober a label within {:?}",
+            support::WAIT
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        message.contains("ValidatingAdmissionPolicy 'renamed-nad-network-prober-own-node' with binding 'renamed-nad-network-prober-own-node' denied request")
+            && message.contains("this request changes metadata.labels"),
+        "{message}"
+    );
+    // Its own condition it writes.
+    let written = pods
+        .patch_status(
+            "on-a",
+            &PatchParams::default(),
+            &Patch::Strategic(&condition_patch("network-ready.isim.dev/x.y", "True")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        condition_status(&written, "network-ready.isim.dev/x.y").as_deref(),
+        Some("True")
+    );
+
+    heartbeat.abort();
+    for doc in docs.iter().filter(|d| d["kind"] != "DaemonSet") {
+        delete_doc(&admin, doc).await;
+    }
+    let _ = Api::<Namespace>::all(admin.clone())
+        .delete(renamed_ns, &DeleteParams::default())
+        .await;
+    // The shipped policy's binding back, as the other tests expect it.
+    install(
+        &admin,
+        &prober_manifest(""),
+        &["ValidatingAdmissionPolicyBinding"],
+    )
+    .await;
+    node_sim::delete_test_namespace(&admin, &ns).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Deletes the object `doc` describes, if it is there.
+async fn delete_doc(admin: &Client, doc: &Value) {
+    let (group, version) = match doc["apiVersion"].as_str().unwrap().split_once('/') {
+        Some((g, v)) => (g.to_owned(), v.to_owned()),
+        None => (
+            String::new(),
+            doc["apiVersion"].as_str().unwrap().to_owned(),
+        ),
+    };
+    let kind = doc["kind"].as_str().unwrap();
+    let (resource, caps) = pinned_kind(admin, &GroupVersionKind::gvk(&group, &version, kind))
+        .await
+        .unwrap();
+    let name = doc["metadata"]["name"].as_str().unwrap();
+    // kustomize gives cluster-scoped policies a namespace too (kubernetes-sigs/kustomize#6051).
+    let api: Api<DynamicObject> = match (caps.scope, doc["metadata"]["namespace"].as_str()) {
+        (Scope::Namespaced, Some(ns)) => Api::namespaced_with(admin.clone(), ns, &resource),
+        _ => Api::all_with(admin.clone(), &resource),
+    };
+    let _ = api.delete(name, &DeleteParams::default()).await;
+}
+
 /// GET `path` from 127.0.0.1:`port`: the status code and body, `None` while nothing answers.
 async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -1242,7 +1592,7 @@ async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 async fn the_probers_cluster_role_is_enough_to_run_the_prober() {
     let _turn = TURN.lock().await;
     let admin = client().await;
-    let docs = prober_manifest();
+    let docs = prober_manifest("");
     install(&admin, &docs, &PROBER_KINDS).await;
     let (sim, heartbeat) = Simulator::for_tests(admin.clone()).await.unwrap();
     let (node_a, _) = sim_nodes();
@@ -1261,7 +1611,7 @@ async fn the_probers_cluster_role_is_enough_to_run_the_prober() {
         .local_addr()
         .unwrap()
         .port();
-    let prober = Controller::prober(&kubeconfig, &dir, &node_a, &network, port);
+    let prober = Controller::prober(&kubeconfig, &dir, &node_a, &network, port, &stand_in);
 
     // Services and the node's pods (list, watch).
     let deadline = tokio::time::Instant::now() + support::WAIT;
@@ -1283,6 +1633,85 @@ async fn the_probers_cluster_role_is_enough_to_run_the_prober() {
         metrics.contains(&format!("nad_prober_targets{{network=\"{network}\"}} 0")),
         "nothing published, nothing probed:\n{metrics}"
     );
+    // Its admission policy and binding, read by name: in force.
+    let in_force = |value: u8| {
+        let line = format!("nad_prober_admission_policy_in_force {value}");
+        async move {
+            let (_, metrics) = http_get(port, "/metrics").await?;
+            metrics.lines().any(|l| l == line).then_some(())
+        }
+    };
+    eventually("the prober's admission policy in force", || in_force(1)).await;
+    let events = |reason: &'static str| {
+        let admin = admin.clone();
+        let stand_in = stand_in.clone();
+        async move {
+            Api::<Event>::namespaced(admin, CONTROLLER_NS)
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(&stand_in)
+                })
+        }
+    };
+    eventually(
+        "an AdmissionPolicyInForce Event on the prober's pod",
+        || events("AdmissionPolicyInForce"),
+    )
+    .await;
+    // Without its binding, the policy enforces nothing: the prober fails closed (it writes no
+    // condition), and says so in its log, on its pod and in its metrics.
+    let bindings: Api<DynamicObject> = Api::all_with(
+        admin.clone(),
+        &pinned_kind(
+            &admin,
+            &GroupVersionKind::gvk(
+                "admissionregistration.k8s.io",
+                "v1",
+                "ValidatingAdmissionPolicyBinding",
+            ),
+        )
+        .await
+        .unwrap()
+        .0,
+    );
+    bindings
+        .delete(PROBER_POLICY, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the prober's admission policy not in force", || in_force(0)).await;
+    let missing = eventually(
+        "an AdmissionPolicyMissing Event on the prober's pod",
+        || events("AdmissionPolicyMissing"),
+    )
+    .await;
+    assert_eq!(missing.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        missing.note.as_deref(),
+        Some(
+            format!(
+                "Writing no network readiness condition: the ValidatingAdmissionPolicyBinding \
+             {PROBER_POLICY} does not exist, so the policy {PROBER_POLICY} is not enforced: apply \
+             deploy/prober/admission-policy.yaml (or the Helm chart's prober), or give \
+             --admission-policy and --admission-policy-binding the names it was applied with"
+            )
+            .as_str()
+        )
+    );
+    assert!(
+        prober.log().contains("the admission policy that confines this prober's writes is not in force: writing no condition until it is"),
+        "{}",
+        prober.log()
+    );
+    install(&admin, &docs, &["ValidatingAdmissionPolicyBinding"]).await;
+    eventually("the prober's admission policy in force again", || {
+        in_force(1)
+    })
+    .await;
     // Events (create), as the prober publishes one on a pod whose readiness flips.
     let as_prober = client_for(&kubeconfig).await;
     let event: Event = serde_json::from_value(json!({

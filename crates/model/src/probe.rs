@@ -72,14 +72,23 @@ pub enum Check {
     ServicePorts,
     /// A TCP connect to this port.
     Tcp(Port),
-    /// `GET path` on this port over HTTP; success is `status` when given, else 200 to 399
-    /// (as kubelet).
+    /// `GET path` on this port over HTTP, with `headers` (name, value) beside the prober's
+    /// own; success is `status` when given, else 200 to 399 (as kubelet).
     Http {
         port: Port,
         path: String,
+        headers: Vec<(String, String)>,
         status: Option<u16>,
     },
 }
+
+/// The longest `httpGet.path`, header name and header value, and the most headers: what
+/// goes into a request line and its headers is written by a Service's owner and sent by every
+/// prober to every pod, so it is kept small and free of anything that would end a line.
+pub const MAX_PATH_BYTES: usize = 2048;
+pub const MAX_HEADER_NAME_BYTES: usize = 128;
+pub const MAX_HEADER_VALUE_BYTES: usize = 1024;
+pub const MAX_HEADERS: usize = 16;
 
 /// When a probe runs and when a pod counts as answering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -127,7 +136,16 @@ struct HttpGet {
     #[serde(default)]
     path: Option<String>,
     #[serde(default)]
+    http_headers: Vec<HttpHeader>,
+    #[serde(default)]
     expected_status: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HttpHeader {
+    name: String,
+    value: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -238,9 +256,22 @@ fn read_http_get(http: &HttpGet, problems: &mut Vec<String>) -> Option<Check> {
     let path = http.path.clone().unwrap_or_else(|| "/".to_owned());
     if !path.starts_with('/') {
         problems.push(format!(
-            "{ANNOTATION}: httpGet.path is {path:?}; it must start with '/'"
+            "{ANNOTATION}: httpGet.path is {:?}; it must start with '/'",
+            excerpt(&path)
+        ));
+    } else if path.len() > MAX_PATH_BYTES {
+        problems.push(format!(
+            "{ANNOTATION}: httpGet.path is {} bytes long, more than {MAX_PATH_BYTES}",
+            path.len()
+        ));
+    } else if let Some(c) = path.chars().find(|c| !c.is_ascii_graphic()) {
+        problems.push(format!(
+            "{ANNOTATION}: httpGet.path {:?} has {c:?}, which cannot go in a request line: \
+             percent-encode it (a space is %20)",
+            excerpt(&path)
         ));
     }
+    let headers = read_headers(&http.http_headers, problems);
     let status = match http.expected_status {
         None => None,
         Some(s) if (100..=599).contains(&s) => u16::try_from(s).ok(),
@@ -251,7 +282,63 @@ fn read_http_get(http: &HttpGet, problems: &mut Vec<String>) -> Option<Check> {
             None
         }
     };
-    port.map(|port| Check::Http { port, path, status })
+    port.map(|port| Check::Http {
+        port,
+        path,
+        headers,
+        status,
+    })
+}
+
+/// The `httpGet.httpHeaders` as (name, value); a name that is not an HTTP token, a value with
+/// a control character (a CR or LF would start another header), or one too long is a problem
+/// naming the entry.
+fn read_headers(written: &[HttpHeader], problems: &mut Vec<String>) -> Vec<(String, String)> {
+    if written.len() > MAX_HEADERS {
+        problems.push(format!(
+            "{ANNOTATION}: httpGet.httpHeaders has {} entries, more than {MAX_HEADERS}",
+            written.len()
+        ));
+        return Vec::new();
+    }
+    let mut headers = Vec::new();
+    for (i, header) in written.iter().enumerate() {
+        let field = format!("{ANNOTATION}: httpGet.httpHeaders[{i}]");
+        let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+        if header.name.is_empty()
+            || header.name.len() > MAX_HEADER_NAME_BYTES
+            || !header.name.chars().all(token)
+        {
+            problems.push(format!(
+                "{field}.name is {:?}: give a header name (letters, digits and !#$%&'*+-.^_`|~, up \
+                 to {MAX_HEADER_NAME_BYTES} bytes)",
+                excerpt(&header.name)
+            ));
+        } else if header.value.len() > MAX_HEADER_VALUE_BYTES {
+            problems.push(format!(
+                "{field}.value is {} bytes long, more than {MAX_HEADER_VALUE_BYTES}",
+                header.value.len()
+            ));
+        } else if let Some(c) = header.value.chars().find(|c| c.is_control() && *c != '\t') {
+            problems.push(format!(
+                "{field}.value {:?} has {c:?}: a header value cannot hold a control character \
+                 (a CR or LF would end the header)",
+                excerpt(&header.value)
+            ));
+        } else {
+            headers.push((header.name.clone(), header.value.clone()));
+        }
+    }
+    headers
+}
+
+/// At most the first 64 characters of `text`, for a message.
+fn excerpt(text: &str) -> String {
+    let mut out: String = text.chars().take(64).collect();
+    if out.len() < text.len() {
+        out.push('…');
+    }
+    out
 }
 
 /// A handler's port: a number from 1 to 65535 or a container port name; `None` (and a
@@ -313,7 +400,8 @@ mod tests {
     #[test]
     fn kubelets_fields_are_read() {
         let (spec, problems) = parse(Some(
-            r#"{"httpGet": {"path": "/healthz", "port": "http", "expectedStatus": 204},
+            r#"{"httpGet": {"path": "/healthz", "port": "http", "expectedStatus": 204,
+                            "httpHeaders": [{"name": "X-Probe", "value": "network\tready"}]},
                 "periodSeconds": 5, "timeoutSeconds": 2, "successThreshold": 2, "failureThreshold": 4}"#,
         ));
         assert!(problems.is_empty(), "{problems:?}");
@@ -322,6 +410,7 @@ mod tests {
             Check::Http {
                 port: Port::Name("http".into()),
                 path: "/healthz".into(),
+                headers: vec![("X-Probe".into(), "network\tready".into())],
                 status: Some(204)
             }
         );
@@ -368,6 +457,22 @@ mod tests {
             (
                 r#"{"httpGet": {"port": 80, "path": "healthz"}}"#,
                 "httpGet.path is \"healthz\"",
+            ),
+            (
+                r#"{"httpGet": {"port": 80, "path": "/a b"}}"#,
+                "httpGet.path \"/a b\" has ' ', which cannot go in a request line",
+            ),
+            (
+                r#"{"httpGet": {"port": 80, "path": "/ok\r\nX-Injected: 1"}}"#,
+                "has '\\r', which cannot go in a request line",
+            ),
+            (
+                r#"{"httpGet": {"port": 80, "httpHeaders": [{"name": "X-A", "value": "1\r\nX-B: 2"}]}}"#,
+                "httpGet.httpHeaders[0].value \"1\\r\\nX-B: 2\" has '\\r': a header value cannot hold a control character",
+            ),
+            (
+                r#"{"httpGet": {"port": 80, "httpHeaders": [{"name": "X A", "value": "1"}]}}"#,
+                "httpGet.httpHeaders[0].name is \"X A\": give a header name",
             ),
             (
                 r#"{"httpGet": {"port": 80, "expectedStatus": 42}}"#,

@@ -39,10 +39,15 @@ pub enum Reason {
     NetworkUnready,
     /// On a pod, from the network prober: it answers on a secondary network again.
     NetworkReady,
+    /// On the network prober's own pod: the admission policy that confines its writes, or its
+    /// binding, is not in force, so it writes no condition until it is.
+    AdmissionPolicyMissing,
+    /// On the network prober's own pod: the admission policy is in force (again); it writes.
+    AdmissionPolicyInForce,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 16] = [
         Reason::PluginFailed,
         Reason::UnknownPlugin,
         Reason::PluginLoadFailed,
@@ -57,6 +62,8 @@ impl Reason {
         Reason::InvalidProbe,
         Reason::NetworkUnready,
         Reason::NetworkReady,
+        Reason::AdmissionPolicyMissing,
+        Reason::AdmissionPolicyInForce,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -75,6 +82,8 @@ impl Reason {
             Reason::InvalidProbe => "InvalidProbe",
             Reason::NetworkUnready => "NetworkUnready",
             Reason::NetworkReady => "NetworkReady",
+            Reason::AdmissionPolicyMissing => "AdmissionPolicyMissing",
+            Reason::AdmissionPolicyInForce => "AdmissionPolicyInForce",
         }
     }
 }

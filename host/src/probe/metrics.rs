@@ -48,6 +48,7 @@ pub struct ProbeMetrics {
     writes: Family<WriteLabels, Counter>,
     targets: Family<NetworkLabels, Gauge>,
     last_probe: Gauge<f64, std::sync::atomic::AtomicU64>,
+    guarded: Gauge,
 }
 
 impl Default for ProbeMetrics {
@@ -85,8 +86,15 @@ impl Default for ProbeMetrics {
             "When this prober last finished a probe (Unix time); stale while it probes nothing or hangs",
             last_probe.clone(),
         );
+        let guarded = Gauge::default();
+        registry.register(
+            "admission_policy_in_force",
+            "1 while the admission policy that confines this prober's writes and its binding are in force; 0 while not, and then it writes no condition",
+            guarded.clone(),
+        );
         ProbeMetrics {
             registry,
+            guarded,
             probes,
             duration,
             writes,
@@ -137,6 +145,11 @@ impl ProbeMetrics {
                 network: network.to_owned(),
             })
             .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// Whether the admission policy is in force (see [`super::guard`]).
+    pub fn set_guarded(&self, in_force: bool) {
+        self.guarded.set(i64::from(in_force));
     }
 
     pub fn encode(&self) -> String {

@@ -14,9 +14,11 @@
 //! - [`targets`]: which pods, addresses and checks (pure);
 //! - [`tracker`]: the success and failure thresholds (pure);
 //! - [`check`]: one TCP or HTTP attempt;
+//! - [`guard`]: no write while the admission policy that confines the writes is not in force;
 //! - [`run`]: the watches, the probe tasks and the writes; [`metrics`].
 
 pub mod check;
+pub mod guard;
 pub mod metrics;
 pub mod run;
 pub use nad_model::probe as spec;
@@ -24,7 +26,7 @@ pub mod targets;
 pub mod tracker;
 
 use std::{
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -33,6 +35,7 @@ use std::{
 
 use anyhow::Context as _;
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 
 use crate::telemetry::LogFormat;
@@ -51,9 +54,42 @@ pub struct ProbeArgs {
           value_parser = parse_network)]
     pub networks: Vec<String>,
 
-    /// Address of /healthz, /readyz and /metrics.
-    #[arg(long, env = "NSC_PROBE_ADDRESS", default_value = "0.0.0.0:9090")]
+    /// Address of /healthz, /readyz and /metrics: `<ip>:<port>`, an IPv6 address with or
+    /// without brackets. Never every interface: the prober's pod is attached to tenant networks,
+    /// so the DaemonSet gives its primary-network address (`$(POD_IP):9090`).
+    #[arg(long, env = "NSC_PROBE_ADDRESS", default_value = "127.0.0.1:9090",
+          value_parser = parse_address)]
     pub address: SocketAddr,
+
+    /// The ValidatingAdmissionPolicy that confines this prober's writes; it writes no
+    /// condition while the policy is missing or not enforcing.
+    #[arg(
+        long,
+        env = "NSC_PROBE_ADMISSION_POLICY",
+        default_value = "nad-network-prober-own-node"
+    )]
+    pub admission_policy: String,
+
+    /// The policy's ValidatingAdmissionPolicyBinding.
+    #[arg(
+        long,
+        env = "NSC_PROBE_ADMISSION_POLICY_BINDING",
+        default_value = "nad-network-prober-own-node"
+    )]
+    pub admission_policy_binding: String,
+
+    /// How often the policy and its binding are read (seconds).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub admission_policy_check_seconds: u64,
+
+    /// The prober's own pod (`metadata.name` through the downward API), on which it tells of
+    /// the admission policy with Events.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+
+    /// The namespace of the prober's own pod.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub pod_namespace: Option<String>,
 
     /// Log format.
     #[arg(long, env = "NSC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -74,6 +110,22 @@ fn parse_network(value: &str) -> Result<String, String> {
             "{value:?} is not <namespace>/<name> of a NetworkAttachmentDefinition"
         )),
     }
+}
+
+/// `<ip>:<port>`; an IPv6 address may come without brackets (`$(POD_IP):9090`).
+fn parse_address(value: &str) -> Result<SocketAddr, String> {
+    if let Ok(address) = value.parse() {
+        return Ok(address);
+    }
+    value
+        .rsplit_once(':')
+        .and_then(|(ip, port)| {
+            Some(SocketAddr::new(
+                ip.parse::<IpAddr>().ok()?,
+                port.parse().ok()?,
+            ))
+        })
+        .ok_or_else(|| format!("{value:?} is not <ip>:<port>"))
 }
 
 #[derive(Clone)]
@@ -134,5 +186,36 @@ pub async fn main(
         }
     });
     tracing::info!(node = %args.node_name, networks = ?args.networks, address = %args.address, "probing");
-    run::run(client, args.node_name, args.networks, metrics, ready, stop).await
+    let in_force = Arc::new(AtomicBool::new(false));
+    let own_pod = args.pod_name.as_ref().map(|name| ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(name.clone()),
+        namespace: args.pod_namespace.clone(),
+        ..ObjectReference::default()
+    });
+    let guard = guard::watch(
+        client.clone(),
+        guard::Names {
+            policy: args.admission_policy,
+            binding: args.admission_policy_binding,
+        },
+        std::time::Duration::from_secs(args.admission_policy_check_seconds),
+        in_force.clone(),
+        metrics.clone(),
+        run::recorder(&client, &args.node_name),
+        own_pod,
+    );
+    let run = run::run(
+        client,
+        args.node_name,
+        args.networks,
+        run::Gates { ready, in_force },
+        metrics,
+        stop,
+    );
+    tokio::select! {
+        () = guard => Ok(()),
+        result = run => result,
+    }
 }

@@ -60,6 +60,26 @@ struct Shared {
     client: Client,
     recorder: Recorder,
     metrics: Arc<ProbeMetrics>,
+    /// Whether the admission policy that confines the writes is in force ([`super::guard`]).
+    in_force: Arc<AtomicBool>,
+}
+
+/// What the prober's state says to others: `ready` turns true once every watch has listed;
+/// `in_force` (set by [`super::guard`]) lets conditions be written.
+pub struct Gates {
+    pub ready: Arc<AtomicBool>,
+    pub in_force: Arc<AtomicBool>,
+}
+
+/// The prober's Event recorder: the reporting controller, and its node as the instance.
+pub fn recorder(client: &Client, node: &str) -> Recorder {
+    Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: REPORTER.into(),
+            instance: Some(node.to_owned()),
+        },
+    )
 }
 
 /// A running probe task and what it probes.
@@ -68,16 +88,16 @@ struct Running {
     task: JoinHandle<()>,
 }
 
-/// Probes the pods of `node` on `networks` until `stop` resolves; `ready` turns true once
-/// every watch has listed.
+/// Probes the pods of `node` on `networks` until `stop` resolves.
 pub async fn run(
     client: Client,
     node: String,
     networks: Vec<String>,
+    gates: Gates,
     metrics: Arc<ProbeMetrics>,
-    ready: Arc<AtomicBool>,
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    let Gates { ready, in_force } = gates;
     let changed = Arc::new(Notify::new());
     let (services, services_writer) = reflector::store::<Service>();
     let (pods, pods_writer) = reflector::store::<Pod>();
@@ -104,15 +124,10 @@ pub async fn run(
     .default_backoff()
     .reflect(slices_writer);
     let shared = Arc::new(Shared {
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: REPORTER.into(),
-                instance: Some(node.clone()),
-            },
-        ),
+        recorder: recorder(&client, &node),
         client,
         metrics,
+        in_force,
     });
     let plan = async {
         let mut running: BTreeMap<TargetKey, Running> = BTreeMap::new();
@@ -260,8 +275,15 @@ async fn probe(shared: Arc<Shared>, key: TargetKey, target: Target) {
         let Some(status) = tracker.record(failure.is_none(), &timing) else {
             continue;
         };
+        if !shared.in_force.load(Ordering::Relaxed) {
+            // Not written, so tried again at the next probe (the guard tells why, once).
+            tracing::debug!(pod = %format!("{namespace}/{name}"), network, ready = status, "not written: the admission policy is not in force");
+            tracker.unwrite(before);
+            continue;
+        }
         let (reason, message) =
             condition_text(&target, &checks, failure.as_deref(), tracker.failures());
+        let message = bounded(message);
         let written =
             write_condition(&shared, &key, &condition_type, status, reason, &message).await;
         match written {
@@ -317,6 +339,19 @@ fn condition_text(
             format!("{failure} ({failures} failures in a row, probed every {period}s)"),
         ),
     }
+}
+
+/// The most of a condition's message: what a pod answered is quoted in it, cut short already
+/// ([`check::MAX_QUOTED_CHARS`]); this bounds the whole.
+pub const MAX_MESSAGE_CHARS: usize = 1024;
+
+fn bounded(message: String) -> String {
+    if message.chars().count() <= MAX_MESSAGE_CHARS {
+        return message;
+    }
+    let mut cut: String = message.chars().take(MAX_MESSAGE_CHARS - 1).collect();
+    cut.push('…');
+    cut
 }
 
 /// The Event that tells of a flip from `before` to `status` on `network`: a warning when the

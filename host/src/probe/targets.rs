@@ -39,6 +39,7 @@ pub enum Resolved {
     Http {
         port: u16,
         path: String,
+        headers: Vec<(String, String)>,
         status: Option<u16>,
     },
 }
@@ -251,12 +252,14 @@ fn resolve(
         Check::Http {
             port: p,
             path,
+            headers,
             status,
         } => match port(p) {
             Ok(port) => (
                 vec![Resolved::Http {
                     port,
                     path: path.clone(),
+                    headers: headers.clone(),
                     status: *status,
                 }],
                 None,
@@ -413,6 +416,7 @@ mod tests {
                 Resolved::Http {
                     port: 8080,
                     path: "/ready".into(),
+                    headers: Vec::new(),
                     status: None
                 }
             ]
