@@ -104,6 +104,67 @@ enum Launch {
     Image,
 }
 
+/// One verb a shipped role grants: on which resource (with its `resourceNames`, if any), in
+/// which role of the manifest.
+#[derive(Debug, Clone)]
+struct Grant {
+    role: usize,
+    api_group: String,
+    resource: String,
+    names: Option<Value>,
+    verb: String,
+}
+
+/// Every verb each role of `docs` grants, one per resource.
+fn grants(docs: &[Value]) -> Vec<Grant> {
+    let mut all = Vec::new();
+    for (role, doc) in docs.iter().enumerate() {
+        if !matches!(doc["kind"].as_str(), Some("ClusterRole" | "Role")) {
+            continue;
+        }
+        for rule in doc["rules"].as_array().unwrap() {
+            for group in rule["apiGroups"].as_array().unwrap() {
+                for resource in rule["resources"].as_array().unwrap() {
+                    for verb in rule["verbs"].as_array().unwrap() {
+                        all.push(Grant {
+                            role,
+                            api_group: group.as_str().unwrap().to_owned(),
+                            resource: resource.as_str().unwrap().to_owned(),
+                            names: rule.get("resourceNames").cloned(),
+                            verb: verb.as_str().unwrap().to_owned(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    all
+}
+
+/// `docs` with the roles granting every verb of `grants` but `without`, one rule per verb.
+fn roles_without(docs: &[Value], grants: &[Grant], without: &Grant) -> Vec<Value> {
+    let mut docs = docs.to_vec();
+    for (role, doc) in docs.iter_mut().enumerate() {
+        if !matches!(doc["kind"].as_str(), Some("ClusterRole" | "Role")) {
+            continue;
+        }
+        let rules: Vec<Value> = grants
+            .iter()
+            .filter(|g| g.role == role && !std::ptr::eq(*g, without))
+            .map(|g| {
+                let mut rule = json!({"apiGroups": [g.api_group], "resources": [g.resource],
+                                      "verbs": [g.verb]});
+                if let Some(names) = &g.names {
+                    rule["resourceNames"] = names.clone();
+                }
+                rule
+            })
+            .collect();
+        doc["rules"] = json!(rules);
+    }
+    docs
+}
+
 fn manifest(roles: Roles) -> Vec<Value> {
     let text = match roles {
         Roles::Release => MANIFEST.to_owned(),
@@ -294,8 +355,7 @@ impl Controller {
     }
 
     /// The prober's binary (`nad-service-controller probe`), with a kubeconfig, serving on
-    /// loopback port `port`.
-    /// The prober, as the stand-in prober pod `pod` (in the prober's namespace) on `node`,
+    /// loopback port `port`, as the stand-in prober pod `pod` (in the prober's namespace) on `node`,
     /// reading its admission policy every second.
     fn prober(
         kubeconfig: &Path,
@@ -543,6 +603,133 @@ async fn image_bundle(admin: &Client, token: &str, dir: &Path, identity: &str) -
     )
     .unwrap();
     bundle
+}
+
+/// No verb of the shipped roles is there for nothing: with any one of them taken away (and the
+/// rest as shipped), the controller is refused that very call (its log says `cannot <verb>
+/// resource "<resource>"`) while it does its ordinary work: start (the plugin ConfigMaps and the
+/// registry Secret read by name, its Lease), watch, publish a Service's pods (a new slice), follow
+/// a pod's readiness (a changed one), warn about an invalid Service (an Event, and its repeat) and
+/// delete the slice it had for it, and renew its Lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_verb_of_the_shipped_roles_is_one_the_controller_calls() {
+    let _turn = TURN.lock().await;
+    let admin = client().await;
+    let docs = manifest(Roles::Release);
+    let all = grants(&docs);
+    assert!(all.len() > 10, "{all:?}");
+    install_rbac(&admin, &docs).await;
+    let dir = std::env::temp_dir().join(format!("nsc-rbac-{}-needed", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = service_account_kubeconfig(&service_account_token(&admin).await, &dir);
+    let ns = namespace(&admin, "rbac-needed").await;
+    let sim = std::sync::Arc::new(Simulator::new(admin.clone(), node_sim::Config::default()));
+    sim.ensure_nodes().await.unwrap();
+    let heartbeat = tokio::spawn({
+        let sim = sim.clone();
+        async move {
+            let _ = sim.heartbeat().await;
+        }
+    });
+    let services: Api<Service> = Api::namespaced(admin.clone(), &ns);
+    let slices: Api<EndpointSlice> = Api::namespaced(admin.clone(), &ns);
+    for (name, spec) in [
+        (
+            "web",
+            json!({"clusterIP": "None", "ports": [{"name": "http", "port": 80}]}),
+        ),
+        ("clustered", json!({"ports": [{"port": 80}]})),
+    ] {
+        let service = json!({"metadata": {"name": name, "annotations": {"isim.dev/network": "macvlan"}},
+                             "spec": spec});
+        services
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(service).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let pod = json!({
+        "metadata": {"name": "web-a", "labels": {"app": "web"},
+                     "annotations": {"k8s.v1.cni.cncf.io/networks": "macvlan"}},
+        "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]},
+    });
+    Api::<Pod>::namespaced(admin.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(pod).unwrap(),
+        )
+        .await
+        .unwrap();
+    sim.start_pod(&ns, "web-a", true).await.unwrap();
+
+    for (i, grant) in all.iter().enumerate() {
+        // Pods arrive as a watch stream (WatchList, on by default since Kubernetes 1.32); list
+        // is for an API server with it turned off, which the controller lists page by page
+        // (host/src/watch/pods.rs), and this one has it on.
+        if (grant.resource.as_str(), grant.verb.as_str()) == ("pods", "list") {
+            continue;
+        }
+        install_rbac(&admin, &roles_without(&docs, &all, grant)).await;
+        // Its work to do again: no Lease, no slice of web, a slice of its own for the Service
+        // it cannot serve (to delete).
+        let _ = Api::<Lease>::namespaced(admin.clone(), CONTROLLER_NS)
+            .delete(LEASE, &DeleteParams::default())
+            .await;
+        let _ = slices
+            .delete_collection(
+                &DeleteParams::default(),
+                &ListParams::default().labels("kubernetes.io/service-name"),
+            )
+            .await;
+        let orphan: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": "orphan", "labels": {
+                "kubernetes.io/service-name": "clustered",
+                "endpointslice.kubernetes.io/managed-by": "nad-service-controller.isim.dev"}},
+            "addressType": "IPv4", "endpoints": [],
+        }))
+        .unwrap();
+        slices
+            .create(&PostParams::default(), &orphan)
+            .await
+            .unwrap();
+        let identity = format!("rbac-needed-{}-{i}", std::process::id());
+        let controller = Controller::binary(&kubeconfig, &dir, &identity);
+        let refused = format!("cannot {} resource \"{}\"", grant.verb, grant.resource);
+        let deadline = tokio::time::Instant::now() + support::WAIT;
+        let mut ready = true;
+        while !controller.log().contains(&refused) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "without {} on {} (of {}), the controller was never refused it within {:?}: \
+                 the role grants a verb it does not use. Its log:\n{}",
+                grant.verb,
+                grant.resource,
+                docs[grant.role]["metadata"]["name"],
+                support::WAIT,
+                controller.log()
+            );
+            // Work that needs the verbs of a running controller: a readiness flip, a repeat.
+            ready = !ready;
+            sim.set_ready(&ns, "web-a", ready).await.unwrap();
+            let touch = json!({"metadata": {"labels": {"touched": ready.to_string()}}});
+            services
+                .patch("clustered", &PatchParams::default(), &Patch::Merge(&touch))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        drop(controller);
+    }
+
+    install_rbac(&admin, &docs).await;
+    heartbeat.abort();
+    let _ = Api::<Lease>::namespaced(admin.clone(), CONTROLLER_NS)
+        .delete(LEASE, &DeleteParams::default())
+        .await;
+    node_sim::delete_test_namespace(&admin, &ns).await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 async fn main_scenario(roles: Roles, launch: Launch) {

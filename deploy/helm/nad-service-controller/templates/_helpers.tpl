@@ -162,10 +162,11 @@ A file of files/ (a link into deploy/monitoring/, the one copy), refused when mi
 
 {{/* What the controller writes: in the ClusterRole, or in the Role of watchNamespace. */}}
 {{- define "nsc.namespacedRules" -}}
-# Owned: the Services' EndpointSlices (server-side apply, orphan clean-up, restoring edits).
+# Owned: the Services' EndpointSlices. Watched; written by server-side apply (a patch, and
+# create for a new slice); orphans deleted.
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]
-  verbs: [get, list, watch, create, update, patch, delete]
+  verbs: [list, watch, create, patch, delete]
 # Warnings on the Services it cannot serve (invalid Service, plugin failures).
 - apiGroups: [events.k8s.io]
   resources: [events]
