@@ -1980,6 +1980,118 @@ async fn the_network_condition_reaches_apps_bound_to_the_primary_and_readiness_g
     plane.finish().await;
 }
 
+/// A tenant's pod that answers a probe without end costs the prober a bounded read: one that
+/// sends its status line forever (no line end, as fast as the link goes) is `False` with
+/// "the status line is longer than 1024 bytes", one whose headers never end is `True` (only the
+/// status line is read), and the probers' peak resident memory (VmHWM) stays far under their
+/// 64 MiB limit while both are probed every second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_that_answers_without_end_costs_the_prober_a_bounded_read() {
+    let plane = Plane::new("hostile").await;
+    let probers = plane.probers().await;
+    let ns = plane.ns.clone();
+    let pods: Api<Pod> = Api::namespaced(plane.client.clone(), &ns);
+    let services: Api<Service> = Api::namespaced(plane.client.clone(), &ns);
+    let script = r#"
+import socket, sys, threading
+mode = sys.argv[1]
+def answer(conn):
+    try:
+        conn.recv(65536)
+        if mode == "endless-line":
+            chunk = b"A" * 65536
+            while True:
+                conn.sendall(chunk)
+        conn.sendall(b"HTTP/1.1 200 OK\r\n")
+        while True:
+            conn.sendall(b"X-More: " + b"y" * 1000 + b"\r\n")
+    except OSError:
+        pass
+    finally:
+        conn.close()
+server = socket.create_server(("::", 8080), family=socket.AF_INET6, dualstack_ipv6=True)
+while True:
+    conn, _ = server.accept()
+    threading.Thread(target=answer, args=(conn,), daemon=True).start()
+"#;
+    for name in ["endless-line", "endless-headers"] {
+        services
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name, "annotations": {"isim.dev/network": "macvlan",
+                        "isim.dev/probe": r#"{"httpGet": {"port": 8080}, "periodSeconds": 1, "failureThreshold": 1}"#}},
+                    "spec": {"clusterIP": "None", "ports": [{"port": 8080}]}}))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+        pods.create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "labels": {"app": name},
+                             "annotations": {"k8s.v1.cni.cncf.io/networks": "macvlan"}},
+                "spec": {"containers": [{"name": "tenant", "image": "python:3",
+                    "command": ["python3", "-c", script, name],
+                    "ports": [{"containerPort": 8080}]}]}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    let pod = plane.network_ready_is("endless-line", "False").await;
+    let message = network_ready(&pod, &ns)
+        .and_then(|c| c.message)
+        .unwrap_or_default();
+    assert!(
+        message.contains("GET /: the status line is longer than 1024 bytes (\"AAAA")
+            && message.len() < 400,
+        "{message}"
+    );
+    plane.network_ready_is("endless-headers", "True").await;
+    // Ten more rounds of both, then the probers' memory, read from /proc by their network.
+    let at_start = probers.probes(&plane, "endless-headers").await;
+    eventually("ten more probe rounds", || async {
+        (probers.probes(&plane, "endless-headers").await >= at_start + 20).then_some(())
+    })
+    .await;
+    let wanted = format!("NSC_PROBE_NETWORKS={ns}/macvlan");
+    let mut peaks = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if !environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes()) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue;
+        };
+        let kib = |key: &str| -> u64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap_or(0)
+        };
+        peaks.push((kib("VmRSS:"), kib("VmHWM:")));
+    }
+    assert_eq!(
+        peaks.len(),
+        agent_nodes().await.len(),
+        "one prober per node: {peaks:?}"
+    );
+    eprintln!("the probers' resident memory (KiB, now and peak): {peaks:?}");
+    for (_, peak) in &peaks {
+        assert!(
+            *peak < 48 * 1024,
+            "a prober peaked at {peak} KiB: {peaks:?}"
+        );
+    }
+    probers.delete().await;
+    plane.finish().await;
+}
+
 /// What a dual-stack test adds to a node's namespace, removed however the test ends.
 struct InNode {
     node: String,
