@@ -197,22 +197,8 @@ async fn install(admin: &Client, docs: &[Value], kinds: &[&str]) {
         if !kinds.contains(&kind.as_str()) {
             continue;
         }
-        let (group, version) = match doc["apiVersion"].as_str().unwrap().split_once('/') {
-            Some((g, v)) => (g.to_owned(), v.to_owned()),
-            None => (
-                String::new(),
-                doc["apiVersion"].as_str().unwrap().to_owned(),
-            ),
-        };
-        let (resource, caps) = pinned_kind(admin, &GroupVersionKind::gvk(&group, &version, &kind))
-            .await
-            .unwrap();
-        let object: DynamicObject = serde_json::from_value(doc).unwrap();
-        let api: Api<DynamicObject> = match (caps.scope, object.namespace()) {
-            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(admin.clone(), &ns, &resource),
-            (Scope::Namespaced, None) => panic!("{kind} {} has no namespace", object.name_any()),
-            (Scope::Cluster, _) => Api::all_with(admin.clone(), &resource),
-        };
+        let object: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
+        let api = api_of(admin, &doc).await;
         api.patch(
             &object.name_any(),
             &PatchParams::apply("nsc-rbac-test").force(),
@@ -1614,20 +1600,12 @@ async fn a_prober_installed_under_other_names_is_confined_all_the_same() {
         ),
         "{names:?}"
     );
-    let bindings: Api<DynamicObject> = Api::all_with(
-        admin.clone(),
-        &pinned_kind(
-            &admin,
-            &GroupVersionKind::gvk(
-                "admissionregistration.k8s.io",
-                "v1",
-                "ValidatingAdmissionPolicyBinding",
-            ),
-        )
-        .await
-        .unwrap()
-        .0,
-    );
+    let bindings = api_of(
+        &admin,
+        &json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding", "metadata": {}}),
+    )
+    .await;
     let _ = bindings
         .delete(PROBER_POLICY, &DeleteParams::default())
         .await;
@@ -1716,19 +1694,49 @@ async fn a_prober_installed_under_other_names_is_confined_all_the_same() {
     let _ = Api::<Namespace>::all(admin.clone())
         .delete(renamed_ns, &DeleteParams::default())
         .await;
-    // The shipped policy's binding back, as the other tests expect it.
-    install(
-        &admin,
-        &prober_manifest(""),
-        &["ValidatingAdmissionPolicyBinding"],
+    // The shipped policy bound, and no grant at all: nobody is refused a pod status write for
+    // it (a binding that refused when it finds no grant would stop every kubelet's).
+    install(&admin, &prober_manifest(""), &PROBER_KINDS).await;
+    let grants: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(admin.clone());
+    grants
+        .delete(PROBER_ACCOUNT, &DeleteParams::default())
+        .await
+        .unwrap();
+    let message = json!({"status": {"message": "written without any prober grant"}});
+    eventually(
+        "a status write with the policy bound and no grant",
+        || async {
+            Api::<Pod>::namespaced(admin.clone(), &ns)
+                .patch_status("on-a", &PatchParams::default(), &Patch::Merge(&message))
+                .await
+                .ok()
+        },
     )
     .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    Api::<Pod>::namespaced(admin.clone(), &ns)
+        .patch_status("on-a", &PatchParams::default(), &Patch::Merge(&message))
+        .await
+        .expect("a status write by someone who is no prober, with no prober grant anywhere");
+    // The shipped prober back, as the other tests expect it.
+    install(&admin, &prober_manifest(""), &PROBER_KINDS).await;
     node_sim::delete_test_namespace(&admin, &ns).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Deletes the object `doc` describes, if it is there.
 async fn delete_doc(admin: &Client, doc: &Value) {
+    let name = doc["metadata"]["name"].as_str().unwrap();
+    let _ = api_of(admin, doc)
+        .await
+        .delete(name, &DeleteParams::default())
+        .await;
+}
+
+/// The API of the kind `doc` is, in its namespace when the kind is namespaced. (kustomize gives
+/// cluster-scoped policies a namespace too, kubernetes-sigs/kustomize#6051: the scope decides.)
+async fn api_of(admin: &Client, doc: &Value) -> Api<DynamicObject> {
+    let kind = doc["kind"].as_str().unwrap();
     let (group, version) = match doc["apiVersion"].as_str().unwrap().split_once('/') {
         Some((g, v)) => (g.to_owned(), v.to_owned()),
         None => (
@@ -1736,17 +1744,14 @@ async fn delete_doc(admin: &Client, doc: &Value) {
             doc["apiVersion"].as_str().unwrap().to_owned(),
         ),
     };
-    let kind = doc["kind"].as_str().unwrap();
     let (resource, caps) = pinned_kind(admin, &GroupVersionKind::gvk(&group, &version, kind))
         .await
         .unwrap();
-    let name = doc["metadata"]["name"].as_str().unwrap();
-    // kustomize gives cluster-scoped policies a namespace too (kubernetes-sigs/kustomize#6051).
-    let api: Api<DynamicObject> = match (caps.scope, doc["metadata"]["namespace"].as_str()) {
+    match (caps.scope, doc["metadata"]["namespace"].as_str()) {
         (Scope::Namespaced, Some(ns)) => Api::namespaced_with(admin.clone(), ns, &resource),
-        _ => Api::all_with(admin.clone(), &resource),
-    };
-    let _ = api.delete(name, &DeleteParams::default()).await;
+        (Scope::Namespaced, None) => panic!("{kind} {} has no namespace", doc["metadata"]["name"]),
+        (Scope::Cluster, _) => Api::all_with(admin.clone(), &resource),
+    }
 }
 
 /// GET `path` from 127.0.0.1:`port`: the status code and body, `None` while nothing answers.
@@ -1852,20 +1857,12 @@ async fn the_probers_cluster_role_is_enough_to_run_the_prober() {
     .await;
     // Without its binding, the policy enforces nothing: the prober fails closed (it writes no
     // condition), and says so in its log, on its pod and in its metrics.
-    let bindings: Api<DynamicObject> = Api::all_with(
-        admin.clone(),
-        &pinned_kind(
-            &admin,
-            &GroupVersionKind::gvk(
-                "admissionregistration.k8s.io",
-                "v1",
-                "ValidatingAdmissionPolicyBinding",
-            ),
-        )
-        .await
-        .unwrap()
-        .0,
-    );
+    let bindings = api_of(
+        &admin,
+        &json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding", "metadata": {}}),
+    )
+    .await;
     bindings
         .delete(PROBER_POLICY, &DeleteParams::default())
         .await

@@ -20,7 +20,7 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client,
-    runtime::events::{Event, EventType, Recorder},
+    runtime::events::{EventType, Recorder},
 };
 
 use super::metrics::ProbeMetrics;
@@ -89,17 +89,16 @@ pub fn judge(
             spec.validation_actions.join(", ")
         ));
     }
-    let not_found = spec
+    if spec
         .param_ref
         .as_ref()
-        .and_then(|p| p.parameter_not_found_action.as_deref());
-    if not_found != Some("Deny") {
+        .and_then(|p| p.selector.as_ref())
+        .is_none()
+    {
         return Err(format!(
-            "the ValidatingAdmissionPolicyBinding {} does not refuse a write when the prober's \
-             ClusterRoleBinding is missing (paramRef.parameterNotFoundAction is {}): set it to \
-             Deny",
-            names.binding,
-            not_found.unwrap_or("unset")
+            "the ValidatingAdmissionPolicyBinding {} selects no prober grant (paramRef.selector \
+             is unset), so the policy knows no prober: {apply}",
+            names.binding
         ));
     }
     Ok(())
@@ -172,13 +171,7 @@ pub async fn watch(
         };
         told = Some(now);
         let Some(pod) = &own_pod else { continue };
-        let event = Event {
-            type_,
-            reason: reason.as_str().to_owned(),
-            note: Some(note.chars().take(1024).collect()),
-            action: "CheckAdmissionPolicy".to_owned(),
-            secondary: None,
-        };
+        let event = super::run::event(type_, reason, &note, "CheckAdmissionPolicy");
         if let Err(e) = recorder.publish(&event, pod).await {
             tracing::warn!(%reason, error = %crate::error::describe(&e), "could not publish an Event on the prober's own pod");
         }
@@ -249,13 +242,8 @@ mod tests {
         let mut elsewhere = b.clone();
         elsewhere.spec.policy_name = "q".into();
         assert!(refused(Some(&p), Some(&elsewhere)).contains("binds the policy \"q\", not p"));
-        let mut allow = b.clone();
-        allow
-            .spec
-            .param_ref
-            .as_mut()
-            .unwrap()
-            .parameter_not_found_action = Some("Allow".into());
-        assert!(refused(Some(&p), Some(&allow)).contains("parameterNotFoundAction is Allow"));
+        let mut unparamed = b.clone();
+        unparamed.spec.param_ref = None;
+        assert!(refused(Some(&p), Some(&unparamed)).contains("selects no prober grant"));
     }
 }

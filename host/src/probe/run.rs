@@ -71,6 +71,17 @@ pub struct Gates {
     pub in_force: Arc<AtomicBool>,
 }
 
+/// An Event of the prober's: its note cut to the 1024 bytes the API allows.
+pub fn event(type_: EventType, reason: Reason, note: &str, action: &str) -> KubeEvent {
+    KubeEvent {
+        type_,
+        reason: reason.as_str().to_owned(),
+        note: Some(note.chars().take(1024).collect()),
+        action: action.to_owned(),
+        secondary: None,
+    }
+}
+
 /// The prober's Event recorder: the reporting controller, and its node as the instance.
 pub fn recorder(client: &Client, node: &str) -> Recorder {
     Recorder::new(
@@ -421,13 +432,7 @@ async fn publish(
         uid: Some(uid.to_owned()),
         ..ObjectReference::default()
     };
-    let event = KubeEvent {
-        type_,
-        reason: reason.as_str().to_owned(),
-        note: Some(note.chars().take(1024).collect()),
-        action: "Probe".to_owned(),
-        secondary: None,
-    };
+    let event = event(type_, reason, &note, "Probe");
     if let Err(e) = shared.recorder.publish(&event, &reference).await {
         tracing::debug!(pod = %format!("{namespace}/{name}"), %reason, error = %e, "could not publish an Event");
     }
