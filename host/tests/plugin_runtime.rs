@@ -10,8 +10,8 @@ use nad_service_controller::{
     index::{Keys, PodRecord},
     input::target::ServiceTarget,
     plugin::{
-        CallError, DEFAULT_PLUGIN_WASM, Limits, LoadError, Plugin, Rejected, Runtime,
-        conditions_view, pod_view, service_view, wit,
+        CallError, DEFAULT_PLUGIN_WASM, Limits, LoadError, Plugin, Rejected, Runtime, Step,
+        conditions_view, pod_view, prepare, service_view, wit,
     },
     reconcile::{
         observe::Candidate,
@@ -390,6 +390,297 @@ fn a_memory_bomb_hits_the_memory_limit() {
         "{err}"
     );
     assert_eq!(err.cause(), "memory_limit");
+}
+
+/// What each of the two core modules of [`several_memories`] defines.
+#[derive(Clone, Copy)]
+struct CoreModule {
+    /// Its linear memories, each of this many 64 KiB pages.
+    memories: usize,
+    pages: usize,
+    /// Its tables, each of this many elements.
+    tables: usize,
+    elements: usize,
+}
+
+impl CoreModule {
+    fn memory(pages: usize) -> Self {
+        CoreModule {
+            memories: 1,
+            pages,
+            tables: 0,
+            elements: 0,
+        }
+    }
+
+    fn with_tables(self, tables: usize, elements: usize) -> Self {
+        CoreModule {
+            tables,
+            elements,
+            ..self
+        }
+    }
+
+    /// Its memories and tables in the text format; the first memory is exported, as the one
+    /// the canonical ABI uses (the main module's) or the one `grow` grows (the second's).
+    fn fields(self) -> String {
+        let mut text = format!("(memory (export \"memory\") {})\n", self.pages);
+        for _ in 1..self.memories {
+            text.push_str(&format!("(memory {})\n", self.pages));
+        }
+        for _ in 0..self.tables {
+            text.push_str(&format!("(table {} funcref)\n", self.elements));
+        }
+        text
+    }
+}
+
+/// The host's `types` interface, imported: the records the `policy` functions take and give.
+const TYPES_IMPORT: &str = r#"
+  (import "isim:nad-endpoints/types@1.2.0" (instance $types
+    (type (;0;) (record (field "key" string) (field "value" string)))
+    (export (;1;) "key-value" (type (eq 0)))
+    (type (;2;) (variant (case "number" u16) (case "name" string)))
+    (export (;3;) "target-port" (type (eq 2)))
+    (type (;4;) (option string))
+    (type (;5;) (record (field "name" string) (field "protocol" string) (field "port" u16)
+      (field "target-port" 3) (field "app-protocol" 4)))
+    (export (;6;) "service-port" (type (eq 5)))
+    (type (;7;) (list 1))
+    (type (;8;) (list 6))
+    (type (;9;) (record (field "name" string) (field "namespace" string) (field "labels" 7)
+      (field "annotations" 7) (field "ports" 8) (field "publish-not-ready-addresses" bool)
+      (field "network" string)))
+    (export (;10;) "service" (type (eq 9)))
+    (type (;11;) (enum "pending" "running" "succeeded" "failed" "unknown"))
+    (export (;12;) "pod-phase" (type (eq 11)))
+    (type (;13;) (list string))
+    (type (;14;) (record (field "name" string) (field "namespace" string) (field "uid" string)
+      (field "labels" 7) (field "annotations" 7) (field "phase" 12) (field "ready" bool)
+      (field "terminating" bool) (field "node-name" string) (field "zone" string)
+      (field "ips" 13)))
+    (export (;15;) "pod" (type (eq 14)))
+    (type (;16;) (record (field "ready" bool) (field "serving" bool) (field "terminating" bool)))
+    (export (;17;) "conditions" (type (eq 16)))
+    (type (;18;) (variant (case "include" 17) (case "exclude" string)))
+    (export (;19;) "decision" (type (eq 18)))
+    (type (;20;) (record (field "name" string) (field "version" string) (field "label-keys" 13)
+      (field "annotation-keys" 13)))
+    (export (;21;) "plugin-info" (type (eq 20)))
+  ))
+"#;
+
+/// A plugin component of two core modules, each with its own memories and tables, as a
+/// component composed from several modules (or written in another language) may be; no Rust
+/// guest has more than one memory. It answers `info` (`several-memories`), accepts any
+/// configuration and decides nothing; `validate-config` of a non-empty document first grows the
+/// main module's memory and then the second module's, by `grow` pages each.
+fn several_memories(main: CoreModule, second: CoreModule, grow: usize) -> Vec<u8> {
+    let (main_fields, second_fields) = (main.fields(), second.fields());
+    let text = format!(
+        r#"
+(component
+{TYPES_IMPORT}
+  (alias export $types "service" (type $service))
+  (alias export $types "pod" (type $pod))
+  (alias export $types "decision" (type $decision))
+  (alias export $types "plugin-info" (type $plugin-info))
+
+  (core module $second
+    {second_fields}
+    (func (export "grow") (param i32) (result i32) (memory.grow (local.get 0)))
+  )
+  (core instance $second (instantiate $second))
+
+  (core module $main
+    (import "second" "grow" (func $grow-second (param i32) (result i32)))
+    {main_fields}
+    (global $next (mut i32) (i32.const 1024))
+    ;; plugin-info: name (256, 16), version (288, 5), no label or annotation keys.
+    (data (i32.const 0) "\00\01\00\00\10\00\00\00\20\01\00\00\05\00\00\00")
+    (data (i32.const 256) "several-memories")
+    (data (i32.const 288) "0.0.0")
+    (func (export "info") (result i32) (i32.const 0))
+    ;; Both answers are `ok` (a zero discriminant at 512), `evaluate`'s with no decisions.
+    (func (export "validate-config") (param i32 i32) (result i32)
+      (if (local.get 1)
+        (then
+          (drop (memory.grow (i32.const {grow})))
+          (drop (call $grow-second (i32.const {grow})))))
+      (i32.const 512))
+    (func (export "evaluate") (param i32) (result i32) (i32.const 512))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $at i32)
+      (local.set $at
+        (i32.and
+          (i32.add (global.get $next) (i32.sub (local.get 2) (i32.const 1)))
+          (i32.sub (i32.const 0) (local.get 2))))
+      (global.set $next (i32.add (local.get $at) (local.get 3)))
+      (local.get $at))
+  )
+  (core instance $main (instantiate $main (with "second" (instance $second))))
+  (alias core export $main "memory" (core memory $memory))
+  (alias core export $main "realloc" (core func $realloc))
+  (alias core export $main "info" (core func $core-info))
+  (alias core export $main "validate-config" (core func $core-validate-config))
+  (alias core export $main "evaluate" (core func $core-evaluate))
+
+  (func $info (result $plugin-info)
+    (canon lift (core func $core-info) (memory $memory) string-encoding=utf8))
+  (func $validate-config (param "config" string) (result (result (error string)))
+    (canon lift (core func $core-validate-config) (memory $memory) (realloc $realloc)
+      string-encoding=utf8))
+  (func $evaluate (param "service" $service) (param "pods" (list $pod)) (param "config" string)
+    (result (result (list $decision) (error string)))
+    (canon lift (core func $core-evaluate) (memory $memory) (realloc $realloc)
+      string-encoding=utf8))
+  (instance $policy
+    (export "info" (func $info))
+    (export "validate-config" (func $validate-config))
+    (export "evaluate" (func $evaluate)))
+  (export "isim:nad-endpoints/policy@1.2.0" (instance $policy))
+)
+"#
+    );
+    wat::parse_str(text).unwrap()
+}
+
+/// The memory limit (16 MiB here) refused at load, as a host failure naming the plugin.
+fn assert_memory_limit(err: LoadError) {
+    let LoadError::Call(err) = err else {
+        panic!("not a call failure: {err}");
+    };
+    assert!(
+        matches!(err, CallError::MemoryLimit { limit, .. } if limit == 16 << 20),
+        "{err}"
+    );
+    assert!(!err.is_transient(), "{err}");
+    assert!(err.to_string().contains("plugin several-memories"), "{err}");
+}
+
+/// Each memory under the limit alone, together over it: the limit holds for the instance (the
+/// component's Store), not for each memory.
+#[test]
+fn several_memories_share_one_memory_limit() {
+    let rt = runtime();
+    // 96 + 96 pages = 12 MiB: within 16 MiB.
+    let fits = several_memories(CoreModule::memory(96), CoreModule::memory(96), 0);
+    let plugin = rt.load("several-memories", &fits).unwrap();
+    assert_eq!(plugin.info().name, "several-memories");
+    // 160 pages = 10 MiB alone is within the limit too.
+    rt.load(
+        "several-memories",
+        &several_memories(CoreModule::memory(160), CoreModule::memory(1), 0),
+    )
+    .unwrap();
+    // 160 + 160 pages = 20 MiB.
+    let over = several_memories(CoreModule::memory(160), CoreModule::memory(160), 0);
+    assert_memory_limit(rt.load("several-memories", &over).unwrap_err());
+    let err = prepare(&rt, "several-memories", &over, "").unwrap_err();
+    assert_eq!(err.step, Step::MemoryLimit, "{err}");
+}
+
+/// The same when the memories grow during a call: each by 10 MiB, from 64 KiB.
+#[test]
+fn memories_grown_in_one_call_share_one_memory_limit() {
+    let rt = runtime();
+    let small = CoreModule::memory(1);
+    let by_6_mib = rt
+        .load("several-memories", &several_memories(small, small, 96))
+        .unwrap();
+    by_6_mib.validate_config("grow").unwrap().unwrap();
+    let by_10_mib = rt
+        .load("several-memories", &several_memories(small, small, 160))
+        .unwrap();
+    let err = by_10_mib.validate_config("grow").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CallError::MemoryLimit {
+                function: "validate-config",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("plugin several-memories"), "{err}");
+}
+
+/// Tables count against the same limit (a pointer per element), whatever their number: 24
+/// tables of 100 000 elements take 19.2 MB, 16 take 12.8 MB.
+#[test]
+fn tables_share_the_memory_limit() {
+    let rt = runtime();
+    let module = |tables| CoreModule::memory(1).with_tables(tables, 100_000);
+    rt.load(
+        "several-memories",
+        &several_memories(module(8), module(8), 0),
+    )
+    .unwrap();
+    let over = several_memories(module(12), module(12), 0);
+    assert_memory_limit(rt.load("several-memories", &over).unwrap_err());
+}
+
+/// More memories or tables than a call's sandbox may create are refused before any instance
+/// is made, with the limit named.
+#[test]
+fn more_memories_or_tables_than_the_sandbox_allows_are_refused_at_load() {
+    let rt = runtime();
+    let memories = |memories| CoreModule {
+        memories,
+        ..CoreModule::memory(1)
+    };
+    rt.load(
+        "several-memories",
+        &several_memories(memories(4), memories(4), 0),
+    )
+    .unwrap();
+    let err = rt
+        .load(
+            "several-memories",
+            &several_memories(memories(5), memories(4), 0),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LoadError::Resources {
+                resource: "linear memories",
+                count: 9,
+                limit: 8,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("plugin several-memories"), "{err}");
+
+    let tables = |tables| CoreModule::memory(1).with_tables(tables, 1);
+    rt.load(
+        "several-memories",
+        &several_memories(tables(32), tables(32), 0),
+    )
+    .unwrap();
+    let many = several_memories(tables(33), tables(32), 0);
+    let err = rt.load("several-memories", &many).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LoadError::Resources {
+                resource: "tables",
+                count: 65,
+                limit: 64,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = prepare(&rt, "several-memories", &many, "").unwrap_err();
+    assert_eq!(err.step, Step::MemoryLimit, "{err}");
+    assert!(
+        err.to_string().contains("the sandbox allows at most 64"),
+        "{err}"
+    );
 }
 
 #[test]

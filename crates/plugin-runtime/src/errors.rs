@@ -23,6 +23,17 @@ pub enum LoadError {
         #[source]
         source: wasmtime::Error,
     },
+    /// The component defines more linear memories or tables than a call's sandbox may create;
+    /// refused before any instance is made, as the memory limit is.
+    #[error(
+        "plugin {plugin}: the component defines {count} {resource}; the sandbox allows at most {limit}"
+    )]
+    Resources {
+        plugin: String,
+        resource: &'static str,
+        count: usize,
+        limit: usize,
+    },
     #[error(transparent)]
     Call(#[from] CallError),
 }

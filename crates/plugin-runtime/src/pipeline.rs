@@ -33,7 +33,8 @@ pub enum Step {
     Info,
     Config,
     SelfTest,
-    /// A call while loading (`info`, `validate-config`, the self-test) hit the memory limit.
+    /// A call while loading (`info`, `validate-config`, the self-test) hit the memory limit, or
+    /// the component defines more memories or tables than the sandbox allows.
     MemoryLimit,
 }
 
@@ -286,6 +287,9 @@ pub fn prepare(
             });
         }
         Err(LoadError::Call(e)) => return Err(PipelineError::call(Step::Info, &e, fail, name)),
+        Err(e @ LoadError::Resources { .. }) => {
+            return Err(fail(Step::MemoryLimit, error_text(&e, name)));
+        }
         Err(e) => {
             let message = runtime
                 .explain_link(&component)

@@ -19,7 +19,7 @@ use super::{
     bindings::{self, EndpointPolicyPre},
     conditions::{self, CallConditions},
     convert, diagnose,
-    sandbox::{CallState, EPOCH_TICK, Sandbox, link_minimal_wasi},
+    sandbox::{CallState, EPOCH_TICK, MAX_MEMORIES, MAX_TABLES, Sandbox, link_minimal_wasi},
     wit,
 };
 use nad_model::decision::Decision;
@@ -79,6 +79,7 @@ impl Runtime {
 
     /// Links a compiled component against the host's imports and asks it for its `info`.
     pub fn link(&self, name: &str, component: &Component) -> Result<Plugin, LoadError> {
+        check_resources(name, component)?;
         let pre = self
             .linker
             .instantiate_pre(component)
@@ -245,6 +246,31 @@ fn export_function(
     let (_, instance) = component.get_export(None, &name)?;
     let (_, function) = component.get_export(Some(&instance), function)?;
     Some(function)
+}
+
+/// Refuses a component whose core modules define more memories or tables than a call's Store
+/// may create: wasmtime would stop its instantiation with a bare count error, which says nothing
+/// of the limit. A component that imports core modules (its needs are unknown until then) cannot
+/// link against this host, which provides none.
+fn check_resources(name: &str, component: &Component) -> Result<(), LoadError> {
+    let Some(needs) = component.resources_required() else {
+        return Ok(());
+    };
+    for (resource, count, limit) in [
+        ("linear memories", needs.num_memories, MAX_MEMORIES),
+        ("tables", needs.num_tables, MAX_TABLES),
+    ] {
+        let count = usize::try_from(count).unwrap_or(usize::MAX);
+        if count > limit {
+            return Err(LoadError::Resources {
+                plugin: name.to_owned(),
+                resource,
+                count,
+                limit,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Whether the component imports `interface` (a name up to its `@`), at any version.

@@ -107,14 +107,59 @@ impl bindings::isim::nad_endpoints::log::Host for CallState {
 
 impl bindings::isim::nad_endpoints::types::Host for CallState {}
 
-/// Caps linear memory and records whether the cap was hit (a denied growth is reported as a
-/// trap by the guest, which would otherwise hide the cause).
+/// How many core instances, linear memories and tables one call's Store may create. A Rust
+/// `wasm32-wasip2` plugin makes 3 instances, 1 memory and 2 tables; a component composed from
+/// several modules needs a few more. Each memory reserves gigabytes of address space whatever
+/// its size, and the Store counts every instance it makes, so the counts are bounded besides
+/// the bytes.
+pub const MAX_INSTANCES: usize = 64;
+pub const MAX_MEMORIES: usize = 8;
+pub const MAX_TABLES: usize = 64;
+/// What one table element costs the host (wasmtime keeps a pointer per element).
+const TABLE_ELEMENT_BYTES: usize = std::mem::size_of::<usize>();
+
+/// Holds the memory limit for the whole Store, not per memory: a component may hold several
+/// core modules, each with its own linear memories and tables, and each of them under the limit
+/// alone could still take it many times over together. Linear memory bytes and table elements
+/// (at [`TABLE_ELEMENT_BYTES`] each) share one budget. Records whether the budget was hit (a
+/// denied growth is reported as a trap by the guest, which would otherwise hide the cause).
 struct MemoryLimiter {
     limit: usize,
     hit: bool,
-    /// The linear memory of the call's instance (all its memories), and its most.
+    /// Bytes granted so far: linear memories and tables, of all the Store's instances. Nothing
+    /// a Store allocates is freed before the Store is dropped, so this is also the peak.
     total: usize,
-    peak: usize,
+    /// The linear memory alone (what `plugin bench` reports).
+    memory: usize,
+}
+
+impl MemoryLimiter {
+    fn new(limit: usize) -> Self {
+        MemoryLimiter {
+            limit,
+            hit: false,
+            total: 0,
+            memory: 0,
+        }
+    }
+
+    /// Grants `bytes` more, or records the hit. A growth past the memory's or table's own
+    /// maximum fails after the limiter allowed it and would leave `total` counting bytes never
+    /// allocated; refusing it here keeps the count exact (the guest sees the same failure).
+    fn grant(&mut self, bytes: usize, what: &str) -> wasmtime::Result<()> {
+        let total = self.total.saturating_add(bytes);
+        if total > self.limit {
+            self.hit = true;
+            return Err(wasmtime::format_err!(
+                "memory limit of {} bytes reached: {what} wanted {bytes} bytes more with {} \
+                 already in use",
+                self.limit,
+                self.total
+            ));
+        }
+        self.total = total;
+        Ok(())
+    }
 }
 
 impl wasmtime::ResourceLimiter for MemoryLimiter {
@@ -122,27 +167,43 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
         &mut self,
         current: usize,
         desired: usize,
-        _maximum: Option<usize>,
+        maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.limit {
-            self.hit = true;
-            return Err(wasmtime::format_err!(
-                "memory limit of {} bytes reached (wanted {desired})",
-                self.limit
-            ));
+        if maximum.is_some_and(|maximum| desired > maximum) {
+            return Ok(false);
         }
-        self.total += desired.saturating_sub(current);
-        self.peak = self.peak.max(self.total);
+        let more = desired.saturating_sub(current);
+        self.grant(more, "a linear memory")?;
+        self.memory += more;
         Ok(true)
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
-        _maximum: Option<usize>,
+        maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= 100_000)
+        if maximum.is_some_and(|maximum| desired > maximum) {
+            return Ok(false);
+        }
+        let more = desired
+            .saturating_sub(current)
+            .saturating_mul(TABLE_ELEMENT_BYTES);
+        self.grant(more, "a table")?;
+        Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        MAX_INSTANCES
+    }
+
+    fn memories(&self) -> usize {
+        MAX_MEMORIES
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
     }
 }
 
@@ -171,12 +232,7 @@ impl Sandbox {
                     .stderr(output.clone())
                     .build(),
                 table: ResourceTable::new(),
-                limiter: MemoryLimiter {
-                    limit: limits.memory_bytes,
-                    hit: false,
-                    total: 0,
-                    peak: 0,
-                },
+                limiter: MemoryLimiter::new(limits.memory_bytes),
                 plugin: plugin.clone(),
                 service: service.map(|s| format!("{}/{}", s.namespace, s.name)),
                 log_lines: 0,
@@ -199,9 +255,9 @@ impl Sandbox {
         }
     }
 
-    /// The most linear memory the call's instance had, in bytes.
+    /// The most linear memory the call's instance had (all its memories), in bytes.
     pub fn memory_peak(&self) -> usize {
-        self.store.data().limiter.peak
+        self.store.data().limiter.memory
     }
 
     /// Reports log lines over the limit, once per call.
