@@ -1488,6 +1488,114 @@ async fn the_verification_policy_configmap_lets_only_signed_plugins_serve() {
     env.finish().await;
 }
 
+/// Puts `key` (PEM) in the verification policy ConfigMap `policy` as its one signer.
+async fn set_verification_policy(
+    configmaps: &Api<k8s_openapi::api::core::v1::ConfigMap>,
+    key: &str,
+) {
+    let indented: String = key.lines().map(|l| format!("      {l}\n")).collect();
+    let configmap: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "policy"},
+        "data": {"policy.yaml": format!("allOf:\n  - publicKey: |\n{indented}")},
+    }))
+    .unwrap();
+    configmaps
+        .patch(
+            "policy",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&configmap),
+        )
+        .await
+        .unwrap();
+}
+
+/// A change of the verification policy ConfigMap verifies again the plugins serving from the
+/// registry: a plugin whose signer the policy no longer lists stops serving within one reload,
+/// its Service gets its failure policy (here `fallback`: the built-in plugin decides), and a
+/// Warning Event names the plugin, the policy and what to do; the signer back, it serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_whose_signer_the_policy_drops_stops_serving() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use support::registry::{Cosign, Registry};
+    let registry = Registry::start("cluster-reverify");
+    let cosign = Cosign::new("cluster-reverify");
+    let (a, a_pub) = cosign.key("a");
+    let (_, b_pub) = cosign.key("b");
+    let options = RegistryOptions {
+        http: vec![registry.host.clone()],
+        cache_dir: None,
+    };
+    let repository = registry.reference("plugins/tenant");
+    let digest = Puller::new(&options)
+        .unwrap()
+        .push(
+            &OciRef::parse(&repository).unwrap(),
+            OPT_OUT,
+            PUSH_LAYER_MEDIA_TYPE,
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    cosign.sign(&a, &format!("{}/plugins/tenant@{digest}", registry.host));
+    let puller = Arc::new(Puller::new(&options).unwrap());
+    let objects = RegistryObjects {
+        policy: Some("policy"),
+        ..RegistryObjects::default()
+    };
+    let followed = Followed::ConfigMapAndRegistry("plugins", puller.clone(), objects);
+    let fallback = |_: &Runtime, plugins: &mut Plugins| {
+        plugins.set_failure_policies(
+            FailurePolicy::Keep,
+            [("tenant".to_owned(), FailurePolicy::Fallback)].into(),
+        );
+    };
+    let env = env_with("ocireverify", fallback, followed).await;
+    let configmaps = env.api::<ConfigMap>();
+    set_verification_policy(&configmaps, &a_pub).await;
+    set_plugin_configmap(&configmaps, Some(oci_entry(&repository, &digest))).await;
+    env.tenant_service().await;
+    env.wait_slices("web", "web-b only, the signed opt-out plugin", |s| {
+        pod_names(s) == ["web-b"]
+    })
+    .await;
+
+    // a's key replaced by b's: the plugin serving stops, and the built-in plugin decides.
+    let changed = std::time::Instant::now();
+    set_verification_policy(&configmaps, &b_pub).await;
+    env.wait_slices("web", "both pods, by the built-in plugin", |s| {
+        pod_names(s) == ["web-a", "web-b"]
+    })
+    .await;
+    eprintln!(
+        "from the policy change to the built-in plugin's slices: {:?}",
+        changed.elapsed()
+    );
+    let note = env
+        .event_note("web", "the verification policy changed while it served")
+        .await;
+    for part in [
+        format!("plugin tenant: not loaded unverified: {repository}@{digest}"),
+        format!(
+            "the verification policy (ConfigMap {}/policy data.policy.yaml): not signed by allOf[0] (public key)",
+            env.ns
+        ),
+        "sign the artifact as the policy asks, or change the policy".to_owned(),
+    ] {
+        assert!(note.contains(&part), "{part:?} not in {note:?}");
+    }
+    env.event_note("web", "(failure policy: fallback)").await;
+    let refused = "nad_service_controller_plugin_loads_total";
+    assert!(metric_with(&env, refused, "plugin=\"tenant\",result=\"signature\"") > 0);
+
+    // a's key back: the plugin is pulled, verified and serves again.
+    set_verification_policy(&configmaps, &a_pub).await;
+    env.wait_slices("web", "web-b only, the plugin serving again", |s| {
+        pod_names(s) == ["web-b"]
+    })
+    .await;
+    env.finish().await;
+}
+
 /// `explain` on the live cluster: every pod of the namespace with its candidacy, decision,
 /// conditions and publishing slice, the plugin read from the controller's plugin ConfigMap,
 /// in text and JSON; an invalid Service is explained by its validation.

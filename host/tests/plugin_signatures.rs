@@ -309,3 +309,99 @@ fn plugin_verify_checks_an_artifact_against_a_policy_file_offline_from_the_contr
     let (ok, _, err) = verify(&misnamed);
     assert!(!ok && err.contains("unknown field `allof`"), "{err}");
 }
+
+/// A change of the verification policy verifies every plugin serving from a registry again, in
+/// the next reload: one whose signer the new policy no longer lists stops serving (its Services
+/// get their failure policy), the others keep serving; a policy that cannot be had stops them
+/// all; each serves again once a policy lets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_change_verifies_every_plugin_serving_again() {
+    let signed = Signed::start("signatures-reverify").await;
+    let [a, b, _] = signed.keys.clone();
+    let plugin_dir = Scratch::new("signatures-reverify-plugins");
+    // Signed by a alone, and by a and b.
+    std::fs::write(plugin_dir.0.join("by-a.oci"), signed.at(0)).unwrap();
+    std::fs::write(plugin_dir.0.join("by-a-and-b.oci"), signed.at(3)).unwrap();
+    let checking = std::sync::Arc::new(signed.checking(&policy(&[], Some((1, &[&a, &b])))));
+    let path = plugin_dir.0.clone();
+    // The scans run on a blocking thread, as the controller's reloads do.
+    tokio::task::spawn_blocking(move || {
+        let runtime = Runtime::new(Limits::default()).unwrap();
+        let mut plugins = Plugins::built_in(&runtime).unwrap();
+        let mut dir = PluginDir::with_puller(path, Some(checking.clone()));
+        let mut reload = |plugins: &mut Plugins| {
+            let started = std::time::Instant::now();
+            let scan = dir.scan(&runtime, plugins);
+            eprintln!("reload: {:?}", started.elapsed());
+            scan
+        };
+        let serving = |plugins: &Plugins| -> Vec<String> {
+            plugins
+                .names()
+                .filter(|n| n.starts_with("by-"))
+                .map(str::to_owned)
+                .collect()
+        };
+        let scan = reload(&mut plugins);
+        assert_eq!(scan.loaded, ["by-a", "by-a-and-b"], "{:?}", scan.failed);
+
+        // a's key taken out of the policy: by-a stops serving in the next reload.
+        let by_b = Verifier::new("policy.yaml", &policy(&[&b], None)).unwrap();
+        checking.set_policy(Some(by_b)).unwrap();
+        let scan = reload(&mut plugins);
+        assert!(
+            scan.loaded.is_empty() && scan.removed.is_empty(),
+            "{scan:?}"
+        );
+        assert_eq!(scan.failed.len(), 1, "{:?}", scan.failed);
+        let failed = &scan.failed[0];
+        assert_eq!(
+            (failed.plugin.as_str(), failed.step),
+            ("by-a", Step::Signature)
+        );
+        let why = format!(
+            "plugin by-a: not loaded unverified: {}: its 1 signature(s) do not satisfy the \
+             verification policy (policy.yaml): not signed by allOf[0] (public key); the \
+             verification policy changed while it served, and it no longer passes, so it \
+             stopped serving: sign the artifact as the policy asks, or change the policy (tried \
+             again in 30 s and at every change of the registry settings)",
+            signed.at(0)
+        );
+        assert_eq!(failed.to_string(), why);
+        assert_eq!(serving(&plugins), ["by-a-and-b"]);
+        let unknown = plugins.get("by-a").unwrap_err();
+        assert_eq!(unknown.failed.as_deref(), Some(why.as_str()));
+        // Nothing more changes while the policy stays.
+        assert!(reload(&mut plugins).is_empty());
+
+        // No policy to be had: none serves.
+        checking
+            .set_policy_unavailable(
+                "the verification policy ConfigMap nsc/policy does not exist".into(),
+            )
+            .unwrap();
+        // by-a, due again at the change of settings, is refused in its pull; by-a-and-b in its
+        // verification.
+        let scan = reload(&mut plugins);
+        assert_eq!(scan.changed(), ["by-a", "by-a-and-b"]);
+        for failed in &scan.failed {
+            assert!(
+                failed
+                    .to_string()
+                    .contains("the verification policy ConfigMap nsc/policy does not exist"),
+                "{failed}"
+            );
+        }
+        assert!(serving(&plugins).is_empty());
+
+        // a's key back: both serve again, pulled and verified anew.
+        let by_a = Verifier::new("policy.yaml", &policy(&[&a], None)).unwrap();
+        checking.set_policy(Some(by_a)).unwrap();
+        let scan = reload(&mut plugins);
+        assert_eq!(scan.loaded, ["by-a", "by-a-and-b"], "{:?}", scan.failed);
+        assert_eq!(serving(&plugins), ["by-a", "by-a-and-b"]);
+        assert_eq!(plugins.failure("by-a"), None);
+    })
+    .await
+    .unwrap();
+}

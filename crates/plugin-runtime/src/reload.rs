@@ -54,6 +54,9 @@ struct Seen {
     /// The puller's credentials (their generation) a fetch failed with: it is tried again as
     /// soon as they change.
     fetch_failed_with: Option<u64>,
+    /// The version serving came from a registry: its pinned reference, and the verification
+    /// policy (its generation) it passed. Verified again whenever the policy changes.
+    verified: Option<(OciRef, u64)>,
 }
 
 /// What one scan changed.
@@ -132,9 +135,21 @@ impl Loader {
         }
     }
 
-    /// Whether any plugin's failure is due for another try.
+    /// Whether any plugin's failure is due for another try, or a plugin serving from a
+    /// registry is due to be verified against a new policy.
     pub fn any_retry_due(&self) -> bool {
-        self.seen.values().any(|s| self.due(s))
+        self.seen
+            .values()
+            .any(|s| self.due(s) || self.reverify_due(s).is_some())
+    }
+
+    /// The reference of `seen`'s serving version, when the policy changed since it was verified.
+    fn reverify_due<'a>(&self, seen: &'a Seen) -> Option<&'a OciRef> {
+        let policy = self.puller.as_ref()?.policy_generation();
+        seen.verified
+            .as_ref()
+            .filter(|(_, verified)| *verified != policy)
+            .map(|(reference, _)| reference)
     }
 
     /// Whether `seen`'s failure is due for another try: its time has come, or it was a fetch
@@ -148,8 +163,13 @@ impl Loader {
     }
 
     /// The component of `component`: fetched when it is a reference (on this blocking thread,
-    /// through the async runtime it was called from).
-    fn fetch(&self, name: &str, component: Component) -> Result<Vec<u8>, (PipelineError, bool)> {
+    /// through the async runtime it was called from), with the reference pinned to the digest
+    /// pulled.
+    fn fetch(
+        &self,
+        name: &str,
+        component: Component,
+    ) -> Result<(Vec<u8>, Option<OciRef>), (PipelineError, bool)> {
         let text = match component {
             Component::Wasm(bytes) => {
                 if self.puller.as_ref().is_some_and(|p| p.verifies()) {
@@ -164,7 +184,7 @@ impl Loader {
                         false,
                     ));
                 }
-                return Ok(bytes);
+                return Ok((bytes, None));
             }
             Component::Reference(text) => text,
         };
@@ -179,7 +199,10 @@ impl Loader {
             .map_err(|e| refused(format!("{reference}: no async runtime to fetch it on: {e}")))?;
         handle
             .block_on(puller.pull(&reference))
-            .map(|pulled| pulled.component)
+            .map(|pulled| {
+                let pinned = reference.pinned(&pulled.digest);
+                (pulled.component, Some(pinned))
+            })
             .map_err(|e| {
                 let message = format!("{e} (tried again in {} s)", FETCH_RETRY.as_secs());
                 let error = if e.unverified {
@@ -225,19 +248,22 @@ impl Loader {
             if !retry_due && self.seen.get(&name).is_some_and(|s| s.content == content) {
                 continue;
             }
-            // Read before the fetch: credentials that change during it make it due again.
+            // Read before the fetch: credentials or a policy that change during it make it due
+            // again.
             let generation = self.puller.as_ref().map(|p| p.generation());
+            let policy = self.puller.as_ref().map_or(0, |p| p.policy_generation());
             let fetched = self.fetch(&name, component);
             let seen = self.seen.entry(name.clone()).or_insert_with(|| Seen {
                 content: content.clone(),
                 retry_at: None,
                 fetch_failed_with: None,
+                verified: None,
             });
             seen.content = content;
             seen.retry_at = None;
             seen.fetch_failed_with = None;
-            let component = match fetched {
-                Ok(component) => component,
+            let (component, pinned) = match fetched {
+                Ok(fetched) => fetched,
                 Err((e, retry)) => {
                     tracing::error!(
                         plugin = %name,
@@ -266,6 +292,7 @@ impl Loader {
                         tracing::warn!(plugin = %name, "{warning}");
                     }
                     plugins.insert(&name, configured);
+                    seen.verified = pinned.map(|pinned| (pinned, policy));
                     scan.loaded.push(name);
                 }
                 Err(e) => {
@@ -284,7 +311,71 @@ impl Loader {
             }
         }
         scan.removed = self.remove_absent(plugins, &present);
+        self.reverify(plugins, &mut scan);
         scan
+    }
+
+    /// Verifies every plugin serving from a registry again when the verification policy changed
+    /// (or became unavailable) since it passed: one that no longer passes stops serving, and the
+    /// Services that use it get their failure policy, as for a plugin that never loaded. It is
+    /// tried again as a failed fetch is (its full pull verifies it), so that it serves again
+    /// once the policy or its signatures let it.
+    fn reverify(&mut self, plugins: &mut Plugins, scan: &mut Scan) {
+        let Some(puller) = self.puller.clone() else {
+            return;
+        };
+        let due: Vec<(String, OciRef)> = self
+            .seen
+            .iter()
+            .filter_map(|(name, seen)| Some((name.clone(), self.reverify_due(seen)?.clone())))
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        let handle = tokio::runtime::Handle::try_current();
+        for (name, reference) in due {
+            let generation = puller.generation();
+            let policy = puller.policy_generation();
+            let verified = match &handle {
+                Ok(handle) => handle.block_on(puller.verify(&reference)).map(|_| ()),
+                Err(e) => Err(super::oci::FetchError {
+                    reference: reference.to_string(),
+                    message: format!("no async runtime to verify it on: {e}"),
+                    unverified: true,
+                }),
+            };
+            let Some(seen) = self.seen.get_mut(&name) else {
+                continue;
+            };
+            let Err(e) = verified else {
+                tracing::info!(plugin = %name, reference = %reference, "plugin serving verified again against the new verification policy");
+                seen.verified = Some((reference, policy));
+                continue;
+            };
+            let error = PipelineError::signature(
+                &name,
+                format!(
+                    "{e}; the verification policy changed while it served, and it no longer \
+                     passes, so it stopped serving: sign the artifact as the policy asks, or \
+                     change the policy (tried again in {} s and at every change of the registry \
+                     settings)",
+                    FETCH_RETRY.as_secs()
+                ),
+            );
+            tracing::error!(
+                plugin = %name,
+                reference = %reference,
+                step = error.step.as_str(),
+                error = %error,
+                "plugin serving no longer passes the verification policy; it stopped serving"
+            );
+            seen.verified = None;
+            seen.retry_at = Some(Instant::now() + FETCH_RETRY);
+            seen.fetch_failed_with = Some(generation);
+            plugins.remove(&name);
+            plugins.record_failure(&name, error.to_string());
+            scan.failed.push(error);
+        }
     }
 
     /// Removes the plugins the source no longer holds (not in `present`); returns their names.

@@ -89,6 +89,9 @@ pub struct Puller {
     /// Counts the changes of settings: a fetch refused before the last one is worth another
     /// try at once.
     generation: AtomicU64,
+    /// Counts the changes of the verification policy (a new one, or none to be had): every
+    /// artifact serving is verified again against the policy in force.
+    policy_generation: AtomicU64,
     cache: Option<Cache>,
     limit: u64,
 }
@@ -109,6 +112,7 @@ impl Puller {
             options: options.clone(),
             state: RwLock::new(State::new(options, Settings::default())?),
             generation: AtomicU64::new(0),
+            policy_generation: AtomicU64::new(0),
             cache: options.cache_dir.clone().map(Cache::new),
             limit: MAX_PLUGIN_BYTES,
         })
@@ -145,13 +149,17 @@ impl Puller {
                 None => Verification::Off,
                 Some(verifier) => Verification::Policy(Arc::new(verifier)),
             }
-        })
+        })?;
+        self.policy_generation.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Refuses every artifact from now on, for `why` (a policy is asked for and cannot be had):
     /// a missing policy never lets unchecked plugins in.
     pub fn set_policy_unavailable(&self, why: String) -> anyhow::Result<()> {
-        self.update(|settings| settings.verification = Verification::Unavailable(why))
+        self.update(|settings| settings.verification = Verification::Unavailable(why))?;
+        self.policy_generation.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Whether artifacts are checked (or, with the policy unavailable, refused).
@@ -235,6 +243,12 @@ impl Puller {
     /// Counts the changes of settings (credentials, CAs).
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Counts the changes of the verification policy: an artifact verified before the last one
+    /// is verified again before it serves on.
+    pub fn policy_generation(&self) -> u64 {
+        self.policy_generation.load(Ordering::SeqCst)
     }
 
     /// A client, and how to authenticate with it to `reference`'s registry to read (or also
