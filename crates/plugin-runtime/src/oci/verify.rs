@@ -1,9 +1,14 @@
 //! Signature checks: a verification [`Policy`] says whose cosign signatures a plugin artifact
 //! must carry (public keys, or keyless identities: an OIDC issuer and subject), all of some and
 //! a minimum of others. The signatures are read from the registry in both formats cosign writes
-//! (the `.sig` tag, and Sigstore bundles as OCI referrers) by the `sigstore` crate, which checks
-//! each one against the artifact's digest, and the policy is applied before the component is
-//! compiled: an artifact that fails is not loaded.
+//! (the `.sig` tag, and Sigstore bundles as OCI referrers) by the `sigstore` crate, and the
+//! policy is applied before the component is compiled: an artifact that fails is not loaded.
+//!
+//! What counts is checked here, not taken from the library: each signature's payload names the
+//! artifact's digest; a key's signature verifies with the key; a keyless one is what
+//! [`keyless`] proves. One signature counts for one signer, and one signer once.
+
+mod keyless;
 
 use std::collections::BTreeMap;
 
@@ -11,8 +16,8 @@ use serde::Deserialize;
 use sigstore::{
     cosign::{
         ClientBuilder, CosignCapabilities as _,
-        signature_layers::{CertificateSubject, SignatureLayer},
-        verification_constraint::{PublicKeyVerifier, VerificationConstraint},
+        signature_layers::SignatureLayer,
+        verification_constraint::{PublicKeyVerifier, VerificationConstraint as _},
     },
     errors::SigstoreError,
     registry::OciReference,
@@ -87,6 +92,7 @@ pub struct Verifier {
     any_of: Option<(usize, Vec<Constraint>)>,
     fulcio_certificates: Vec<Vec<u8>>,
     rekor_keys: BTreeMap<String, Vec<u8>>,
+    anchors: keyless::Anchors,
 }
 
 impl std::fmt::Debug for Verifier {
@@ -100,26 +106,63 @@ impl std::fmt::Debug for Verifier {
 /// One signer, ready to check, and how messages name it.
 struct Constraint {
     name: String,
-    check: Box<dyn VerificationConstraint + Send + Sync>,
+    check: Check,
 }
 
-/// A keyless signer as a constraint: the certificate (trusted by the trust root) names the
-/// issuer and the subject.
-#[derive(Debug)]
-struct KeylessConstraint(Keyless);
+enum Check {
+    /// The key, and who it is: the sha256 of its DER, so that one key listed twice is one
+    /// signer.
+    Key {
+        verifier: PublicKeyVerifier,
+        id: String,
+    },
+    Keyless(Keyless),
+}
 
-impl VerificationConstraint for KeylessConstraint {
-    fn verify(&self, layer: &SignatureLayer) -> sigstore::errors::Result<bool> {
-        let Some(certificate) = &layer.certificate_signature else {
-            return Ok(false);
+/// A signature found, as far as it counts.
+struct Found<'a> {
+    layer: &'a SignatureLayer,
+    /// Its keyless identity, proved; `None` for a signature by a key.
+    identity: Option<keyless::Identity>,
+    /// Why it counts for nothing, if it does not.
+    refused: Option<String>,
+}
+
+impl<'a> Found<'a> {
+    /// `layer`, a signature found for `digest`, as far as it counts.
+    fn of(layer: &'a SignatureLayer, digest: &str, anchors: &keyless::Anchors) -> Self {
+        let named = &layer.simple_signing.critical.image.docker_manifest_digest;
+        let (identity, refused) = if named != digest {
+            (None, Some(format!("it signs another artifact ({named})")))
+        } else {
+            match keyless::signer(layer, anchors) {
+                None => (None, None),
+                Some(Ok(identity)) => (Some(identity), None),
+                Some(Err(why)) => (None, Some(why)),
+            }
         };
-        if certificate.issuer.as_deref() != Some(self.0.issuer.as_str()) {
-            return Ok(false);
+        Found {
+            layer,
+            identity,
+            refused,
         }
-        let subject = match &certificate.subject {
-            CertificateSubject::Email(s) | CertificateSubject::Uri(s) => s,
-        };
-        Ok(self.0.matches(subject))
+    }
+
+    /// Whether this signature is `c`'s, and who signed it (one signer whatever the entry).
+    fn signed_by(&self, c: &Constraint) -> Option<String> {
+        if self.refused.is_some() {
+            return None;
+        }
+        match (&c.check, &self.identity) {
+            (Check::Key { verifier, id }, None) => verifier
+                .verify(self.layer)
+                .unwrap_or(false)
+                .then(|| format!("key {id}")),
+            (Check::Keyless(signer), Some(identity)) => (signer.issuer == identity.issuer
+                && signer.matches(&identity.subject))
+            .then(|| format!("keyless {}\n{}", identity.issuer, identity.subject)),
+            _ => None,
+        }
     }
 }
 
@@ -186,12 +229,15 @@ impl Verifier {
             None => (Vec::new(), BTreeMap::new()),
             Some(root) => trust_root(root).map_err(|e| format!("{source}: trustRoot.{e}"))?,
         };
+        let anchors = keyless::Anchors::new(&fulcio_certificates, &rekor_keys)
+            .map_err(|e| format!("{source}: trustRoot.{e}"))?;
         Ok(Verifier {
             source: source.to_owned(),
             all_of,
             any_of,
             fulcio_certificates,
             rekor_keys,
+            anchors,
         })
     }
 
@@ -239,52 +285,67 @@ impl Verifier {
                 self.source
             ));
         }
-        self.apply(&layers)
+        self.apply(&layers, digest)
     }
 
-    /// The policy applied to the signatures found.
-    fn apply(&self, layers: &[SignatureLayer]) -> Result<Verified, String> {
-        let signed = |c: &Constraint| layers.iter().any(|l| c.check.verify(l).unwrap_or(false));
+    /// The policy applied to the signatures found for `digest`.
+    fn apply(&self, layers: &[SignatureLayer], digest: &str) -> Result<Verified, String> {
+        let found: Vec<Found<'_>> = layers
+            .iter()
+            .map(|layer| Found::of(layer, digest, &self.anchors))
+            .collect();
+        // Why the signatures that count for nothing do, for the message of a refusal.
+        let refusals: String = found
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| Some((i, f.refused.as_ref()?)))
+            .map(|(i, why)| format!("; signature {} counts for nothing: {why}", i + 1))
+            .collect();
+        let unsatisfied = |what: String| {
+            format!(
+                "its {} signature(s) do not satisfy the verification policy ({}): {what}{refusals}",
+                layers.len(),
+                self.source,
+            )
+        };
         let mut signers: Vec<String> = Vec::new();
         let mut missing: Vec<String> = Vec::new();
         for c in &self.all_of {
-            if signed(c) {
+            if found.iter().any(|f| f.signed_by(c).is_some()) {
                 signers.push(c.name.clone());
             } else {
                 missing.push(c.name.clone());
             }
         }
         if !missing.is_empty() {
-            return Err(format!(
-                "its {} signature(s) do not satisfy the verification policy ({}): not signed by \
-                 {}",
-                layers.len(),
-                self.source,
-                missing.join(", ")
-            ));
+            return Err(unsatisfied(format!("not signed by {}", missing.join(", "))));
         }
         if let Some((minimum, any)) = &self.any_of {
-            let by: Vec<String> = any
-                .iter()
-                .filter(|c| signed(c))
-                .map(|c| c.name.clone())
-                .collect();
-            if by.len() < *minimum {
-                return Err(format!(
-                    "its {} signature(s) do not satisfy the verification policy ({}): anyOf \
-                     needs {minimum} of its {} signers, and {} signed{}",
-                    layers.len(),
-                    self.source,
+            let counted = count_once(any, &found);
+            if counted.len() < *minimum {
+                let named: Vec<&str> = counted.iter().map(|&i| any[i].name.as_str()).collect();
+                // More entries are met than count: a signature or a signer met two of them.
+                let met = any
+                    .iter()
+                    .filter(|c| found.iter().any(|f| f.signed_by(c).is_some()))
+                    .count();
+                return Err(unsatisfied(format!(
+                    "anyOf needs {minimum} of its {} signers, and {} signed{}{}",
                     any.len(),
-                    by.len(),
-                    if by.is_empty() {
+                    counted.len(),
+                    if named.is_empty() {
                         String::new()
                     } else {
-                        format!(" ({})", by.join(", "))
+                        format!(" ({})", named.join(", "))
+                    },
+                    if met > counted.len() {
+                        "; a signature, and a signer, counts for one of them only"
+                    } else {
+                        ""
                     }
-                ));
+                )));
             }
-            signers.extend(by);
+            signers.extend(counted.into_iter().map(|i| any[i].name.clone()));
         }
         Ok(Verified {
             signatures: layers.len(),
@@ -293,16 +354,73 @@ impl Verifier {
     }
 }
 
+/// The entries of `any` that count, in order: as many as can each be given a signature of its
+/// own by a signer of its own (a maximum matching of entries to signers, by augmenting paths).
+/// One signature (or one key or identity listed twice) that meets two entries counts once.
+fn count_once(any: &[Constraint], found: &[Found<'_>]) -> Vec<usize> {
+    // A signature has one signer, so distinct signers are distinct signatures too.
+    let mut who: Vec<String> = Vec::new();
+    let edges: Vec<Vec<usize>> = any
+        .iter()
+        .map(|c| {
+            let mut to: Vec<usize> = Vec::new();
+            for signer in found.iter().filter_map(|f| f.signed_by(c)) {
+                let n = who.iter().position(|w| *w == signer).unwrap_or_else(|| {
+                    who.push(signer);
+                    who.len() - 1
+                });
+                if !to.contains(&n) {
+                    to.push(n);
+                }
+            }
+            to
+        })
+        .collect();
+    let mut owner: Vec<Option<usize>> = vec![None; who.len()];
+    fn augment(
+        entry: usize,
+        edges: &[Vec<usize>],
+        owner: &mut [Option<usize>],
+        seen: &mut [bool],
+    ) -> bool {
+        for &w in &edges[entry] {
+            if seen[w] {
+                continue;
+            }
+            seen[w] = true;
+            if owner[w].is_none_or(|other| augment(other, edges, owner, seen)) {
+                owner[w] = Some(entry);
+                return true;
+            }
+        }
+        false
+    }
+    for entry in 0..any.len() {
+        augment(entry, &edges, &mut owner, &mut vec![false; who.len()]);
+    }
+    let mut counted: Vec<usize> = owner.into_iter().flatten().collect();
+    counted.sort_unstable();
+    counted
+}
+
 /// The signer at `field` as a constraint.
 fn constraint(field: &str, signer: &Signer) -> Result<Constraint, String> {
     match signer {
         Signer::PublicKey(pem) => {
-            let check = PublicKeyVerifier::try_from(pem.as_bytes()).map_err(|e| {
+            let not_a_key = |e: &dyn std::fmt::Display| {
                 format!("{field}.publicKey: not a PEM public key (cosign.pub): {e}")
-            })?;
+            };
+            let verifier =
+                PublicKeyVerifier::try_from(pem.as_bytes()).map_err(|e| not_a_key(&e))?;
+            use rustls_pki_types::{SubjectPublicKeyInfoDer, pem::PemObject as _};
+            let der = SubjectPublicKeyInfoDer::from_pem_slice(pem.as_bytes())
+                .map_err(|e| not_a_key(&format!("{e:?}")))?;
             Ok(Constraint {
                 name: format!("{field} (public key)"),
-                check: Box::new(check),
+                check: Check::Key {
+                    verifier,
+                    id: super::sha256_hex(der.as_ref()),
+                },
             })
         }
         Signer::Keyless(keyless) => {
@@ -321,7 +439,7 @@ fn constraint(field: &str, signer: &Signer) -> Result<Constraint, String> {
                 .unwrap_or_default();
             Ok(Constraint {
                 name: format!("{field} ({} from {})", subject, keyless.issuer),
-                check: Box::new(KeylessConstraint(keyless.clone())),
+                check: Check::Keyless(keyless.clone()),
             })
         }
     }
