@@ -1133,6 +1133,7 @@ async fn a_plugin_configmap_naming_oci_artifacts_serves_each_pinned_digest() {
         Puller::new(&RegistryOptions {
             http: vec![registry.host.clone()],
             cache_dir: Some(cache.clone()),
+            ..RegistryOptions::default()
         })
         .unwrap(),
     );
@@ -1230,6 +1231,7 @@ async fn the_registry_secret_and_ca_configmap_give_what_plugins_are_pulled_with(
     let options = RegistryOptions {
         http: Vec::new(),
         cache_dir: None,
+        ..RegistryOptions::default()
     };
     let author = Puller::new(&options).unwrap();
     let mut cas = RegistryCas::default();
@@ -1376,6 +1378,7 @@ async fn the_verification_policy_configmap_lets_only_signed_plugins_serve() {
     let options = RegistryOptions {
         http: vec![registry.host.clone()],
         cache_dir: None,
+        ..RegistryOptions::default()
     };
     let author = Puller::new(&options).unwrap();
     let repository = registry.reference("plugins/tenant");
@@ -1524,6 +1527,7 @@ async fn a_plugin_whose_signer_the_policy_drops_stops_serving() {
     let options = RegistryOptions {
         http: vec![registry.host.clone()],
         cache_dir: None,
+        ..RegistryOptions::default()
     };
     let repository = registry.reference("plugins/tenant");
     let digest = Puller::new(&options)

@@ -63,6 +63,7 @@ async fn a_plugin_is_pulled_by_digest_checked_and_then_loaded_from_the_cache_wit
     let restarted = Puller::new(&RegistryOptions {
         http: vec![],
         cache_dir: Some(cache.0.clone()),
+        ..RegistryOptions::default()
     })
     .unwrap();
     assert_eq!(restarted.pull(&pinned).await.unwrap().component, OPT_OUT);

@@ -74,6 +74,7 @@ impl RegistryArgs {
         let puller = Puller::new(&RegistryOptions {
             http: self.plugin_registry_http.clone(),
             cache_dir: Some(self.plugin_cache_dir.clone()),
+            ..RegistryOptions::default()
         })?;
         if let Some(path) = &self.registry_config {
             let bytes = std::fs::read(path)

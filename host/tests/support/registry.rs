@@ -122,6 +122,22 @@ impl Registry {
         })
     }
 
+    /// The same over HTTPS, with a certificate for 127.0.0.1 that `ca` signs.
+    pub fn start_token_tls(
+        test: &str,
+        ca: &TestCa,
+        (realm, service, issuer, jwks): (&str, &str, &str, &str),
+    ) -> Self {
+        Self::start_auth(test, Some(ca), |dir| {
+            std::fs::write(dir.join("jwks.json"), jwks).unwrap();
+            format!(
+                "auth:\n  token:\n    realm: {realm}\n    service: {service}\n    \
+                 issuer: {issuer}\n    jwks: {}\n",
+                dir.join("jwks.json").display()
+            )
+        })
+    }
+
     /// A registry whose `auth` section `auth` writes (given the registry's directory), over
     /// HTTPS if a `ca` is given.
     fn start_auth(test: &str, ca: Option<&TestCa>, auth: impl FnOnce(&Path) -> String) -> Self {
@@ -254,6 +270,7 @@ pub fn puller(registry: &Registry, cache: Option<&Path>) -> Puller {
             vec![registry.host.clone()]
         },
         cache_dir: cache.map(Path::to_path_buf),
+        ..RegistryOptions::default()
     })
     .unwrap()
 }

@@ -1,6 +1,6 @@
 //! Registry errors in an operator's terms: what failed, at which registry, and what to do.
 
-use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::errors::{OciDistributionError, OciEnvelope, OciErrorCode};
 
 use super::{
     OciRef,
@@ -16,7 +16,7 @@ pub(super) fn describe(
 ) -> String {
     let (registry, repository) = (reference.registry(), reference.repository());
     match e {
-        OciDistributionError::RequestError(e) => request_failed(e, registry, auth),
+        OciDistributionError::RequestError(e) => request_failed(e, registry, &auth.untrusted),
         OciDistributionError::RegistryError { envelope, .. } => {
             let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|e| &e.code).collect();
             match codes.first() {
@@ -64,24 +64,61 @@ pub(super) fn describe(
     }
 }
 
+/// A registry's answer of `status` (not a success) with `body`, read by the puller itself, in
+/// an operator's terms; `what` is the digest or tag asked for.
+pub(super) fn describe_status(
+    status: reqwest::StatusCode,
+    body: &[u8],
+    registry: &str,
+    repository: &str,
+    what: &str,
+    auth: &Auth,
+) -> String {
+    let codes: Vec<OciErrorCode> = serde_json::from_slice::<OciEnvelope>(body)
+        .map(|envelope| envelope.errors.into_iter().map(|e| e.code).collect())
+        .unwrap_or_default();
+    match (status.as_u16(), codes.first()) {
+        (_, Some(OciErrorCode::ManifestUnknown)) | (404, None) => format!(
+            "the registry {registry} has no manifest {what} in {repository}: check the digest (`plugin push` prints the one it published)"
+        ),
+        (_, Some(OciErrorCode::NameUnknown)) => {
+            format!("the registry {registry} has no repository {repository}")
+        }
+        (_, Some(OciErrorCode::BlobUnknown)) => {
+            format!("the registry {registry} has no blob {what} in {repository}")
+        }
+        (401 | 403, _) | (_, Some(OciErrorCode::Unauthorized | OciErrorCode::Denied)) => {
+            unauthorized(registry, repository, auth)
+        }
+        (code, _) => {
+            let message: String = String::from_utf8_lossy(body)
+                .trim()
+                .chars()
+                .take(200)
+                .collect();
+            format!("the registry {registry} answered HTTP {code}: {message}")
+        }
+    }
+}
+
 /// A request that had no answer: the registry unreachable, slow, or not trusted over TLS.
-fn request_failed(e: &reqwest::Error, registry: &str, auth: &Auth) -> String {
+pub(super) fn request_failed(e: &reqwest::Error, registry: &str, untrusted: &str) -> String {
     let cause = innermost(e);
     if untrusted_certificate(e) {
-        format!(
-            "the registry {registry} was refused over TLS ({cause}): {}",
-            auth.untrusted
-        )
+        format!("the registry {registry} was refused over TLS ({cause}): {untrusted}")
     } else if e.is_connect() {
         format!("cannot reach the registry {registry}: {cause}")
     } else if e.is_timeout() {
-        format!("the registry {registry} did not answer in time")
+        format!(
+            "the registry {registry} did not answer in time ({cause}): it is stalled or too \
+             slow; the fetch is tried again later"
+        )
     } else {
         format!("the request to the registry {registry} failed: {cause}")
     }
 }
 
-fn unauthorized(registry: &str, repository: &str, auth: &Auth) -> String {
+pub(super) fn unauthorized(registry: &str, repository: &str, auth: &Auth) -> String {
     match &auth.who {
         Who::Anonymous { remedy } => {
             format!("the registry {registry} refused anonymous access to {repository}: {remedy}")
@@ -105,18 +142,6 @@ fn unauthorized(registry: &str, repository: &str, auth: &Auth) -> String {
                 ),
             }
         }
-    }
-}
-
-pub(super) fn describe_blob(e: &OciDistributionError, digest: &str) -> String {
-    match e {
-        OciDistributionError::RequestError(e) => {
-            format!(
-                "downloading its Wasm layer {digest} failed: {}",
-                innermost(e)
-            )
-        }
-        other => format!("downloading its Wasm layer {digest} failed: {other}"),
     }
 }
 

@@ -1,7 +1,7 @@
 //! Plugins as OCI artifacts, the convention of Kubewarden, Istio's WasmPlugin and Spin: a
 //! source names `oci://<registry>/<repository>@sha256:<digest>` (a tag is resolved to a digest
-//! and logged), the [`Puller`] fetches the manifest and its one Wasm layer with `oci-client`,
-//! checks both against their digests and the size limit (before downloading the layer), and
+//! and logged), the [`Puller`] fetches the manifest and its one Wasm layer, checks both against
+//! their digests and the size limit (before downloading the layer, and while reading it), and
 //! keeps them on disk by digest ([`Cache`]): a pinned plugin that was pulled once loads again
 //! without the registry. A registry the [`Credentials`] name is spoken to with its credential,
 //! never anonymously; one whose certificate a private CA signs is trusted with the
@@ -9,12 +9,14 @@
 //!
 //! - [`session`]: the clients of the current credentials and CAs, and how one request
 //!   authenticates; [`token`]: identity tokens exchanged at token servers; [`tls`]: the CAs;
+//! - [`fetch`]: every answer read within a deadline ([`Timeouts`]) and a size limit;
 //! - [`describe`]: registry errors in an operator's terms.
 
 mod artifact;
 mod cache;
 mod credentials;
 mod describe;
+mod fetch;
 mod reference;
 mod session;
 mod tls;
@@ -27,14 +29,15 @@ use std::{
         Arc, PoisonError, RwLock,
         atomic::{AtomicU64, Ordering},
     },
-    time::Instant,
+    time::{Duration, Instant},
 };
 
-use futures::StreamExt as _;
 use oci_client::{
-    Client,
     client::{Config, ImageLayer},
-    manifest::{OCI_IMAGE_MEDIA_TYPE, OciImageManifest},
+    manifest::{
+        IMAGE_MANIFEST_LIST_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_INDEX_MEDIA_TYPE,
+        OCI_IMAGE_MEDIA_TYPE, OciImageManifest,
+    },
 };
 
 pub use artifact::{
@@ -46,10 +49,22 @@ pub use reference::{OciRef, SCHEME};
 pub use tls::{GivenIn, RegistryCas, configmap_key, registry_of_key};
 pub use verify::{AnyOf, Keyless, Policy, Signer, TrustRoot, Verified, Verifier};
 
-use describe::{describe, describe_blob, innermost};
-use session::{Auth, Origin, Settings, State, Verification};
+use describe::{describe, innermost};
+use session::{Auth, Origin, Settings, SignatureTrouble, State, Verification};
 
 use super::{MAX_PLUGIN_BYTES, pipeline::sha256_hex};
+
+/// The largest manifest read (a plugin's, a signature's, a referrers index): a plugin
+/// artifact's is under a kilobyte, a signature manifest a few kilobytes a signature.
+pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+/// The largest answer of a token server (a token is a few kilobytes).
+pub const MAX_TOKEN_BYTES: u64 = 64 << 10;
+/// The most layers (signatures) of one signature manifest read.
+pub const MAX_SIGNATURE_LAYERS: usize = 32;
+/// The largest signature layer (a payload or a Sigstore bundle) read.
+pub const MAX_SIGNATURE_LAYER_BYTES: u64 = 256 << 10;
+/// The most referrers of an artifact read for its signatures.
+pub const MAX_REFERRERS: usize = 32;
 
 /// How the controller reaches registries.
 #[derive(Debug, Clone, Default)]
@@ -58,7 +73,45 @@ pub struct RegistryOptions {
     pub http: Vec<String>,
     /// Where pulled artifacts are kept by digest; `None` keeps none.
     pub cache_dir: Option<PathBuf>,
+    pub timeouts: Timeouts,
 }
+
+/// How long a registry may take. A fetch that runs past one fails, with a message that names
+/// the reference, and is tried again later: a registry that stalls holds neither the
+/// controller's start nor a reload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// To connect (TCP and TLS).
+    pub connect: Duration,
+    /// For one answer, whole: a registry's challenge, a token, a manifest, a tag's digest, a
+    /// signature manifest or referrers index.
+    pub request: Duration,
+    /// For the plugin's Wasm layer, whole (at most [`MAX_PLUGIN_BYTES`]).
+    pub download: Duration,
+    /// For all of an artifact's signatures, read by the `sigstore` crate (several requests,
+    /// which it makes without timeouts of its own).
+    pub signatures: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(5),
+            request: Duration::from_secs(30),
+            download: Duration::from_secs(120),
+            signatures: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The manifest media types asked for a tag: an index too, to be refused with a message of
+/// ours rather than as unknown.
+const TAGGED_MEDIA_TYPES: [&str; 4] = [
+    OCI_IMAGE_MEDIA_TYPE,
+    IMAGE_MANIFEST_MEDIA_TYPE,
+    OCI_IMAGE_INDEX_MEDIA_TYPE,
+    IMAGE_MANIFEST_LIST_MEDIA_TYPE,
+];
 
 /// A plugin artifact, pulled and checked.
 #[derive(Debug, Clone)]
@@ -199,21 +252,35 @@ impl Puller {
         };
         let started = Instant::now();
         let (config, auth) = state
-            .signature_session(&self.options, reference)
+            .signature_session(&self.options, reference, digest)
             .await
-            .map_err(|message| FetchError {
-                unverified: false,
-                ..fail(message)
+            .map_err(|trouble| match trouble {
+                SignatureTrouble::Fetch(message) => FetchError {
+                    unverified: false,
+                    ..fail(message)
+                },
+                SignatureTrouble::Refused(message) => fail(message),
             })?;
-        let verified = verifier
-            .verify(
-                config,
-                &auth,
-                reference.registry(),
-                reference.repository(),
-                digest,
-            )
+        let deadline = self.options.timeouts.signatures;
+        let verifying = verifier.verify(
+            config,
+            &auth,
+            reference.registry(),
+            reference.repository(),
+            digest,
+        );
+        let verified = tokio::time::timeout(deadline, verifying)
             .await
+            .map_err(|_| FetchError {
+                unverified: false,
+                ..fail(format!(
+                    "reading its signatures from the registry {} took longer than {} s: it is \
+                     stalled or too slow, so the check was given up (it is tried again later); \
+                     check the registry",
+                    reference.registry(),
+                    deadline.as_secs_f64()
+                ))
+            })?
             .map_err(fail)?;
         tracing::info!(
             reference = %reference,
@@ -251,15 +318,22 @@ impl Puller {
         self.policy_generation.load(Ordering::SeqCst)
     }
 
-    /// A client, and how to authenticate with it to `reference`'s registry to read (or also
-    /// write) its repository.
-    async fn session(&self, reference: &OciRef, push: bool) -> Result<(Client, Auth), String> {
-        let state = self
-            .state
+    /// The clients of the settings in force.
+    fn state(&self) -> State {
+        self.state
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        state.session(&self.options, reference, push).await
+            .clone()
+    }
+
+    /// A push client, and how to authenticate with it to `reference`'s registry to write its
+    /// repository.
+    async fn session(
+        &self,
+        reference: &OciRef,
+        push: bool,
+    ) -> Result<(oci_client::Client, Auth), String> {
+        self.state().session(&self.options, reference, push).await
     }
 
     /// A puller whose size limit is `limit` bytes (tests of the limit).
@@ -277,16 +351,25 @@ impl Puller {
             unverified: false,
         };
         let started = Instant::now();
+        let state = self.state();
         // Asked for only when the registry is: a cached pinned plugin loads without it.
-        let session = || async { self.session(reference, false).await.map_err(fail) };
+        let access = || async {
+            state
+                .access(&self.options, reference, false)
+                .await
+                .map_err(fail)
+        };
         let digest = match reference.digest() {
             Some(digest) => digest.to_owned(),
             None => {
-                let (client, auth) = session().await?;
-                let digest = client
-                    .fetch_manifest_digest(reference.reference(), &auth.registry_auth)
+                let auth = access().await?;
+                let tag = reference.tag().unwrap_or("latest");
+                let body = state
+                    .repository(&self.options, reference, &auth)
+                    .manifest(tag, &TAGGED_MEDIA_TYPES, &format!("tagged {tag}"))
                     .await
-                    .map_err(|e| fail(describe(&e, reference, "its tag", &auth)))?;
+                    .map_err(fail)?;
+                let digest = format!("sha256:{}", sha256_hex(&body));
                 tracing::info!(
                     reference = %reference,
                     %digest,
@@ -300,16 +383,12 @@ impl Puller {
         if let Some(pulled) = self.cached(&digest) {
             return Ok(pulled);
         }
-        let pinned = reference.at(&digest);
-        let (client, auth) = session().await?;
-        let (body, _) = client
-            .pull_manifest_raw(
-                &pinned,
-                &auth.registry_auth,
-                &artifact::MANIFEST_MEDIA_TYPES,
-            )
+        let auth = access().await?;
+        let repository = state.repository(&self.options, reference, &auth);
+        let body = repository
+            .manifest(&digest, &artifact::MANIFEST_MEDIA_TYPES, &digest)
             .await
-            .map_err(|e| fail(describe(&e, reference, &digest, &auth)))?;
+            .map_err(fail)?;
         let actual = format!("sha256:{}", sha256_hex(&body));
         if actual != digest {
             return Err(fail(format!(
@@ -317,10 +396,7 @@ impl Puller {
             )));
         }
         let layer = wasm_layer(&body, self.limit).map_err(fail)?;
-        let component = self
-            .download(&client, &pinned, &layer)
-            .await
-            .map_err(fail)?;
+        let component = self.download(&repository, &layer).await.map_err(fail)?;
         if let Some(cache) = &self.cache {
             for (digest, bytes) in [(&layer.digest, &component[..]), (&digest, &body[..])] {
                 if let Err(e) = cache.put(digest, bytes) {
@@ -358,34 +434,42 @@ impl Puller {
         })
     }
 
-    /// The layer's bytes, no more than its descriptor says, checked against its digest.
+    /// The layer's bytes, no more than its descriptor says (which the size limit bounds, and
+    /// which is held to while reading), within the download timeout, checked against its
+    /// digest.
     async fn download(
         &self,
-        client: &Client,
-        at: &oci_client::Reference,
+        repository: &fetch::Repository<'_>,
         layer: &Layer,
     ) -> Result<Vec<u8>, String> {
-        let mut stream = client
-            .pull_blob_stream(at, layer.digest.as_str())
+        let what = format!("its Wasm layer {}", layer.digest);
+        let answer = repository
+            .get(
+                &format!("blobs/{}", layer.digest),
+                &[],
+                layer.size,
+                self.options.timeouts.download,
+            )
             .await
-            .map_err(|e| describe_blob(&e, &layer.digest))?;
-        let mut bytes = Vec::with_capacity(usize::try_from(layer.size).unwrap_or(0));
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| {
-                format!(
-                    "downloading its Wasm layer {} failed: {}",
-                    layer.digest,
-                    innermost(&e)
+            .map_err(|e| {
+                e.describe(
+                    repository.registry,
+                    &what,
+                    &repository.auth.untrusted,
+                    &format!(
+                        "its manifest gives the layer {} bytes, and the registry must send no \
+                         more; check the registry",
+                        layer.size
+                    ),
                 )
             })?;
-            if (bytes.len() + chunk.len()) as u64 > layer.size {
-                return Err(format!(
-                    "the registry sent more than the {} bytes its manifest gives for the Wasm layer",
-                    layer.size
-                ));
-            }
-            bytes.extend_from_slice(&chunk);
+        if !answer.status.is_success() {
+            return Err(format!(
+                "downloading its Wasm layer failed: {}",
+                repository.refusal(&answer, &layer.digest)
+            ));
         }
+        let bytes = answer.body;
         let actual = format!("sha256:{}", sha256_hex(&bytes));
         if actual != layer.digest {
             return Err(format!(

@@ -3,7 +3,7 @@
 //! authentication to use. A change of settings makes new clients, so that no token or
 //! connection of the old ones is used again.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc};
 
 use oci_client::{
     Client,
@@ -12,14 +12,11 @@ use oci_client::{
 };
 
 use super::{
-    Credential, Credentials, OciRef, RegistryOptions,
+    Credential, Credentials, OciRef, RegistryOptions, Timeouts,
     tls::RegistryCas,
-    token::{Exchanger, Request},
+    token::{Exchanger, Given, Request, same_origin},
     verify::Verifier,
 };
-
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where the credentials come from, for what a refusal of anonymous access tells to do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -79,9 +76,12 @@ pub(super) enum Verification {
 /// The clients of one registry (or of every registry without CAs of its own).
 #[derive(Clone)]
 struct Link {
+    /// For pushes.
     oci: Client,
-    /// For token servers.
-    http: reqwest::Client,
+    /// For manifests and blobs, read by [`super::fetch`].
+    content: reqwest::Client,
+    /// For the registry's challenge and its token server: no redirect to another host.
+    token: reqwest::Client,
     /// The registry's CAs (DER), to make more clients with.
     roots: Vec<Vec<u8>>,
 }
@@ -90,7 +90,8 @@ impl Link {
     fn new(options: &RegistryOptions, roots: Vec<Vec<u8>>) -> anyhow::Result<Self> {
         Ok(Link {
             oci: client(options, &roots)?,
-            http: http_client(&roots)?,
+            content: content_client(&roots, &options.timeouts)?,
+            token: token_client(&roots, &options.timeouts)?,
             roots,
         })
     }
@@ -132,82 +133,142 @@ impl State {
             .unwrap_or(&self.default)
     }
 
-    /// A client, and how to authenticate with it to `reference`'s registry to read (or also
-    /// write) its repository.
+    /// The credential for `registry` and its source, if any, and who asks with it.
+    fn credential(&self, registry: &str) -> (Option<(&str, &Credential)>, Who) {
+        let found = self
+            .settings
+            .credentials
+            .as_deref()
+            .and_then(|all| Some((all.source(), all.for_registry(registry)?)));
+        let who = match found {
+            None => Who::Anonymous {
+                remedy: self.settings.origin.remedy(registry),
+            },
+            Some((source, credential)) => Who::Credential {
+                source: source.to_owned(),
+                kind: credential.kind(),
+            },
+        };
+        (found, who)
+    }
+
+    /// How to authenticate to `reference`'s registry to read (or also write) its repository:
+    /// a registry token as it is, anything else exchanged for an access token if the registry
+    /// asks for tokens.
+    pub(super) async fn access(
+        &self,
+        options: &RegistryOptions,
+        reference: &OciRef,
+        push: bool,
+    ) -> Result<Auth, String> {
+        let registry = reference.registry();
+        let untrusted = self.settings.cas.remedy(registry);
+        let (found, who) = self.credential(registry);
+        let (source, given) = match (found, &who) {
+            (Some((_, Credential::RegistryToken(token))), _) => {
+                return Ok(Auth {
+                    expires: jwt_expiry(token),
+                    ..Auth::new(RegistryAuth::Bearer(token.clone()), who, untrusted)
+                });
+            }
+            (Some((source, Credential::Basic { username, password })), _) => {
+                (source, Given::Password { username, password })
+            }
+            (Some((source, Credential::IdentityToken(token))), _) => {
+                (source, Given::Refresh(token))
+            }
+            (None, Who::Anonymous { remedy }) => ("", Given::Anonymous { remedy }),
+            (None, Who::Credential { .. }) => ("", Given::Anonymous { remedy: "" }),
+        };
+        let request = Request {
+            http: &self.link(registry).token,
+            scheme: scheme(options, registry),
+            registry,
+            repository: reference.repository(),
+            push,
+            given,
+            source,
+            plain_http: &options.http,
+            deadline: options.timeouts.request,
+            untrusted: &untrusted,
+        };
+        let registry_auth = self.exchanger.access(&request).await?;
+        Ok(Auth::new(registry_auth, who, untrusted))
+    }
+
+    /// A push client, and how to authenticate with it to `reference`'s registry to write its
+    /// repository.
     pub(super) async fn session(
         &self,
         options: &RegistryOptions,
         reference: &OciRef,
         push: bool,
     ) -> Result<(Client, Auth), String> {
+        let auth = self.access(options, reference, push).await?;
+        let link = self.link(reference.registry());
+        let client = match auth.registry_auth {
+            // `oci-client` keeps the first bearer token it is given for a registry, for every
+            // repository: a client of its own for this one's.
+            RegistryAuth::Bearer(_) => client(options, &link.roots).map_err(|e| e.to_string())?,
+            _ => link.oci.clone(),
+        };
+        Ok((client, auth))
+    }
+
+    /// How the manifests and blobs of `reference`'s repository are read, authenticated with
+    /// `auth`.
+    pub(super) fn repository<'a>(
+        &'a self,
+        options: &'a RegistryOptions,
+        reference: &'a OciRef,
+        auth: &'a Auth,
+    ) -> super::fetch::Repository<'a> {
         let registry = reference.registry();
-        let link = self.link(registry);
-        let untrusted = self.settings.cas.remedy(registry);
-        let found = self
-            .settings
-            .credentials
-            .as_deref()
-            .and_then(|all| Some((all.source(), all.for_registry(registry)?)));
-        let Some((source, credential)) = found else {
-            let who = Who::Anonymous {
-                remedy: self.settings.origin.remedy(registry),
-            };
-            let auth = Auth::new(RegistryAuth::Anonymous, who, untrusted);
-            return Ok((link.oci.clone(), auth));
-        };
-        let who = Who::Credential {
-            source: source.to_owned(),
-            kind: credential.kind(),
-        };
-        let auth = match credential {
-            Credential::Basic { username, password } => {
-                let basic = RegistryAuth::Basic(username.clone(), password.clone());
-                Auth::new(basic, who, untrusted)
-            }
-            Credential::RegistryToken(token) => Auth {
-                expires: jwt_expiry(token),
-                ..Auth::new(RegistryAuth::Bearer(token.clone()), who, untrusted)
-            },
-            Credential::IdentityToken(refresh_token) => {
-                let request = Request {
-                    http: &link.http,
-                    scheme: if options.http.iter().any(|h| h == registry) {
-                        "http"
-                    } else {
-                        "https"
-                    },
-                    registry,
-                    repository: reference.repository(),
-                    push,
-                    refresh_token,
-                    source,
-                };
-                let access = self.exchanger.access_token(&request).await?;
-                // `oci-client` keeps the first bearer token it is given for a registry, for
-                // every repository: a client of its own for this one's.
-                let client = client(options, &link.roots).map_err(|e| e.to_string())?;
-                let auth = Auth::new(RegistryAuth::Bearer(access), who, untrusted);
-                return Ok((client, auth));
-            }
-        };
-        Ok((link.oci.clone(), auth))
+        super::fetch::Repository {
+            client: &self.link(registry).content,
+            scheme: scheme(options, registry),
+            registry,
+            repository: reference.repository(),
+            auth,
+            deadline: options.timeouts.request,
+        }
+    }
+}
+
+/// How `registry` is spoken to: `http` if it is listed as plain HTTP, otherwise `https`.
+fn scheme(options: &RegistryOptions, registry: &str) -> &'static str {
+    if options.http.iter().any(|h| h == registry) {
+        "http"
+    } else {
+        "https"
     }
 }
 
 impl State {
     /// How the signatures of `reference` are read: the signature client's configuration (the
-    /// registry's protocol and CAs) and authentication.
+    /// registry's protocol and CAs) and authentication (an access token where the registry
+    /// asks for tokens: the signature client is never given a password to send to a token
+    /// server), after checking that they are few and small enough for it to read.
     pub(super) async fn signature_session(
         &self,
         options: &RegistryOptions,
         reference: &OciRef,
-    ) -> Result<(sigstore::registry::ClientConfig, sigstore::registry::Auth), String> {
+        digest: &str,
+    ) -> Result<(sigstore::registry::ClientConfig, sigstore::registry::Auth), SignatureTrouble>
+    {
         use sigstore::registry::{
             Auth as SignatureAuth, Certificate as SignatureCertificate,
             CertificateEncoding as SignatureEncoding, ClientConfig as SignatureConfig,
             ClientProtocol as SignatureProtocol,
         };
-        let (_, auth) = self.session(options, reference, false).await?;
+        let auth = self
+            .access(options, reference, false)
+            .await
+            .map_err(SignatureTrouble::Fetch)?;
+        self.repository(options, reference, &auth)
+            .check_signatures(digest)
+            .await
+            .map_err(SignatureTrouble::Refused)?;
         let config = SignatureConfig {
             protocol: if options.http.is_empty() {
                 SignatureProtocol::Https
@@ -234,8 +295,16 @@ impl State {
     }
 }
 
-/// A registry client (plain HTTP to the registries `options` name), trusting `roots` (DER) as
-/// well as the system's CAs.
+/// Why the signatures of an artifact could not be read.
+pub(super) enum SignatureTrouble {
+    /// The registry could not be read.
+    Fetch(String),
+    /// They are too many or too large to read.
+    Refused(String),
+}
+
+/// A registry client for pushes (plain HTTP to the registries `options` name), trusting
+/// `roots` (DER) as well as the system's CAs.
 fn client(options: &RegistryOptions, roots: &[Vec<u8>]) -> anyhow::Result<Client> {
     let protocol = if options.http.is_empty() {
         ClientProtocol::Https
@@ -244,8 +313,8 @@ fn client(options: &RegistryOptions, roots: &[Vec<u8>]) -> anyhow::Result<Client
     };
     let config = ClientConfig {
         protocol,
-        connect_timeout: Some(CONNECT_TIMEOUT),
-        read_timeout: Some(READ_TIMEOUT),
+        connect_timeout: Some(options.timeouts.connect),
+        read_timeout: Some(options.timeouts.request),
         // A plugin is one manifest: an index is refused with a message of ours.
         platform_resolver: None,
         extra_root_certificates: roots
@@ -260,16 +329,49 @@ fn client(options: &RegistryOptions, roots: &[Vec<u8>]) -> anyhow::Result<Client
     Ok(Client::try_from(config)?)
 }
 
-/// The client token servers are asked with, with the timeouts and roots of [`client`].
-fn http_client(roots: &[Vec<u8>]) -> anyhow::Result<reqwest::Client> {
-    let roots = roots
+fn roots(roots: &[Vec<u8>]) -> anyhow::Result<Vec<reqwest::Certificate>> {
+    Ok(roots
         .iter()
         .map(|der| reqwest::Certificate::from_der(der))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+/// The client manifests and blobs are read with: it follows redirects (blob storage), and
+/// drops the `Authorization` header on one to another host. It has no timeout but the
+/// connect one: [`super::fetch::read`] bounds each answer whole (a timeout per read would not
+/// end a trickle). It keeps no idle connection: pulls are
+/// few (a plugin at a load), and one the registry closed meanwhile (a restart) would fail the
+/// next pull (`connection closed before message completed`) instead of a new connection
+/// serving it.
+fn content_client(roots: &[Vec<u8>], timeouts: &Timeouts) -> anyhow::Result<reqwest::Client> {
     Ok(reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(READ_TIMEOUT)
-        .tls_certs_merge(roots)
+        .pool_max_idle_per_host(0)
+        .connect_timeout(timeouts.connect)
+        .tls_certs_merge(self::roots(roots)?)
+        .build()?)
+}
+
+/// The client registries' challenges and token servers are asked with: a redirect to another
+/// scheme, host or port is not followed (its answer is the redirect), so that a credential
+/// reaches only the server the registry names. Its answers are bounded by
+/// [`super::fetch::read`] and no idle connection is kept, as for [`content_client`].
+fn token_client(roots: &[Vec<u8>], timeouts: &Timeouts) -> anyhow::Result<reqwest::Client> {
+    let policy = reqwest::redirect::Policy::custom(|attempt| {
+        let same = attempt
+            .previous()
+            .last()
+            .is_some_and(|previous| same_origin(previous, attempt.url()));
+        if same && attempt.previous().len() < 5 {
+            attempt.follow()
+        } else {
+            attempt.stop()
+        }
+    });
+    Ok(reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .connect_timeout(timeouts.connect)
+        .redirect(policy)
+        .tls_certs_merge(self::roots(roots)?)
         .build()?)
 }
 
@@ -323,6 +425,17 @@ mod tests {
     use super::*;
     use crate::oci::Puller;
 
+    /// The credential `puller` gives `registry`, and who asks with it.
+    fn chosen(puller: &Puller, registry: &str) -> (Option<Credential>, Who) {
+        let state = puller
+            .state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let (found, who) = state.credential(registry);
+        (found.map(|(_, c)| c.clone()), who)
+    }
+
     #[tokio::test]
     async fn each_registry_gets_its_own_credential_and_the_others_none() {
         let credentials = Credentials::parse(
@@ -333,12 +446,9 @@ mod tests {
         .unwrap();
         let puller = Puller::new(&RegistryOptions::default()).unwrap();
         puller.set_credentials(Some(credentials)).unwrap();
-        let auth = |registry: &str| {
-            let reference = OciRef::parse(&format!("oci://{registry}/team/plugin:v1")).unwrap();
-            let puller = &puller;
-            async move { puller.session(&reference, false).await.unwrap().1 }
-        };
-        let bearer = auth("tokens.example").await;
+        // A registry token is used as it is, without asking the registry anything.
+        let reference = OciRef::parse("oci://tokens.example/team/plugin:v1").unwrap();
+        let bearer = puller.session(&reference, false).await.unwrap().1;
         assert!(matches!(&bearer.registry_auth, RegistryAuth::Bearer(t) if t == "t"));
         assert_eq!(
             bearer.who,
@@ -347,16 +457,21 @@ mod tests {
                 kind: "registry token"
             }
         );
-        let basic = auth("users.example").await.registry_auth;
-        assert!(matches!(basic, RegistryAuth::Basic(u, p) if u == "u" && p == "p"));
-        let other = auth("other.example").await;
-        assert!(matches!(other.registry_auth, RegistryAuth::Anonymous));
+        let (basic, _) = chosen(&puller, "users.example");
+        assert_eq!(
+            basic,
+            Some(Credential::Basic {
+                username: "u".into(),
+                password: "p".into()
+            })
+        );
+        let (none, who) = chosen(&puller, "other.example");
+        assert_eq!(none, None);
         assert!(
-            matches!(&other.who, Who::Anonymous { remedy } if remedy.contains("(--registry-config)"))
+            matches!(&who, Who::Anonymous { remedy } if remedy.contains("(--registry-config)"))
         );
         puller.set_credentials(None).unwrap();
-        let dropped = auth("users.example").await;
-        assert!(matches!(dropped.registry_auth, RegistryAuth::Anonymous));
+        assert_eq!(chosen(&puller, "users.example").0, None);
     }
 
     #[tokio::test]
@@ -372,12 +487,7 @@ mod tests {
             .set_secret_credentials("nsc/pull", Some(credentials))
             .unwrap();
         assert_eq!(puller.generation(), before + 1);
-        let session = |registry: &str| {
-            let reference = OciRef::parse(&format!("oci://{registry}/team/plugin:v1")).unwrap();
-            let puller = &puller;
-            async move { puller.session(&reference, false).await.unwrap().1.who }
-        };
-        let Who::Anonymous { remedy } = session("other.example").await else {
+        let Who::Anonymous { remedy } = chosen(&puller, "other.example").1 else {
             panic!("anonymous where the Secret names nothing")
         };
         assert_eq!(
@@ -386,7 +496,7 @@ mod tests {
         );
         puller.set_secret_credentials("nsc/pull", None).unwrap();
         assert_eq!(puller.generation(), before + 2);
-        let Who::Anonymous { remedy } = session("users.example").await else {
+        let Who::Anonymous { remedy } = chosen(&puller, "users.example").1 else {
             panic!("anonymous once the Secret is gone")
         };
         assert!(
