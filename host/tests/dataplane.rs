@@ -22,7 +22,10 @@ use std::{
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    api::{
+        ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+        PostParams,
+    },
 };
 use nad_service_controller::{
     plugin::{Limits, Plugins, Runtime, SharedPlugins},
@@ -1519,6 +1522,9 @@ async fn daemonset_pods_go_to_the_nodes_they_allow() {
 /// The namespace of the shipped prober (deploy/prober).
 const PROBER_NS: &str = "nad-service-controller";
 
+/// The shipped prober's admission policy (deploy/prober/admission-policy.yaml).
+const PROBER_POLICY: &str = "nad-network-prober-own-node";
+
 /// The condition a pod's readiness on `<ns>/macvlan` is written as.
 fn network_ready_type(ns: &str) -> String {
     nad_service_controller::input::network_ready::condition_type(&format!("{ns}/macvlan"))
@@ -1569,7 +1575,10 @@ impl Plane {
         // This test's prober: a ServiceAccount of its own, granted the shipped ClusterRole by a
         // ClusterRoleBinding of its own that names this network (isim.dev/probe-networks), as
         // the admission policy reads it. Its own, because the policy weighs every grant of an
-        // account: the shipped one names no network.
+        // account: the shipped one names no network. And a binding of the shipped policy of its
+        // own, the one its guard reads, so that a test can take it away from this prober alone
+        // (the shipped binding still confines every prober meanwhile); its role a copy of the
+        // shipped one that reads that binding, as an operator's would after a rename.
         let name = format!("prober-{}", self.ns);
         let network = format!("{}/macvlan", self.ns);
         let mut account = items
@@ -1586,10 +1595,34 @@ impl Plane {
         grant["metadata"]["name"] = name.clone().into();
         grant["metadata"]["annotations"]["isim.dev/probe-networks"] = network.clone().into();
         grant["subjects"][0]["name"] = name.clone().into();
+        let mut binding = items
+            .iter()
+            .find(|o| o["kind"] == "ValidatingAdmissionPolicyBinding")
+            .unwrap()
+            .clone();
+        binding["metadata"]["name"] = name.clone().into();
+        let mut role = items
+            .iter()
+            .find(|o| o["kind"] == "ClusterRole")
+            .unwrap()
+            .clone();
+        role["metadata"]["name"] = name.clone().into();
+        let rules = role["rules"].as_array_mut().unwrap();
+        rules.retain(|r| r["apiGroups"][0] != "admissionregistration.k8s.io");
+        for (resource, object) in [
+            ("validatingadmissionpolicies", PROBER_POLICY),
+            ("validatingadmissionpolicybindings", name.as_str()),
+        ] {
+            rules.push(
+                serde_json::json!({"apiGroups": ["admissionregistration.k8s.io"],
+                "resources": [resource], "resourceNames": [object], "verbs": ["get"]}),
+            );
+        }
+        grant["roleRef"]["name"] = name.clone().into();
         let file = std::env::temp_dir().join(format!("{}-prober-grant.json", self.ns));
         std::fs::write(
             &file,
-            serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [account, grant]})
+            serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [account, role, grant, binding]})
                 .to_string(),
         )
         .unwrap();
@@ -1608,12 +1641,18 @@ impl Plane {
         template["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] = network.clone().into();
         template["spec"]["nodeSelector"] = serde_json::json!({"pod-agent.isim.dev/local": "true"});
         template["spec"]["serviceAccountName"] = name.clone().into();
-        for env in template["spec"]["containers"][0]["env"]
+        let container = &mut template["spec"]["containers"][0];
+        // Its binding read every 2 s rather than 30: a test waits for it to notice.
+        container["args"]
             .as_array_mut()
             .unwrap()
-        {
+            .push("--admission-policy-check-seconds=2".into());
+        for env in container["env"].as_array_mut().unwrap() {
             if env["name"] == "NSC_PROBE_NETWORKS" {
                 env["value"] = network.clone().into();
+            }
+            if env["name"] == "NSC_PROBE_ADMISSION_POLICY_BINDING" {
+                env["value"] = name.clone().into();
             }
         }
         let api: Api<k8s_openapi::api::apps::v1::DaemonSet> =
@@ -1691,6 +1730,12 @@ impl Probers {
     /// `nad_prober_probes_total` of every prober, read from inside `client` (a pod of the
     /// cluster network) on each prober's /metrics.
     async fn probes(&self, plane: &Plane, client: &str) -> u64 {
+        self.metric(plane, client, "nad_prober_probes_total").await as u64
+    }
+
+    /// The sum of the series of `metric` of every prober, read from inside `client` (a pod of
+    /// the cluster network) on each prober's /metrics.
+    async fn metric(&self, plane: &Plane, client: &str, metric: &str) -> f64 {
         let mut total = 0.0;
         for pod in self.pods().await {
             let ip = pod.status.and_then(|s| s.pod_ip).unwrap_or_default();
@@ -1708,11 +1753,24 @@ impl Probers {
                 .await;
             total += text
                 .lines()
-                .filter(|l| l.starts_with("nad_prober_probes_total{"))
+                .filter(|l| {
+                    l.strip_prefix(metric)
+                        .is_some_and(|rest| rest.starts_with(['{', ' ']))
+                })
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
                 .sum::<f64>();
         }
-        total as u64
+        total
+    }
+
+    /// This test's binding of the prober's admission policy (the one its probers' guard reads).
+    fn binding(&self) -> Api<DynamicObject> {
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicyBinding",
+        ));
+        Api::all_with(self.client.clone(), &resource)
     }
 
     async fn delete(self) {
@@ -1722,6 +1780,12 @@ impl Probers {
         let grants: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> =
             Api::all(self.client.clone());
         let _ = grants.delete(&self.name, &DeleteParams::default()).await;
+        let _ = self
+            .binding()
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+        let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(self.client.clone());
+        let _ = roles.delete(&self.name, &DeleteParams::default()).await;
         let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
             Api::namespaced(self.client.clone(), PROBER_NS);
         let _ = accounts.delete(&self.name, &DeleteParams::default()).await;
@@ -1733,7 +1797,8 @@ impl Probers {
 /// detection window its endpoint is not serving and CoreDNS no longer answers its addresses,
 /// neither the A nor the AAAA record; 25 curls over each family all answer; nginx-basic is
 /// unaffected. The link up again, it is back. A restart of the probers writes nothing (no
-/// flap).
+/// flap). Its admission policy's binding taken away, a prober writes no flip, however real, and
+/// tells on its pod; the binding back, it writes the flip it held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_whose_secondary_link_dies_leaves_dns_within_the_detection_window() {
     let plane = Plane::new("netready").await;
@@ -1866,6 +1931,75 @@ async fn a_pod_whose_secondary_link_dies_leaves_dns_within_the_detection_window(
             "{pod}: no flap"
         );
     }
+
+    // Its admission policy's binding taken away, a prober writes nothing, even when the link
+    // really dies, and says so on its pod and in its metrics; the binding back, it writes the
+    // flip it held back.
+    let kept = probers.binding().get(&probers.name).await.unwrap();
+    probers
+        .binding()
+        .delete(&probers.name, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "every prober: its admission policy not in force",
+        || async {
+            let in_force = probers
+                .metric(&plane, &base, "nad_prober_admission_policy_in_force")
+                .await;
+            (in_force == 0.0).then_some(())
+        },
+    )
+    .await;
+    let (code, out) = plane
+        .exec(&victim, &["ip", "link", "set", "net1", "down"])
+        .await;
+    assert_eq!(code, 0, "{out}");
+    let at_down = probers.probes(&plane, &base).await;
+    // Five rounds of each pod: two more than the failures a flip takes.
+    eventually("five probe rounds with the link down", || async {
+        (probers.probes(&plane, &base).await >= at_down + 5 * nginx.len() as u64).then_some(())
+    })
+    .await;
+    let held = network_ready(&plane.pod(&victim).await, &ns).unwrap();
+    assert_eq!(held.status, "True", "written without its policy: {held:?}");
+    for prober in probers.pods().await {
+        let missing =
+            Api::<k8s_openapi::api::events::v1::Event>::namespaced(plane.client.clone(), PROBER_NS)
+                .list(
+                    &ListParams::default().fields(&format!("regarding.name={}", prober.name_any())),
+                )
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .any(|e| e.reason.as_deref() == Some("AdmissionPolicyMissing"));
+        assert!(
+            missing,
+            "no AdmissionPolicyMissing Event on {}",
+            prober.name_any()
+        );
+    }
+    let mut restored = kept;
+    restored.metadata.resource_version = None;
+    restored.metadata.uid = None;
+    restored.metadata.creation_timestamp = None;
+    restored.metadata.managed_fields = None;
+    probers
+        .binding()
+        .create(&PostParams::default(), &restored)
+        .await
+        .unwrap();
+    let unready = plane.network_ready_is(&victim, "False").await;
+    assert_eq!(
+        network_ready(&unready, &ns).unwrap().reason.as_deref(),
+        Some("ProbeFailed")
+    );
+    let (code, out) = plane
+        .exec(&victim, &["ip", "link", "set", "net1", "up"])
+        .await;
+    assert_eq!(code, 0, "{out}");
+    plane.network_ready_is(&victim, "True").await;
     probers.delete().await;
     plane.finish().await;
 }
