@@ -296,6 +296,25 @@ impl Env {
             .collect()
     }
 
+    /// Merges `patch` into the Service `name`.
+    async fn patch_service(&self, name: &str, patch: &Value) {
+        self.api::<Service>()
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .unwrap();
+    }
+
+    /// Waits for an Event of `reason` on `name`; returns it.
+    async fn event(&self, name: &str, reason: &str) -> Event {
+        eventually(&format!("a {reason} Event on {name}"), || async {
+            self.events_for(name)
+                .await
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some(reason))
+        })
+        .await
+    }
+
     /// The last lines the controller logged about this namespace.
     fn log_tail(&self) -> String {
         let log = captured();
@@ -344,6 +363,19 @@ impl Env {
         self.controller.stop().await;
         self.heartbeat.abort();
         node_sim::delete_test_namespace(&self.client, &self.ns).await;
+    }
+}
+
+/// A test that fails shows what the controller last logged about its namespace.
+impl Drop for Env {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "the controller's last log lines naming {}:\n{}",
+                self.ns,
+                self.log_tail()
+            );
+        }
     }
 }
 
@@ -507,10 +539,7 @@ async fn conditions_follow_readiness_termination_and_removal() {
     })
     .await;
     let patch = json!({"spec": {"publishNotReadyAddresses": true}});
-    env.api::<Service>()
-        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    env.patch_service("web", &patch).await;
     env.wait_slices("web", "T/T/T with publishNotReadyAddresses", |s| {
         conditions(s) == state(true, true, true)
     })
@@ -712,33 +741,21 @@ async fn removing_the_annotation_or_the_service_removes_the_slices() {
     env.wait_slices("web", "a slice", |s| s.len() == 1).await;
 
     let remove = json!({"metadata": {"annotations": {"isim.dev/network": null}}});
-    env.api::<Service>()
-        .patch("web", &PatchParams::default(), &Patch::Merge(&remove))
-        .await
-        .unwrap();
+    env.patch_service("web", &remove).await;
     env.wait_slices("web", "no slices without the annotation", |s| s.is_empty())
         .await;
 
     let add = json!({"metadata": {"annotations": {"isim.dev/network": "macvlan"}}});
-    env.api::<Service>()
-        .patch("web", &PatchParams::default(), &Patch::Merge(&add))
-        .await
-        .unwrap();
+    env.patch_service("web", &add).await;
     env.wait_slices("web", "the slice back", |s| s.len() == 1)
         .await;
 
     // A network the pod is not on: the old slice goes.
     let other = json!({"metadata": {"annotations": {"isim.dev/network": "sriov"}}});
-    env.api::<Service>()
-        .patch("web", &PatchParams::default(), &Patch::Merge(&other))
-        .await
-        .unwrap();
+    env.patch_service("web", &other).await;
     env.wait_slices("web", "no slices on another network", |s| s.is_empty())
         .await;
-    env.api::<Service>()
-        .patch("web", &PatchParams::default(), &Patch::Merge(&add))
-        .await
-        .unwrap();
+    env.patch_service("web", &add).await;
     env.wait_slices("web", "the slice back", |s| s.len() == 1)
         .await;
 
@@ -873,10 +890,7 @@ async fn a_plugin_named_by_the_service_changes_its_slice_without_a_restart() {
     .await;
 
     let select = json!({"metadata": {"annotations": {"isim.dev/endpoint-policy": "opt-out"}}});
-    env.api::<Service>()
-        .patch("web", &PatchParams::default(), &Patch::Merge(&select))
-        .await
-        .unwrap();
+    env.patch_service("web", &select).await;
     let slices = env
         .wait_slices("web", "only web-b with opt-out", |s| endpoint_count(s) == 1)
         .await;
@@ -892,17 +906,8 @@ async fn a_plugin_named_by_the_service_changes_its_slice_without_a_restart() {
 
     // A plugin that is not loaded: a Warning Event, and the slices stay as they are.
     let missing = json!({"metadata": {"annotations": {"isim.dev/endpoint-policy": "nope"}}});
-    env.api::<Service>()
-        .patch("web", &PatchParams::default(), &Patch::Merge(&missing))
-        .await
-        .unwrap();
-    let event = eventually("an UnknownPlugin event", || async {
-        env.events_for("web")
-            .await
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("UnknownPlugin"))
-    })
-    .await;
+    env.patch_service("web", &missing).await;
+    let event = env.event("web", "UnknownPlugin").await;
     assert!(event.note.unwrap_or_default().contains("\"nope\""));
     assert_eq!(
         endpoint_count(&env.slices("web").await),
@@ -992,13 +997,7 @@ where
 
     // Replaced with a broken file: a Warning Event, and the previous version keeps serving.
     set(Some(b"\0asm\x0d\0\x01\0 truncated")).await;
-    let event = eventually("a PluginLoadFailed event", || async {
-        env.events_for("web")
-            .await
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("PluginLoadFailed"))
-    })
-    .await;
+    let event = env.event("web", "PluginLoadFailed").await;
     let note = event.note.unwrap_or_default();
     assert!(
         note.contains("compile check failed") && note.contains("previous version keeps serving"),
@@ -1778,17 +1777,8 @@ async fn a_network_that_does_not_exist_is_warned_about_and_cleared_when_it_is_cr
     env.wait_slices("web", "web-a published", |s| pod_names(s) == ["web-a"])
         .await;
     let misspelt = json!({"metadata": {"annotations": {"isim.dev/network": "macvlann"}}});
-    env.api::<Service>()
-        .patch("web", &PatchParams::default(), &Patch::Merge(&misspelt))
-        .await
-        .unwrap();
-    let event = eventually("a NetworkNotFound Event", || async {
-        env.events_for("web")
-            .await
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("NetworkNotFound"))
-    })
-    .await;
+    env.patch_service("web", &misspelt).await;
+    let event = env.event("web", "NetworkNotFound").await;
     let ns = &env.ns;
     assert_eq!(
         event.note.as_deref(),
@@ -1826,6 +1816,136 @@ async fn a_network_that_does_not_exist_is_warned_about_and_cleared_when_it_is_cr
     env.finish().await;
 }
 
+/// A warning whose Event the API server refuses is told again by the next reconcile, not lost
+/// while the problem lasts: here an admission policy refuses the Service's NetworkNotFound
+/// Events, then goes; the next reconcile (the Service labelled) publishes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warning_whose_event_was_refused_is_told_at_the_next_reconcile() {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let env = env("untold").await;
+    let ns = env.ns.clone();
+    let name = format!("nsc-refuse-events-{ns}");
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(env.client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(env.client.clone());
+    let policy = json!({
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                "resourceRules": [{"apiGroups": ["", "events.k8s.io"], "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"], "resources": ["events"]}],
+            },
+            "validations": [{"expression": "object.reason != 'NetworkNotFound'",
+                "message": "refused by the test"}],
+        },
+    });
+    policies
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(policy).unwrap(),
+        )
+        .await
+        .unwrap();
+    let binding = json!({
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    });
+    bindings
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(binding).unwrap(),
+        )
+        .await
+        .unwrap();
+    // In force once a NetworkNotFound Event of the test's own is refused (a dry run).
+    let probe: Event = serde_json::from_value(json!({
+        "metadata": {"generateName": "probe-"},
+        "eventTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+        "reportingController": "nsc-test", "reportingInstance": "nsc-test",
+        "action": "Validate", "reason": "NetworkNotFound", "type": "Warning", "note": "probe",
+        "regarding": {"apiVersion": "v1", "kind": "Service", "namespace": ns, "name": "web"},
+    }))
+    .unwrap();
+    let refused = || async {
+        env.api::<Event>()
+            .create(
+                &PostParams {
+                    dry_run: true,
+                    ..PostParams::default()
+                },
+                &probe,
+            )
+            .await
+            .is_err()
+    };
+    eventually("the policy refusing NetworkNotFound Events", || async {
+        refused().await.then_some(())
+    })
+    .await;
+
+    env.headless("web").await;
+    env.pod("web-a", json!({"app": "web"}), "macvlan", true)
+        .await;
+    env.wait_slices("web", "web-a published", |s| pod_names(s) == ["web-a"])
+        .await;
+    let misspelt = json!({"metadata": {"annotations": {"isim.dev/network": "macvlann"}}});
+    env.patch_service("web", &misspelt).await;
+    eventually("the controller's NetworkNotFound Event refused", || async {
+        captured()
+            .lines()
+            .any(|l| {
+                l.contains("could not publish Event")
+                    && l.contains("NetworkNotFound")
+                    && l.contains(&ns)
+            })
+            .then_some(())
+    })
+    .await;
+
+    bindings
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    policies
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("NetworkNotFound Events allowed again", || async {
+        (!refused().await).then_some(())
+    })
+    .await;
+    assert!(
+        !env.events_for("web")
+            .await
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("NetworkNotFound")),
+        "published while refused"
+    );
+    // The next reconcile (the Service changed) tells it.
+    let touched = json!({"metadata": {"labels": {"touched": "yes"}}});
+    env.patch_service("web", &touched).await;
+    let event = env.event("web", "NetworkNotFound").await;
+    assert!(
+        event
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with(&format!(
+                "web: network {ns}/macvlann names no NetworkAttachmentDefinition"
+            )),
+        "{event:?}"
+    );
+    assert_eq!(
+        pod_names(&env.slices("web").await),
+        ["web-a"],
+        "the slices kept"
+    );
+    env.finish().await;
+}
+
 /// A probe annotation with bad values: one Warning Event naming each field, the slices still
 /// published (the network prober uses the default probe), and the Service's problem metric;
 /// fixed, the problem goes.
@@ -1844,13 +1964,7 @@ async fn a_bad_probe_annotation_is_warned_about_naming_the_field() {
         .await;
     env.wait_slices("web", "web-a published", |s| pod_names(s) == ["web-a"])
         .await;
-    let event = eventually("an InvalidProbe Event", || async {
-        env.events_for("web")
-            .await
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("InvalidProbe"))
-    })
-    .await;
+    let event = env.event("web", "InvalidProbe").await;
     let note = event.note.unwrap_or_default();
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert!(
@@ -1867,10 +1981,7 @@ async fn a_bad_probe_annotation_is_warned_about_naming_the_field() {
     let problem = |env: &Env| metric_once(env, "nad_service_controller_service_problem", &labels);
     assert_eq!(problem(&env), Some(1));
     let fixed = json!({"metadata": {"annotations": {"isim.dev/probe": r#"{"periodSeconds": 5}"#}}});
-    env.api::<Service>()
-        .patch("web", &PatchParams::default(), &Patch::Merge(&fixed))
-        .await
-        .unwrap();
+    env.patch_service("web", &fixed).await;
     eventually("the problem gone", || async {
         problem(&env).is_none().then_some(())
     })
@@ -1972,13 +2083,7 @@ async fn a_failing_plugin_keeps_the_last_slices_or_falls_back_as_configured() {
         pod_names(s) == ["web-b", "web-r"]
     })
     .await;
-    let failed = eventually("a PluginFailed event on keep", || async {
-        env.events_for("keep")
-            .await
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("PluginFailed"))
-    })
-    .await;
+    let failed = env.event("keep", "PluginFailed").await;
     let note = failed.note.unwrap_or_default();
     assert!(
         note.contains("plugin buggy") && note.contains("deliberate trap on team=red"),
@@ -1989,13 +2094,7 @@ async fn a_failing_plugin_keeps_the_last_slices_or_falls_back_as_configured() {
         ["web-b"],
         "keep: the slices stay as last applied"
     );
-    let fell_back = eventually("a PluginFallback event on fall", || async {
-        env.events_for("fall")
-            .await
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("PluginFallback"))
-    })
-    .await;
+    let fell_back = env.event("fall", "PluginFallback").await;
     assert!(
         fell_back
             .note

@@ -265,6 +265,13 @@ impl Book {
         self.states.get(service).report(findings)
     }
 
+    /// `finding` was reported but did not reach the operator: the Service's next reconcile plans
+    /// everything (so finds it again, whatever triggers it) and reports it again.
+    pub fn untold(&mut self, service: &ObjectRef<Service>, finding: &Finding) {
+        self.states.get(service).untold(finding);
+        self.replan(service);
+    }
+
     /// A reconcile planned: whether pods wait for their nodes (then it runs again soon), and
     /// whether its slices may differ from the plan (a write held back).
     pub fn planned(&mut self, service: &ObjectRef<Service>, node_retry: bool, held_back: bool) {

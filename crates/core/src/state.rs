@@ -62,6 +62,12 @@ impl ServiceState {
         new
     }
 
+    /// `finding` was reported but did not reach the operator (its Event was refused): the next
+    /// reconcile that finds it reports it again.
+    pub fn untold(&mut self, finding: &Finding) {
+        self.reported.remove(finding);
+    }
+
     /// The API refused `slice` as sent.
     pub fn refused(&mut self, slice: &EndpointSlice) {
         self.refused.insert(slice.name_any(), fingerprint(slice));
@@ -176,6 +182,13 @@ mod tests {
             vec![skipped("b", "no IPs")],
             "a problem that comes back is reported again"
         );
+        s.untold(&skipped("b", "no IPs"));
+        assert_eq!(
+            s.report([skipped("b", "no IPs")]),
+            vec![skipped("b", "no IPs")],
+            "a problem that was not told is reported again"
+        );
+        assert!(s.report([skipped("b", "no IPs")]).is_empty());
     }
 
     #[test]

@@ -199,8 +199,15 @@ impl Context {
     }
 
     /// Publishes a Warning Event on the Service; a failure to publish is logged, not fatal.
-    pub async fn warn(&self, service: &Service, reason: Reason, action: &str, note: String) {
-        self.api.events.warn(service, reason, action, note).await;
+    /// Returns whether it was published.
+    pub async fn warn(
+        &self,
+        service: &Service,
+        reason: Reason,
+        action: &str,
+        note: String,
+    ) -> bool {
+        self.api.events.warn(service, reason, action, note).await
     }
 }
 

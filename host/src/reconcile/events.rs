@@ -48,7 +48,14 @@ impl Events {
     }
 
     /// Publishes a Warning Event on the Service; a failure to publish is logged, not fatal.
-    pub async fn warn(&self, service: &Service, reason: Reason, action: &str, note: String) {
+    /// Returns whether it was published.
+    pub async fn warn(
+        &self,
+        service: &Service,
+        reason: Reason,
+        action: &str,
+        note: String,
+    ) -> bool {
         let note = truncate(note, NOTE_LIMIT);
         let recorder = {
             let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
@@ -72,8 +79,12 @@ impl Events {
             action: action.to_owned(),
             secondary: None,
         };
-        if let Err(e) = recorder.publish(&event, &service.object_ref(&())).await {
-            tracing::warn!(service = %service.name_any(), %reason, error = %describe(&e), "could not publish Event");
+        match recorder.publish(&event, &service.object_ref(&())).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(service = %service.name_any(), %reason, error = %describe(&e), "could not publish Event");
+                false
+            }
         }
     }
 }

@@ -40,10 +40,8 @@ pub async fn policy(ctx: &Context, service: &Service, record: &Record) -> BTreeS
     problems
 }
 
-/// Tells the operator about the Service's findings, each once while it lasts: a log line
-/// naming the pod, the address or field and the rule; a Warning Event for an address two pods
-/// claim, for a network that names no NetworkAttachmentDefinition and for a bad probe
-/// annotation.
+/// Tells the operator about the Service's findings, each once while it lasts (see [`told`]);
+/// one whose Event the API refused is told again by the next reconcile.
 pub async fn findings(
     ctx: &Context,
     service: &Service,
@@ -54,69 +52,85 @@ pub async fn findings(
     let new = ctx.book().report(key, findings);
     let network = target.network.as_str();
     for problem in new {
-        match problem {
-            Finding::PodSkipped { pod, reason } => tracing::warn!(
+        let Some((reason, action, note)) = told(&problem, network, &key.name) else {
+            continue;
+        };
+        if !ctx.warn(service, reason, action, note).await {
+            // Told again by the next reconcile, rather than never while the problem lasts.
+            ctx.book().untold(key, &problem);
+        }
+    }
+}
+
+/// Logs `problem` (a log line naming the pod, the address or field and the rule); returns the
+/// Warning Event that tells it on the Service, if it has one: an address two pods claim, a
+/// network that names no NetworkAttachmentDefinition, a bad probe annotation.
+fn told(problem: &Finding, network: &str, service: &str) -> Option<(Reason, &'static str, String)> {
+    match problem {
+        Finding::PodSkipped { pod, reason } => {
+            tracing::warn!(
                 %pod, network, %reason,
                 "pod left out; the Service's other endpoints stay published"
-            ),
-            Finding::AddressLeftOut {
-                pod,
-                address,
-                rule,
-                why,
-            } => tracing::warn!(
+            );
+            None
+        }
+        Finding::AddressLeftOut {
+            pod,
+            address,
+            rule,
+            why,
+        } => {
+            tracing::warn!(
                 %pod, network, %address, rule, %why,
                 "address left out; the pod's other addresses are published"
-            ),
-            Finding::EndpointLeftOut {
-                pod,
-                address,
-                violations,
-            } => tracing::error!(
+            );
+            None
+        }
+        Finding::EndpointLeftOut {
+            pod,
+            address,
+            violations,
+        } => {
+            tracing::error!(
                 %pod, %address, %violations,
                 "endpoint left out: the EndpointSlice API would refuse it (a bug: please report it)"
-            ),
-            Finding::DuplicateAddress(conflict) => {
-                tracing::warn!(
-                    address = %conflict.address, kept = %conflict.kept, left_out = %conflict.left_out,
-                    network, "two pods list the same address; only the older one publishes it"
-                );
-                let note = format!(
-                    "address {} on network {network} is listed by pods {} and {}; only {} (the older) \
-                     publishes it. Give each pod its own address (check static IPAM settings)",
-                    conflict.address, conflict.kept, conflict.left_out, conflict.kept
-                );
-                ctx.warn(service, Reason::DuplicateAddress, "Plan", note)
-                    .await;
-            }
-            Finding::NetworkNotFound(missing) => {
-                tracing::warn!(%missing, "the Service's network does not exist; its EndpointSlices are kept");
-                let fix = match &missing.closest {
-                    Some(closest) => format!(
-                        "set the annotation {NETWORK_ANNOTATION} to {closest}, or create the NetworkAttachmentDefinition"
-                    ),
-                    None => format!(
-                        "create the NetworkAttachmentDefinition, or fix the annotation {NETWORK_ANNOTATION}"
-                    ),
-                };
-                let note = format!(
-                    "{}: {missing}: {fix}; its EndpointSlices are kept until then",
-                    key.name
-                );
-                ctx.warn(service, Reason::NetworkNotFound, "Validate", note)
-                    .await;
-            }
-            Finding::InvalidProbe { problems } => {
-                tracing::warn!(problems = ?problems, "the Service's probe annotation has bad values; the network prober uses the default probe");
-                let note = format!(
-                    "{}: {}; the network prober uses the default probe (a TCP connect to each \
-                     target port every 2s, 3 failures in a row) until it is fixed",
-                    key.name,
-                    problems.join("; ")
-                );
-                ctx.warn(service, Reason::InvalidProbe, "Validate", note)
-                    .await;
-            }
+            );
+            None
+        }
+        Finding::DuplicateAddress(conflict) => {
+            tracing::warn!(
+                address = %conflict.address, kept = %conflict.kept, left_out = %conflict.left_out,
+                network, "two pods list the same address; only the older one publishes it"
+            );
+            let note = format!(
+                "address {} on network {network} is listed by pods {} and {}; only {} (the older) \
+                 publishes it. Give each pod its own address (check static IPAM settings)",
+                conflict.address, conflict.kept, conflict.left_out, conflict.kept
+            );
+            Some((Reason::DuplicateAddress, "Plan", note))
+        }
+        Finding::NetworkNotFound(missing) => {
+            tracing::warn!(%missing, "the Service's network does not exist; its EndpointSlices are kept");
+            let fix = match &missing.closest {
+                Some(closest) => format!(
+                    "set the annotation {NETWORK_ANNOTATION} to {closest}, or create the NetworkAttachmentDefinition"
+                ),
+                None => format!(
+                    "create the NetworkAttachmentDefinition, or fix the annotation {NETWORK_ANNOTATION}"
+                ),
+            };
+            let note =
+                format!("{service}: {missing}: {fix}; its EndpointSlices are kept until then");
+            Some((Reason::NetworkNotFound, "Validate", note))
+        }
+        Finding::InvalidProbe { problems } => {
+            tracing::warn!(problems = ?problems, "the Service's probe annotation has bad values; the network prober uses the default probe");
+            let note = format!(
+                "{service}: {}; the network prober uses the default probe (a TCP connect to each \
+                 target port every 2s, 3 failures in a row) until it is fixed",
+                problems.join("; ")
+            );
+            Some((Reason::InvalidProbe, "Validate", note))
         }
     }
 }
