@@ -1,7 +1,9 @@
 # syntax=docker/dockerfile:1
-# The controller image: one static binary (the default plugin is compiled into it) on an empty
-# base, run as a numeric non-root user. `make image-local` builds it for this machine, `make image`
-# for linux/amd64 and linux/arm64. The build reaches only what the project's builds use anyway:
+# The project's two images, each one static binary on an empty base, run as a numeric non-root
+# user: the controller (target nad-service-controller, the default: the default plugin is compiled
+# into it) and the network prober (target nad-network-prober: no Wasm runtime, no plugin
+# fetcher). `make image-local` builds them for this machine, `make image` for linux/amd64 and
+# linux/arm64. The build reaches only what the project's builds use anyway:
 # Debian packages, crates.io, and rustup for the wasm32-wasip2 and musl targets. Without an
 # engine, `make image-oci` assembles the same image from the same `make build-static`, whose
 # binary does not depend on the build's paths (/src here).
@@ -17,7 +19,16 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/src/target,sharing=locked \
     make build-static STATIC_OUT=/out
 
-FROM scratch
+# The network prober: the DaemonSet of deploy/prober runs it (its flags, no subcommand).
+FROM scratch AS nad-network-prober
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+COPY --from=build /out/nad-network-prober /nad-network-prober
+USER 65532:65532
+EXPOSE 9090
+ENTRYPOINT ["/nad-network-prober"]
+
+# The controller (the last stage: what a build without --target gives).
+FROM scratch AS nad-service-controller
 # The controller trusts the cluster's CA from its ServiceAccount; system roots are for a
 # kubeconfig that points elsewhere.
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt

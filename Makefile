@@ -22,14 +22,20 @@ STATIC_OUT ?= $(TARGET_DIR)/static
 CARGO_HOME_DIR := $(or $(CARGO_HOME),$(HOME)/.cargo)
 STATIC_RUSTFLAGS := --remap-path-prefix=$(CARGO_HOME_DIR)=/cargo \
 	--remap-path-prefix=$(abspath $(TARGET_DIR))=/target
-# `make image-oci`: the image as an OCI layout, without a container engine (hack/image-oci.sh).
+# `make image-oci`: the images as OCI layouts, without a container engine (hack/image-oci.sh): the
+# controller's and the network prober's.
 IMAGE_LAYOUT ?= $(TARGET_DIR)/image/oci
-# Images: `make image` pushes $(IMAGE); KinD gets $(KIND_IMAGE), loaded without a registry.
+PROBER_IMAGE_LAYOUT ?= $(TARGET_DIR)/image/prober-oci
+# Images: `make image` pushes $(IMAGE) and the prober's $(PROBER_IMAGE); KinD gets $(KIND_IMAGE)
+# and $(KIND_PROBER_IMAGE), loaded without a registry.
 IMAGE_REPO ?= ghcr.io/ihcsim/nad-service-controller
+PROBER_IMAGE_REPO ?= ghcr.io/ihcsim/nad-network-prober
 IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 IMAGE ?= $(IMAGE_REPO):$(IMAGE_TAG)
+PROBER_IMAGE ?= $(PROBER_IMAGE_REPO):$(IMAGE_TAG)
 KIND_CLUSTER_NAME ?= nad-service-controller
 KIND_IMAGE ?= nad-service-controller:dev
+KIND_PROBER_IMAGE ?= nad-network-prober:dev
 # Which deploy/overlays/ directory `apply`, `apply-kind` and `delete` use: default or with-plugins.
 OVERLAY ?= default
 KUBECTL ?= kubectl
@@ -55,14 +61,14 @@ plugins: wasm-target ## Build the plugins as components to $(TARGET_DIR)/wasm32-
 	@ls -l $(PLUGIN_DIR)/*.wasm
 
 .PHONY: build-static
-build-static: wasm-target ## Build a static (musl) controller binary to $(STATIC_OUT)/, as the image holds
+build-static: wasm-target ## Build the static (musl) controller and prober binaries to $(STATIC_OUT)/, as the images hold
 	@command -v musl-gcc >/dev/null || { echo "build-static: musl-gcc is missing: install Debian's musl-tools (apt-get install musl-tools)" >&2; exit 1; }
 	@rustup target list --installed | grep -qx '$(STATIC_TARGET)' || rustup target add $(STATIC_TARGET)
 	CC_$(subst -,_,$(STATIC_TARGET))=musl-gcc RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release --locked --target $(STATIC_TARGET) \
-		--config 'profile.release.strip="symbols"' -p nad-service-controller
+		--config 'profile.release.strip="symbols"' -p nad-service-controller -p nad-prober
 	@mkdir -p $(STATIC_OUT)
-	cp $(TARGET_DIR)/$(STATIC_TARGET)/release/nad-service-controller $(STATIC_OUT)/
-	@echo "built $(STATIC_OUT)/nad-service-controller"
+	cp $(TARGET_DIR)/$(STATIC_TARGET)/release/nad-service-controller $(TARGET_DIR)/$(STATIC_TARGET)/release/nad-network-prober $(STATIC_OUT)/
+	@echo "built $(STATIC_OUT)/nad-service-controller and $(STATIC_OUT)/nad-network-prober"
 
 .PHONY: test
 test: wasm-target ## Run every test: unit, plugin, integration, RBAC and manifests (starts the local control plane)
@@ -155,16 +161,17 @@ plugin-push: $(if $(wildcard $(BIN)),,build) ## Publish a plugin to a registry: 
 	$(BIN) plugin push $(PLUGIN) $(REF) $(PUSH_ARGS)
 
 .PHONY: image-oci
-image-oci: build-static ## The image as an OCI layout in $(IMAGE_LAYOUT), without a container engine (Debian's umoci); prints its digest
+image-oci: build-static ## The images as OCI layouts in $(IMAGE_LAYOUT) and $(PROBER_IMAGE_LAYOUT), without a container engine (Debian's umoci); prints their digests
 	@hack/image-oci.sh $(STATIC_OUT)/nad-service-controller $(IMAGE_LAYOUT) $(IMAGE_TAG)
+	@hack/image-oci.sh $(STATIC_OUT)/nad-network-prober $(PROBER_IMAGE_LAYOUT) $(IMAGE_TAG)
 
 .PHONY: image-local
-image-local: ## Build the image for this machine into the local container engine (IMAGE=...)
-	IMAGE="$(IMAGE)" hack/image.sh local
+image-local: ## Build the images for this machine into the local container engine (IMAGE=..., PROBER_IMAGE=...)
+	IMAGE="$(IMAGE)" PROBER_IMAGE="$(PROBER_IMAGE)" hack/image.sh local
 
 .PHONY: image
-image: ## Build the linux/amd64 and linux/arm64 image and push it to $(IMAGE_REPO) (IMAGE=...)
-	IMAGE="$(IMAGE)" hack/image.sh push
+image: ## Build the linux/amd64 and linux/arm64 images and push them to $(IMAGE_REPO) and $(PROBER_IMAGE_REPO) (IMAGE=..., PROBER_IMAGE=...)
+	IMAGE="$(IMAGE)" PROBER_IMAGE="$(PROBER_IMAGE)" hack/image.sh push
 
 .PHONY: cluster
 cluster: ## Create a KinD cluster with Multus, whereabouts, macvlan and the macvlan network
@@ -172,15 +179,15 @@ cluster: ## Create a KinD cluster with Multus, whereabouts, macvlan and the macv
 
 .PHONY: apply-kind
 apply-kind: $(if $(filter with-plugins,$(OVERLAY)),deploy-plugins) ## Build the image, load it into KinD and deploy the controller there (OVERLAY=...)
-	IMAGE="$(KIND_IMAGE)" hack/image.sh local
-	"$$(hack/tools.sh kind)" load docker-image "$(KIND_IMAGE)" --name "$(KIND_CLUSTER_NAME)"
-	MANIFEST_KUBECTL="$(KUBECTL)" hack/manifests.sh render "$(KIND_IMAGE)" "$(OVERLAY)" \
+	IMAGE="$(KIND_IMAGE)" PROBER_IMAGE="$(KIND_PROBER_IMAGE)" hack/image.sh local
+	"$$(hack/tools.sh kind)" load docker-image "$(KIND_IMAGE)" "$(KIND_PROBER_IMAGE)" --name "$(KIND_CLUSTER_NAME)"
+	PROBER_IMAGE="$(KIND_PROBER_IMAGE)" MANIFEST_KUBECTL="$(KUBECTL)" hack/manifests.sh render "$(KIND_IMAGE)" "$(OVERLAY)" \
 		| $(KUBECTL) --context "kind-$(KIND_CLUSTER_NAME)" apply -f -
 	$(KUBECTL) --context "kind-$(KIND_CLUSTER_NAME)" -n nad-service-controller rollout status deployment/nad-service-controller --timeout=300s
 
 .PHONY: apply
 apply: $(if $(filter with-plugins,$(OVERLAY)),deploy-plugins) ## Deploy the controller with $(IMAGE) to the current kubectl context (OVERLAY=...)
-	MANIFEST_KUBECTL="$(KUBECTL)" hack/manifests.sh render "$(IMAGE)" "$(OVERLAY)" | $(KUBECTL) apply -f -
+	PROBER_IMAGE="$(PROBER_IMAGE)" MANIFEST_KUBECTL="$(KUBECTL)" hack/manifests.sh render "$(IMAGE)" "$(OVERLAY)" | $(KUBECTL) apply -f -
 
 .PHONY: delete
 delete: $(if $(filter with-plugins,$(OVERLAY)),deploy-plugins) ## Remove the controller (and its namespace) from the current kubectl context (OVERLAY=...)

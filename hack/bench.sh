@@ -48,7 +48,7 @@ rm -f "$prober_json"
 if hack/pod-agent.sh preflight >&2; then
   dataplane_was_up=false
   pgrep -x pod-agent >/dev/null && dataplane_was_up=true
-  $cargo build --release --locked -p nad-service-controller -p pod-agent -p node-sim >&2
+  $cargo build --release --locked -p nad-service-controller -p nad-prober -p pod-agent -p node-sim >&2
   hack/pod-agent.sh up >&2
   hack/bench/prober.sh "$prober_json"
   [[ "$dataplane_was_up" == true ]] || hack/pod-agent.sh down >&2

@@ -6,6 +6,8 @@ heavy parts. The compiler then keeps every import pointing down. `make lint` run
     nad-model            the vocabulary; no Kubernetes client or runtime, no Wasm, no async
     nad-core             indexes and the pure step; no Wasm, no async runtime
     nad-plugin-runtime   the Wasm runtime; no Kubernetes client
+    nad-process          what every program does alike (logs, client errors, signals); no Wasm
+    nad-prober           the network prober (nad-network-prober); no Wasm, no plugin fetcher
     nad-service-controller  the controller and the CLI: everything above
 """
 import json
@@ -17,7 +19,9 @@ FLOORS = {
     "nad-model": (set(), {"kube", "kube-runtime", "kube-client", "wasmtime", "wasmtime-wasi", "tokio"}),
     "nad-core": ({"nad-model"}, {"wasmtime", "wasmtime-wasi", "tokio"}),
     "nad-plugin-runtime": ({"nad-model"}, {"kube", "kube-runtime", "kube-client"}),
-    "nad-service-controller": ({"nad-model", "nad-core", "nad-plugin-runtime"}, set()),
+    "nad-process": (set(), {"wasmtime", "wasmtime-wasi", "sigstore", "oci-client"}),
+    "nad-prober": ({"nad-model", "nad-process"}, {"wasmtime", "wasmtime-wasi", "sigstore", "oci-client"}),
+    "nad-service-controller": ({"nad-model", "nad-core", "nad-plugin-runtime", "nad-process"}, set()),
 }
 
 
@@ -50,7 +54,8 @@ def main() -> int:
     for failure in failures:
         print(f"check-layers: {failure}", file=sys.stderr)
     if not failures:
-        print("check-layers: nad-model < nad-core, nad-plugin-runtime < nad-service-controller: ok")
+        print("check-layers: nad-model < nad-core, nad-plugin-runtime < nad-service-controller; "
+              "nad-model, nad-process < nad-prober: ok")
     return 1 if failures else 0
 
 

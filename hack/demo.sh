@@ -79,7 +79,7 @@ if [[ "$cluster" == local ]]; then
 fi
 make --no-print-directory wasm-target >&2
 # The same packages as hack/pod-agent.sh builds (one build of the dependencies for both).
-${CARGO:-cargo} build --release --locked -p nad-service-controller -p pod-agent -p node-sim >&2
+${CARGO:-cargo} build --release --locked -p nad-service-controller -p nad-prober -p pod-agent -p node-sim >&2
 
 background_wait "go: waiting" "waiting for the Go builds (.local/logs/go-builds-demo.log)" || die "a Go build failed"
 

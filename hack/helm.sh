@@ -18,11 +18,12 @@
 #                                     the Go module proxy) are applied. KUBECTL: the kubectl to
 #                                     use (default: the one pinned with the local control plane;
 #                                     its kustomize renders the overlay)
-#   hack/helm.sh package OUTDIR [IMAGE_REPOSITORY]
+#   hack/helm.sh package OUTDIR [IMAGE_REPOSITORY [PROBER_IMAGE_REPOSITORY]]
 #                                     the chart packaged into OUTDIR (links into
 #                                     deploy/monitoring/ resolved); IMAGE_REPOSITORY replaces
-#                                     the default image.repository (a release of a fork). Prints
-#                                     the .tgz path
+#                                     the default image.repository, PROBER_IMAGE_REPOSITORY the
+#                                     default prober.image.repository (a release of a fork).
+#                                     Prints the .tgz path
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -30,6 +31,7 @@ cd "$repo"
 CHART=deploy/helm/nad-service-controller
 RELEASE=nad-service-controller
 DEFAULT_IMAGE_REPOSITORY=ghcr.io/ihcsim/nad-service-controller
+DEFAULT_PROBER_IMAGE_REPOSITORY=ghcr.io/ihcsim/nad-network-prober
 # ServiceMonitor and PrometheusRule; the Go module proxy serves this version of the module,
 # whose example/prometheus-operator-crd/ holds the CRDs.
 PROMETHEUS_OPERATOR_MODULE=github.com/prometheus-operator/prometheus-operator
@@ -236,7 +238,7 @@ check() {
 }
 
 package() {
-  local outdir="${1:?usage: hack/helm.sh package OUTDIR [IMAGE_REPOSITORY]}" image="${2:-}" stage out
+  local outdir="${1:?usage: hack/helm.sh package OUTDIR [IMAGE_REPOSITORY [PROBER_IMAGE_REPOSITORY]]}" image="${2:-}" prober="${3:-}" stage out
   links_resolve
   versions_match
   mkdir -p "$outdir"
@@ -253,6 +255,15 @@ package() {
     fi
     sed -i "s|^  repository: $DEFAULT_IMAGE_REPOSITORY$|  repository: $image|" "$values"
     log "image.repository: $image"
+  fi
+  if [[ -n "$prober" && "$prober" != "$DEFAULT_PROBER_IMAGE_REPOSITORY" ]]; then
+    local values="$stage/nad-service-controller/values.yaml"
+    if [[ "$(grep -c "^    repository: $DEFAULT_PROBER_IMAGE_REPOSITORY$" "$values")" != 1 ]]; then
+      log "FAIL: $CHART/values.yaml has no single line '    repository: $DEFAULT_PROBER_IMAGE_REPOSITORY' to replace"
+      return 1
+    fi
+    sed -i "s|^    repository: $DEFAULT_PROBER_IMAGE_REPOSITORY$|    repository: $prober|" "$values"
+    log "prober.image.repository: $prober"
   fi
   helm_ lint --strict "$stage/nad-service-controller" >/dev/null
   out="$(helm_ package "$stage/nad-service-controller" --destination "$outdir")"

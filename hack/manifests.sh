@@ -6,7 +6,8 @@
 #   hack/manifests.sh render [IMAGE [OVERLAY]]
 #                                     deploy/overlays/OVERLAY (default: default) rendered to
 #                                     stdout; IMAGE (repository:tag) replaces the image
-#                                     (releases, KinD). MANIFEST_KUBECTL=kubectl renders with
+#                                     (releases, KinD), and the prober's with PROBER_IMAGE
+#                                     (default: its repository at IMAGE's tag). MANIFEST_KUBECTL=kubectl renders with
 #                                     that kubectl's kustomize instead of the pinned one.
 #   hack/manifests.sh plugins         put the example plugin into deploy/overlays/with-plugins
 #   hack/manifests.sh check           deploy/deploy.yaml matches the default overlay, and both
@@ -17,6 +18,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 IMAGE_REPOSITORY=ghcr.io/ihcsim/nad-service-controller
+PROBER_IMAGE_REPOSITORY=ghcr.io/ihcsim/nad-network-prober
 HEADER="# nad-service-controller: generated from deploy/overlays/default by \`make release-manifest\`.
 # Do not edit; edit deploy/base or the overlay and run \`make release-manifest\` again."
 
@@ -48,6 +50,13 @@ images:
   - name: $IMAGE_REPOSITORY
     newName: ${image%:*}
     newTag: ${image##*:}
+YAML
+  # The prober's image (overlays with the prober): PROBER_IMAGE, else the same tag as IMAGE's.
+  local prober="${PROBER_IMAGE:-$PROBER_IMAGE_REPOSITORY:${image##*:}}"
+  cat >>"$tmp/kustomization.yaml" <<YAML
+  - name: $PROBER_IMAGE_REPOSITORY
+    newName: ${prober%:*}
+    newTag: ${prober##*:}
 YAML
   [[ "$overlay" == default ]] && echo "$HEADER"
   "$kubectl" kustomize "$tmp"

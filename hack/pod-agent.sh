@@ -21,8 +21,10 @@ pidfile="$state/pids/pod-agent.pid"
 log_file="$state/logs/pod-agent.log"
 target_dir="${CARGO_TARGET_DIR:-$repo/target}"
 agent="$target_dir/release/pod-agent"
-# What images named …/nad-service-controller run in pods (build_agent builds it).
+# What images named …/nad-service-controller and …/nad-network-prober run in pods (build_agent
+# builds them).
 controller="$target_dir/release/nad-service-controller"
+prober="$target_dir/release/nad-network-prober"
 ready_timeout="${NAD_READY_TIMEOUT:-180}"
 
 log() { echo "pod-agent: $*" >&2; }
@@ -49,8 +51,8 @@ failed_start() {
 # The same packages as hack/demo.sh builds: cargo then resolves the same features for the
 # dependencies, and the demo and the tests share one build of them.
 build_agent() {
-  log "building the pod agent (cargo build --release -p pod-agent, with the controller and node-sim)"
-  ${CARGO:-cargo} build --release --locked -p nad-service-controller -p pod-agent -p node-sim >&2
+  log "building the pod agent (cargo build --release -p pod-agent, with the controller, the prober and node-sim)"
+  ${CARGO:-cargo} build --release --locked -p nad-service-controller -p nad-prober -p pod-agent -p node-sim >&2
 }
 
 in_node() { ip netns exec nsc-node-0 "$@"; }
@@ -116,7 +118,7 @@ up() {
   proc_start "$pidfile" "$log_file" "$agent" run \
     --state "$dataplane" --nodes "${NAD_DATAPLANE_NODES:-2}" --kubeconfig "$KUBECONFIG" \
     --cni-bin "$dataplane/cni-bin" --cni-run "$(part cni-run)/cni-run" \
-    --kube-proxy "$kube_proxy" --coredns "$(part coredns)/coredns" --controller "$controller"
+    --kube-proxy "$kube_proxy" --coredns "$(part coredns)/coredns" --controller "$controller" --prober "$prober"
   local deadline=$((SECONDS + ready_timeout))
   until ready; do
     if ! running; then

@@ -48,24 +48,25 @@ trap 'exit 130' INT TERM
 step "system packages" "system packages (hack/system-packages.sh test: installs what is missing)"
 hack/system-packages.sh test
 
-step "rust: release build" "builds: the Go parts in the background (hack/go-builds.sh, log: .local/logs/go-builds-test.log); here cargo build --release of the controller, the pod agent and the node simulator"
+step "rust: release build" "builds: the Go parts in the background (hack/go-builds.sh, log: .local/logs/go-builds-test.log); here cargo build --release of the controller, the prober, the pod agent and the node simulator"
 mkdir -p "$logs"
 background_start "$logs/go-builds-test.log" hack/go-builds.sh control-plane data-plane test-tools
 
 make --no-print-directory wasm-target
 # The same packages as hack/demo.sh and hack/pod-agent.sh: one build of the dependencies for all.
-$cargo build --release --locked -p nad-service-controller -p pod-agent -p node-sim
+$cargo build --release --locked -p nad-service-controller -p nad-prober -p pod-agent -p node-sim
 
 step "rust: tools" "the C plugin toolchain (hack/c-plugin-toolchain.sh: clang, wasi-libc, wit-bindgen, wasm-tools) and cargo-sbom (the image's SBOM)"
 # The CLI tests build the C example and a `plugin new --lang c` project with it.
 hack/c-plugin-toolchain.sh >/dev/null
 hack/tools.sh cargo-sbom >/dev/null
 
-step "rust: static build" "the static (musl) binary of the image, which the RBAC test runs with runc (make build-static)"
+step "rust: static build" "the static (musl) binaries of the images, the controller's (which the RBAC test runs with runc) and the prober's (make build-static)"
 image_layout="$target_dir/image/oci"
 image_tag="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)"
 make --no-print-directory build-static >/dev/null
-export NSC_IMAGE_LAYOUT="$image_layout:$image_tag"
+prober_image_layout="$target_dir/image/prober-oci"
+export NSC_IMAGE_LAYOUT="$image_layout:$image_tag" NSC_PROBER_IMAGE_LAYOUT="$prober_image_layout:$image_tag"
 
 step "rust: test binaries" "cargo test --no-run (unit, plugin-runtime, plugin-CLI, cluster, data-plane and RBAC tests)"
 # The fault tests kill the API server: they run on a control plane of their own
@@ -74,8 +75,9 @@ $cargo test --release --locked --workspace --exclude nad-fault-tests --no-run
 
 background_wait "go: waiting" "waiting for the Go builds (.local/logs/go-builds-test.log)"
 
-step "image" "the image's OCI layout (umoci), with its SBOM (cargo-sbom, oras)"
-make --no-print-directory image-oci IMAGE_LAYOUT="$image_layout" IMAGE_TAG="$image_tag" >/dev/null
+step "image" "the images' OCI layouts, the controller's and the prober's (umoci), with their SBOMs (cargo-sbom, oras)"
+make --no-print-directory image-oci IMAGE_LAYOUT="$image_layout" PROBER_IMAGE_LAYOUT="$prober_image_layout" \
+  IMAGE_TAG="$image_tag" >/dev/null
 
 step "control plane" "starting the local control plane"
 exports="$(step_repeatable "starting the local control plane" "make local-up" hack/local-up.sh)" || exit 1

@@ -3,7 +3,7 @@
 # every second, on the local data plane; writes $1 (JSON) with its probes per second, CPU,
 # RSS, probe latency and the condition writes per 1 000 probes while nothing changes.
 #
-# The prober is the release binary, run as `nad-service-controller probe` in node
+# The prober is the release binary, run as `nad-network-prober` in node
 # nsc-node-0's network namespace (where the pod agent relays the API server to 127.0.0.1).
 # The 110 "pods" are API objects bound to nsc-bench-node, a Node object no kubelet runs (so
 # nothing runs them, and the pod garbage collector does not take them for orphans; they
@@ -20,7 +20,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out="${1:?usage: hack/bench/prober.sh OUT.json}"
 target_dir="${CARGO_TARGET_DIR:-$repo/target}"
-bin="$target_dir/release/nad-service-controller"
+bin="$target_dir/release/nad-network-prober"
 agent="$target_dir/release/pod-agent"
 export KUBECONFIG="${KUBECONFIG:-$repo/.local/kubeconfig}"
 kubectl="$repo/.local/bin/kubectl"
@@ -37,7 +37,7 @@ log() { echo "prober bench: $*" >&2; }
 die() { echo "prober bench: error: $*" >&2; exit 1; }
 
 ip netns list | grep -qw "$node" || die "no data plane (network namespace $node): run hack/pod-agent.sh up"
-[[ -x "$bin" && -x "$agent" ]] || die "build first: cargo build --release -p nad-service-controller -p pod-agent"
+[[ -x "$bin" && -x "$agent" ]] || die "build first: cargo build --release -p nad-prober -p pod-agent"
 
 pids=()
 cleanup() {
@@ -143,7 +143,7 @@ endpoints:$endpoints
 "$kubectl" apply -f - >/dev/null <<<"$manifest"
 
 log "the prober, in $node"
-NODE_NAME="$pods_node" ip netns exec "$node" "$bin" probe --network "$ns/macvlan" \
+NODE_NAME="$pods_node" ip netns exec "$node" "$bin" --network "$ns/macvlan" \
   --address "127.0.0.1:$metrics_port" --log-filter warn >"$root/prober.log" 2>&1 &
 prober="$!"
 pids+=("$prober")

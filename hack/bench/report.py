@@ -592,7 +592,7 @@ def prober_section(p: dict) -> list[str]:
     return [
         "## Network prober (the release binary on the local data plane)",
         "",
-        f"One prober (`nad-service-controller probe`) in a node's network namespace, probing "
+        f"One prober (`nad-network-prober`) in a node's network namespace, probing "
         f"{p['pods']} pods x {p['ports']} ports (a TCP connect each) every "
         f"{p['period_seconds']} s, measured over {p['window_seconds']:.0f} s of steady state "
         "(every pod already marked ready); hack/bench/prober.sh.",

@@ -26,20 +26,11 @@ use crate::{
 /// plugin's (blocking) WASI calls must not run on an async runtime's threads.
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Run(args) => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .context("starting the async runtime")?
-            .block_on(run_controller(*args)),
+        Command::Run(args) => nad_process::block_on(run_controller(*args))?,
         Command::Plugin(command) => {
             crate::cli::plugin::run(&command, &mut std::io::stdout(), &mut std::io::stderr())
         }
         Command::Explain(args) => crate::cli::explain(&args, &mut std::io::stdout()),
-        Command::Probe(args) => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .context("starting the async runtime")?
-            .block_on(crate::probe::main(*args, shutdown_signal())),
     }
 }
 
@@ -49,28 +40,6 @@ fn runtime(args: &RunArgs) -> anyhow::Result<Runtime> {
         memory_bytes: args.plugin_memory_limit_mib as usize * 1024 * 1024,
     })
     .context("starting the plugin runtime")
-}
-
-/// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the controller");
-                let _ = ctrl_c.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }
 
 fn identity() -> String {
@@ -91,7 +60,7 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
     let version = client.apiserver_version().await.map_err(|e| {
         anyhow::anyhow!(
             "reaching the Kubernetes API server: {}",
-            crate::error::describe(&e)
+            nad_process::kube_error::describe(&e)
         )
     })?;
     tracing::info!(server = %version.git_version, "connected to the API server");
@@ -99,7 +68,7 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
-        shutdown_signal().await;
+        nad_process::shutdown_signal().await;
         tracing::info!("shutdown requested");
         let _ = stop_tx.send(true);
     });
@@ -265,7 +234,7 @@ async fn first_configmap(client: &Client, source: &ConfigMapSource) -> Option<Co
             None
         }
         Err(e) => {
-            tracing::warn!(%configmap, error = %crate::error::describe(&e), "cannot read the plugin ConfigMap (its watch retries); check the controller's RBAC for it");
+            tracing::warn!(%configmap, error = %nad_process::kube_error::describe(&e), "cannot read the plugin ConfigMap (its watch retries); check the controller's RBAC for it");
             None
         }
     }

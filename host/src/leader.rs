@@ -18,7 +18,7 @@ use kube::{
     api::{ObjectMeta, PostParams},
 };
 
-use crate::error::describe;
+use nad_process::kube_error::describe;
 
 /// How often a candidate tries and a leader renews.
 pub const RETRY: Duration = Duration::from_secs(2);

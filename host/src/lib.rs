@@ -11,11 +11,10 @@
 //! - [`reconcile`]: one Service's reconcile: observe, decide (the [`plugin`]), plan, place;
 //! - [`apply`]: the only writer (server-side apply, deletes), and the API's rules it checks;
 //! - [`plugin`]: the Wasm runtime that asks a Service's policy about its pods;
-//! - [`probe`]: the network prober, a DaemonSet that writes each pod's readiness on its
-//!   secondary networks as a pod condition the plugins read;
 //! - [`controller`]: the watches wired to the reconcile, for one term as leader;
 //! - [`reason`]: the one vocabulary of a Service's problems (Event reasons, metric labels);
-//! - the operational parts: [`cli`], [`leader`], [`metrics`], [`server`], [`telemetry`].
+//! - the operational parts: [`cli`], [`leader`], [`metrics`], [`server`]; logging and
+//!   shutdown come from `nad_process`, shared with the network prober (`nad_prober`).
 
 pub mod apply;
 pub mod cli;
@@ -23,10 +22,8 @@ pub mod controller;
 pub mod error;
 pub mod leader;
 pub mod metrics;
-pub mod probe;
 pub mod reconcile;
 pub mod server;
-pub mod telemetry;
 pub mod watch;
 
 // The crates below, under the names the controller's modules use.

@@ -3,17 +3,17 @@ use std::process::ExitCode;
 use clap::Parser;
 use nad_service_controller::{
     cli::{Cli, Command, plugin},
-    run, telemetry,
+    run,
 };
 
 /// Errors are printed as their chain of causes on one line, never with a stack trace (even
 /// with `RUST_BACKTRACE` set): they are meant for the operator, not a debugger.
 fn main() -> ExitCode {
     // Before any TLS client: kube's, the registries'.
-    nad_service_controller::plugin::install_crypto_provider();
+    nad_process::install_crypto_provider();
     let command = Cli::parse().into_command();
     let (format, filter) = command.logging();
-    if let Err(e) = telemetry::init(format, &filter) {
+    if let Err(e) = nad_process::telemetry::init(format, &filter) {
         eprintln!("error: {e:#}");
         return ExitCode::FAILURE;
     }

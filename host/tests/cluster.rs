@@ -2489,7 +2489,7 @@ async fn dashboards_and_alerts_name_only_exported_metrics() {
     let exposition = scrape(env.controller.metrics.clone()).await;
     // The network prober's (nad_prober_*, its own /metrics): every family driven, as its probe
     // tasks do (a probe, a condition write, the pods it probes).
-    let prober = nad_service_controller::probe::metrics::ProbeMetrics::default();
+    let prober = nad_prober::metrics::ProbeMetrics::default();
     prober.probed("default/macvlan", false, Duration::from_millis(3));
     prober.wrote("default/macvlan", Some(false));
     prober.set_targets("default/macvlan", 1);

@@ -2346,10 +2346,10 @@ async fn a_dual_stack_pod_is_network_ready_only_if_both_families_answer() {
 
     let kubeconfig = support::kubeconfig_path();
     let network = format!("{ns}/macvlan");
+    let prober = support::prober_binary();
     in_node.spawn(
-        env!("CARGO_BIN_EXE_nad-service-controller"),
+        prober.to_str().unwrap(),
         &[
-            "probe",
             "--node-name",
             pods_node,
             "--network",

@@ -340,7 +340,7 @@ impl Controller {
         }
     }
 
-    /// The prober's binary (`nad-service-controller probe`), with a kubeconfig, serving on
+    /// The prober's binary (`nad-network-prober`), with a kubeconfig, serving on
     /// loopback port `port`, as the stand-in prober pod `pod` (in the prober's namespace) on `node`,
     /// reading its admission policy every second.
     fn prober(
@@ -352,12 +352,12 @@ impl Controller {
         pod: &str,
     ) -> Self {
         let log = dir.join("prober.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_nad-service-controller"))
-            .args(["probe", "--node-name", node, "--network", network])
+        let child = Command::new(support::prober_binary())
+            .args(["--node-name", node, "--network", network])
             .arg(format!("--address=127.0.0.1:{port}"))
             .args(["--pod-name", pod, "--pod-namespace", CONTROLLER_NS])
             .arg("--admission-policy-check-seconds=1")
-            .arg("--log-filter=info,nad_service_controller=debug")
+            .arg("--log-filter=info,nad_prober=debug")
             .env("KUBECONFIG", kubeconfig)
             .env_remove("NODE_NAME")
             .env_remove("NSC_PROBE_NETWORKS")
@@ -479,13 +479,85 @@ async fn the_image_run_as_the_deployment_runs_it_passes_the_main_scenario() {
     main_scenario(Roles::Release, Launch::Image).await;
 }
 
+/// The network prober's image (`make image-oci`, `deploy/prober`'s DaemonSet runs it): through a
+/// registry on loopback, it holds the prober's static binary and the CA bundle, nothing else;
+/// its SBOM lists the prober's crates and none of the controller's Wasm runtime, compiler or
+/// signature verification, and its binary holds none of their code (a crate's panic locations
+/// name its source files, so code of wasmtime, Cranelift or sigstore would leave their names).
+#[test]
+fn the_prober_image_holds_the_prober_alone() {
+    let dir = std::env::temp_dir().join(format!("nsc-rbac-{}-prober-image", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (layout, tag) = image::layout(image::PROBER);
+    let registry = registry::Registry::start("prober-image");
+    let pulled = image::push_and_pull(&layout, &tag, "nad-network-prober", &registry, &dir);
+    let sbom = image::sbom(&pulled, &dir);
+    drop(registry);
+    let listed: Vec<&str> = sbom["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    for name in ["nad-prober", "nad-model", "kube-client"] {
+        assert!(listed.contains(&name), "the SBOM lists {name}: {listed:?}");
+    }
+    const CONTROLLER_ONLY: [&str; 5] = [
+        "wasmtime",
+        "cranelift-codegen",
+        "sigstore",
+        "nad-plugin-runtime",
+        "nad-service-controller",
+    ];
+    for name in CONTROLLER_ONLY {
+        assert!(!listed.contains(&name), "the prober's SBOM lists {name}");
+    }
+    let bundle = dir.join("bundle");
+    image::unpack(&pulled, &bundle);
+    assert_eq!(
+        image::rootfs_files(&bundle),
+        [
+            "etc",
+            "etc/ssl",
+            "etc/ssl/certs",
+            "etc/ssl/certs/ca-certificates.crt",
+            "nad-network-prober",
+        ]
+    );
+    let binary = std::fs::read(bundle.join("rootfs/nad-network-prober")).unwrap();
+    for name in ["wasmtime", "cranelift", "sigstore"] {
+        let found = binary
+            .windows(name.len())
+            .filter(|w| w == &name.as_bytes())
+            .count();
+        assert_eq!(found, 0, "the prober's binary names {name} {found} times");
+    }
+    eprintln!("the prober image's binary: {} bytes", binary.len());
+    let image_manifest = image::layout_json(&pulled.layout, &pulled.digest);
+    let config = image::layout_json(
+        &pulled.layout,
+        image_manifest["config"]["digest"].as_str().unwrap(),
+    );
+    assert_eq!(config["config"]["User"], "65532:65532");
+    assert_eq!(
+        config["config"]["Entrypoint"],
+        json!(["/nad-network-prober"])
+    );
+    assert!(config["config"]["Cmd"].is_null(), "{config}");
+    assert_eq!(
+        config["config"]["Labels"]["org.opencontainers.image.title"],
+        "nad-network-prober"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The image of `make image-oci` through a registry on loopback, unpacked into `dir/bundle`
 /// with the runtime configuration of the Deployment's pod `identity`, its ServiceAccount files
 /// holding `token`.
 async fn image_bundle(admin: &Client, token: &str, dir: &Path, identity: &str) -> PathBuf {
-    let (layout, tag) = image::layout();
+    let (layout, tag) = image::layout(image::CONTROLLER);
     let registry = registry::Registry::start("image");
-    let pulled = image::push_and_pull(&layout, &tag, &registry, dir);
+    let pulled = image::push_and_pull(&layout, &tag, "nad-service-controller", &registry, dir);
     assert_eq!(
         pulled.digest,
         image::layout_digest(&layout, &tag),

@@ -11,11 +11,11 @@ pub(crate) mod registry;
 pub use explain::{ExplainArgs, explain};
 pub use registry::RegistryArgs;
 
-pub use crate::telemetry::LogFormat;
 use crate::{
     plugin::FailurePolicy,
     reconcile::slices::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, MAX_ENDPOINTS_PER_SLICE},
 };
+use nad_process::telemetry::LogFormat;
 
 /// The controller's flags may come first (`nad-service-controller --log-format=json`) or
 /// after `run`; each subcommand takes only its own.
@@ -57,10 +57,6 @@ pub enum Command {
     /// every pod of its namespace, whether it is a candidate, the plugin's decision and
     /// reason, the conditions and the EndpointSlice that publishes it.
     Explain(Box<ExplainArgs>),
-    /// Run the network prober (a DaemonSet attached to the networks it probes): probe the
-    /// pods of this node on their secondary networks and write their network readiness
-    /// condition when it changes.
-    Probe(Box<crate::probe::ProbeArgs>),
 }
 
 impl Command {
@@ -71,7 +67,6 @@ impl Command {
             Command::Run(args) => (args.log_format, args.log_filter.clone()),
             Command::Plugin(command) => (LogFormat::Text, command.log_filter()),
             Command::Explain(_) => (LogFormat::Text, "warn".to_owned()),
-            Command::Probe(args) => (args.log_format, args.log_filter.clone()),
         }
     }
 }

@@ -21,7 +21,7 @@ use kube::{
     },
 };
 
-use crate::error::describe;
+use nad_process::kube_error::describe;
 
 /// The most an Event's note may hold.
 const NOTE_LIMIT: usize = 1024;

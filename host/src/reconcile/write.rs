@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{ResourceExt, runtime::reflector::ObjectRef};
+use nad_process::kube_error::describe;
 
 use super::{
     Context,
@@ -14,7 +15,7 @@ use super::{
 };
 use crate::{
     apply,
-    error::{Error, describe},
+    error::Error,
     metrics::{RefusedBy, sync::Changed},
 };
 

@@ -16,11 +16,10 @@ use std::time::{Duration, Instant};
 
 use kube::runtime::{utils::Backoff, watcher};
 
+use nad_process::kube_error::describe_watch;
+
 use super::recovery::Recovery;
-use crate::{
-    error::describe_watch,
-    metrics::watch::{WatchProgress, unix_now},
-};
+use crate::metrics::watch::{WatchProgress, unix_now};
 
 /// The first retry delay of a failed watch, before jitter (which adds up to as much again).
 pub const FIRST_RETRY: Duration = Duration::from_millis(125);

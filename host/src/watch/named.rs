@@ -78,7 +78,7 @@ impl<K: Object> Named<K> {
             };
             count(&event);
             match event {
-                Err(e) => return Some(Seen::Failed(crate::error::describe_watch(&e))),
+                Err(e) => return Some(Seen::Failed(nad_process::kube_error::describe_watch(&e))),
                 Ok(watcher::Event::Init) => self.listed = None,
                 Ok(watcher::Event::InitApply(object)) => self.listed = Some(object),
                 Ok(watcher::Event::InitDone) => return Some(Seen::State(self.listed.take())),

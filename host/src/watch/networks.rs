@@ -62,7 +62,7 @@ async fn discover(client: Client) -> Option<Api<PartialObjectMeta<DynamicObject>
             Err(kube::Error::Discovery(_)) => break,
             Err(e) => {
                 if !reported {
-                    tracing::warn!(error = %crate::error::describe(&e), "cannot discover the NetworkAttachmentDefinition API (retrying)");
+                    tracing::warn!(error = %nad_process::kube_error::describe(&e), "cannot discover the NetworkAttachmentDefinition API (retrying)");
                     reported = true;
                 }
                 tokio::time::sleep(DISCOVERY_RETRY).await;

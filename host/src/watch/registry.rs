@@ -264,7 +264,7 @@ where
         tracing::warn!(
             kind = %K::kind(&()),
             name = %format!("{namespace}/{name}"),
-            error = %crate::error::describe(&e),
+            error = %nad_process::kube_error::describe(&e),
             "cannot read a registry setting (its watch retries); check the controller's RBAC for it"
         );
     })

@@ -1,4 +1,5 @@
-//! The controller's image as `make image-oci` assembles it: pushed with its SBOM to a registry
+//! The project's images as `make image-oci` assembles them (the controller's and the network
+//! prober's): pushed with its SBOM to a registry
 //! on loopback by oras, pulled back by digest, unpacked by umoci to an OCI runtime bundle, and
 //! given the
 //! runtime configuration the Deployment of `deploy/deploy.yaml` asks a kubelet for, so that
@@ -19,17 +20,23 @@ use super::registry::{self, Registry};
 /// Where the kubelet mounts a pod's ServiceAccount token, CA and namespace.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
-/// `NSC_IMAGE_LAYOUT`: the `<directory>:<tag>` of the OCI layout (hack/test.sh sets it).
-pub fn layout() -> (PathBuf, String) {
-    let value = std::env::var("NSC_IMAGE_LAYOUT").unwrap_or_else(|_| {
+/// The controller's image: `NSC_IMAGE_LAYOUT`.
+pub const CONTROLLER: &str = "NSC_IMAGE_LAYOUT";
+/// The network prober's image: `NSC_PROBER_IMAGE_LAYOUT`.
+pub const PROBER: &str = "NSC_PROBER_IMAGE_LAYOUT";
+
+/// The `<directory>:<tag>` of an image's OCI layout, from the variable `image` names
+/// ([`CONTROLLER`], [`PROBER`]; hack/test.sh sets both).
+pub fn layout(image: &str) -> (PathBuf, String) {
+    let value = std::env::var(image).unwrap_or_else(|_| {
         panic!(
-            "NSC_IMAGE_LAYOUT is not set: build the image with `make image-oci` and set it to \
+            "{image} is not set: build the images with `make image-oci` and set it to \
              <layout directory>:<tag> (`make test` does both)"
         )
     });
     let (dir, tag) = value
         .rsplit_once(':')
-        .unwrap_or_else(|| panic!("NSC_IMAGE_LAYOUT={value} is not <layout directory>:<tag>"));
+        .unwrap_or_else(|| panic!("{image}={value} is not <layout directory>:<tag>"));
     let dir = PathBuf::from(dir);
     assert!(
         dir.join("index.json").exists(),
@@ -94,11 +101,18 @@ pub struct Pulled {
     pub layout: PathBuf,
 }
 
-/// Pushes the layout's image and what refers to it (its SBOM) to `registry`, reads back the
-/// digest the registry serves for the tag, and pulls the image by that digest.
-pub fn push_and_pull(layout: &Path, tag: &str, registry: &Registry, dir: &Path) -> Pulled {
+/// Pushes the layout's image and what refers to it (its SBOM) to `registry` as repository
+/// `name`, reads back the digest the registry serves for the tag, and pulls the image by that
+/// digest.
+pub fn push_and_pull(
+    layout: &Path,
+    tag: &str,
+    name: &str,
+    registry: &Registry,
+    dir: &Path,
+) -> Pulled {
     let oras = oras();
-    let repository = format!("{}/nad-service-controller", registry.host);
+    let repository = format!("{}/{name}", registry.host);
     run(
         &oras,
         &[

@@ -32,6 +32,45 @@ pub fn kubeconfig_path() -> PathBuf {
     path
 }
 
+/// The network prober's binary (`nad-network-prober`, package `nad-prober`), built beside this
+/// package's binary by `cargo build --release -p nad-prober` (`make test` and
+/// `hack/pod-agent.sh up` build it). Cargo builds only this package's binaries for its tests, so
+/// a prober older than its sources fails here rather than testing yesterday's code.
+#[allow(dead_code)]
+pub fn prober_binary() -> PathBuf {
+    let prober = std::path::Path::new(env!("CARGO_BIN_EXE_nad-service-controller"))
+        .with_file_name("nad-network-prober");
+    let rebuild = "cargo build --release --locked -p nad-prober (make test does)";
+    let built = std::fs::metadata(&prober)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("{}: {e}; build it: {rebuild}", prober.display()));
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut sources = vec![repo.join("Cargo.lock")];
+    for dir in ["crates/prober", "crates/process", "crates/model"] {
+        let mut pending = vec![repo.join(dir)];
+        while let Some(dir) = pending.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    pending.push(path);
+                } else {
+                    sources.push(path);
+                }
+            }
+        }
+    }
+    for source in sources {
+        let changed = std::fs::metadata(&source).unwrap().modified().unwrap();
+        assert!(
+            changed <= built,
+            "{} is older than {}: rebuild it: {rebuild}",
+            prober.display(),
+            source.display()
+        );
+    }
+    prober
+}
+
 /// A client for the kubeconfig `path`, checked to reach its API server.
 pub async fn client_for(path: &std::path::Path) -> Client {
     let kubeconfig = Kubeconfig::read_from(path).unwrap();

@@ -4,6 +4,7 @@
 //! | image                      | runs                                                          |
 //! |----------------------------|---------------------------------------------------------------|
 //! | `…/nad-service-controller` (last path segment exactly that; any registry, tag or digest) | the controller binary given to `run --controller`, as the image's `ENTRYPOINT`: `args` follow it (without `command` and `args`, the image's `CMD`, `run`); a `command` replaces it, a first element naming `nad-service-controller` (with or without a path) being the binary |
+//! | `…/nad-network-prober` (alike) | the prober binary given to `run --prober`, as that image's `ENTRYPOINT` (it has no `CMD`), with `command` and `args` as above |
 //! | `…nginx…` (any registry, tag) | `pod-agent serve-http`: HTTP 200 on every TCP container port, serving `<pod dir>/usr/share/nginx/html` as nginx would |
 //! | any other, with `command`  | that command and its `args`, as a program of this machine (`sleep infinity` for netutils) |
 //!
@@ -12,21 +13,46 @@
 //! set to it (the stand-in for the container's own filesystem), its ServiceAccount token at
 //! the standard path and the environment kubelet gives it (see `env`, `serviceaccount`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Container;
 
-/// The project's image: its repository's last path segment.
-const CONTROLLER_IMAGE: &str = "nad-service-controller";
-/// The controller image's `CMD` (Dockerfile).
-const CONTROLLER_CMD: &str = "run";
+/// The project's images, each standing for one of its binaries.
+#[derive(Debug, Clone, Default)]
+pub struct ProjectBinaries {
+    /// The controller binary (`run --controller`), which `…/nad-service-controller` runs.
+    pub controller: Option<PathBuf>,
+    /// The network prober binary (`run --prober`), which `…/nad-network-prober` runs.
+    pub prober: Option<PathBuf>,
+}
+
+/// One of the project's images: its repository's last path segment, its binary's flag, and
+/// its `CMD` (the Dockerfile's).
+struct ProjectImage {
+    repository: &'static str,
+    flag: &'static str,
+    cmd: &'static [&'static str],
+}
+
+const PROJECT_IMAGES: [ProjectImage; 2] = [
+    ProjectImage {
+        repository: "nad-service-controller",
+        flag: "--controller",
+        cmd: &["run"],
+    },
+    ProjectImage {
+        repository: "nad-network-prober",
+        flag: "--prober",
+        cmd: &[],
+    },
+];
 
 /// What to run for `container` (its `command` and `args` already expanded), or why it cannot
-/// run. `agent` is this program, `controller` the controller binary (`run --controller`).
+/// run. `agent` is this program, `binaries` the project's (`run --controller`, `--prober`).
 pub fn program_for(
     container: &Container,
     agent: &Path,
-    controller: Option<&Path>,
+    binaries: &ProjectBinaries,
 ) -> Result<Vec<String>, String> {
     let image = container.image.as_deref().unwrap_or_default();
     let repository = image
@@ -41,24 +67,29 @@ pub fn program_for(
         .unwrap_or_default();
     let command = container.command.as_deref().unwrap_or_default();
     let args = container.args.as_deref().unwrap_or_default();
-    if repository == CONTROLLER_IMAGE {
-        let Some(binary) = controller else {
+    if let Some((project, binary)) = PROJECT_IMAGES
+        .iter()
+        .zip([&binaries.controller, &binaries.prober])
+        .find(|(project, _)| project.repository == repository)
+    {
+        let Some(binary) = binary else {
             return Err(format!(
-                "image {image:?} runs the controller, but the pod agent was started without --controller \
-                 (hack/pod-agent.sh passes the release build's binary)"
+                "image {image:?} runs the project's {} binary, but the pod agent was started without {} \
+                 (hack/pod-agent.sh passes the release build's binaries)",
+                project.repository, project.flag
             ));
         };
         let binary = binary.display().to_string();
-        let names_controller = |program: &str| program.rsplit('/').next() == Some(CONTROLLER_IMAGE);
+        let names_binary = |program: &str| program.rsplit('/').next() == Some(project.repository);
         let mut argv: Vec<String> = match command.split_first() {
             None => vec![binary],
-            Some((first, rest)) if names_controller(first) => std::iter::once(binary)
+            Some((first, rest)) if names_binary(first) => std::iter::once(binary)
                 .chain(rest.iter().cloned())
                 .collect(),
             Some(_) => command.to_vec(),
         };
         if command.is_empty() && args.is_empty() {
-            argv.push(CONTROLLER_CMD.into());
+            argv.extend(project.cmd.iter().map(|s| (*s).to_owned()));
         }
         argv.extend(args.iter().cloned());
         return Ok(argv);
@@ -102,7 +133,7 @@ mod tests {
             "ports": [{"containerPort": 80}, {"containerPort": 443, "protocol": "TCP"}, {"containerPort": 53, "protocol": "UDP"}]}),
         );
         assert_eq!(
-            program_for(&c, Path::new("/bin/pod-agent"), None).unwrap(),
+            program_for(&c, Path::new("/bin/pod-agent"), &ProjectBinaries::default()).unwrap(),
             [
                 "/bin/pod-agent",
                 "serve-http",
@@ -114,7 +145,7 @@ mod tests {
         );
         let bare = container(json!({"name": "nginx", "image": "nginx"}));
         assert_eq!(
-            program_for(&bare, Path::new("a"), None).unwrap(),
+            program_for(&bare, Path::new("a"), &ProjectBinaries::default()).unwrap(),
             ["a", "serve-http", "--port", "80"]
         );
     }
@@ -126,19 +157,22 @@ mod tests {
             "command": ["sleep"], "args": ["infinity"]}),
         );
         assert_eq!(
-            program_for(&c, Path::new("a"), None).unwrap(),
+            program_for(&c, Path::new("a"), &ProjectBinaries::default()).unwrap(),
             ["sleep", "infinity"]
         );
         let none = container(json!({"name": "x", "image": "registry.example/app:1"}));
-        let why = program_for(&none, Path::new("a"), None).unwrap_err();
+        let why = program_for(&none, Path::new("a"), &ProjectBinaries::default()).unwrap_err();
         assert!(why.contains("registry.example/app:1"), "{why}");
     }
 
     #[test]
     fn the_controller_image_runs_the_controller() {
-        let controller = Some(Path::new("/target/release/nad-service-controller"));
+        let binaries = ProjectBinaries {
+            controller: Some("/target/release/nad-service-controller".into()),
+            prober: Some("/target/release/nad-network-prober".into()),
+        };
         let run =
-            |value: serde_json::Value| program_for(&container(value), Path::new("a"), controller);
+            |value: serde_json::Value| program_for(&container(value), Path::new("a"), &binaries);
         let bin = "/target/release/nad-service-controller";
         for image in [
             "nad-service-controller",
@@ -175,9 +209,41 @@ mod tests {
         let why = program_for(
             &container(json!({"name": "c", "image": "nad-service-controller:1"})),
             Path::new("a"),
-            None,
+            &ProjectBinaries::default(),
         )
         .unwrap_err();
         assert!(why.contains("--controller"), "{why}");
+    }
+
+    #[test]
+    fn the_prober_image_runs_the_prober() {
+        let binaries = ProjectBinaries {
+            controller: Some("/target/release/nad-service-controller".into()),
+            prober: Some("/target/release/nad-network-prober".into()),
+        };
+        let run =
+            |value: serde_json::Value| program_for(&container(value), Path::new("a"), &binaries);
+        let bin = "/target/release/nad-network-prober";
+        assert_eq!(
+            run(json!({"name": "p", "image": "ghcr.io/isim/nad-network-prober:v1.5.0"})).unwrap(),
+            [bin],
+            "the image's entrypoint, no CMD"
+        );
+        assert_eq!(
+            run(json!({"name": "p", "image": "nad-network-prober", "args": ["--log-format=json"]}))
+                .unwrap(),
+            [bin, "--log-format=json"]
+        );
+        assert_eq!(
+            run(json!({"name": "p", "image": "x/nad-network-prober:1", "command": ["/nad-network-prober", "--version"]})).unwrap(),
+            [bin, "--version"]
+        );
+        let why = program_for(
+            &container(json!({"name": "p", "image": "nad-network-prober:1"})),
+            Path::new("a"),
+            &ProjectBinaries::default(),
+        )
+        .unwrap_err();
+        assert!(why.contains("--prober"), "{why}");
     }
 }

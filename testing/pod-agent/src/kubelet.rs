@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::cni::{self, Sandbox};
 use crate::components::Parts;
-use crate::containers::program_for;
+use crate::containers::{ProjectBinaries, program_for};
 use crate::env::{self, Addresses};
 use crate::layout::{Layout, NodeLayout, pod_netns, resolv_conf};
 use crate::netns::{self, NetnsRuntime};
@@ -53,8 +53,8 @@ pub struct Kubelet {
     nodes: HashMap<String, NetnsRuntime>,
     /// This program (`serve-http` and `exec-container` are commands of it).
     agent: PathBuf,
-    /// The controller binary, which the project's image runs (`run --controller`).
-    controller: Option<PathBuf>,
+    /// The project's binaries, which its images run (`run --controller`, `--prober`).
+    binaries: ProjectBinaries,
     /// The API server's CA (PEM), each pod's `ca.crt`.
     ca_pem: String,
     workers: Mutex<HashMap<String, watch::Sender<Option<Arc<Pod>>>>>,
@@ -69,7 +69,7 @@ impl Kubelet {
         layout: Layout,
         parts: Parts,
         nodes: HashMap<String, NetnsRuntime>,
-        controller: Option<PathBuf>,
+        binaries: ProjectBinaries,
         ca_pem: String,
     ) -> anyhow::Result<Arc<Self>> {
         let recorder = Recorder::new(
@@ -86,7 +86,7 @@ impl Kubelet {
             parts,
             nodes,
             agent: std::env::current_exe().context("finding the agent's own program")?,
-            controller,
+            binaries,
             ca_pem,
             workers: Mutex::default(),
             tasks: Mutex::default(),
@@ -475,7 +475,7 @@ impl Kubelet {
         let env = env::container_env(pod, container, &addresses, services)
             .map_err(|why| ("CreateContainerConfigError", why))?;
         let expanded = env::expand_command(container, &env);
-        let argv = program_for(&expanded, &self.agent, self.controller.as_deref())
+        let argv = program_for(&expanded, &self.agent, &self.binaries)
             .map_err(|why| ("ImageNotInTable", why))?;
         let readiness = Readiness::of(container).map_err(|why| ("InvalidReadinessProbe", why))?;
         Ok(Prepared {

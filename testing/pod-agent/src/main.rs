@@ -26,6 +26,7 @@ use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 
 use crate::components::Parts;
+use crate::containers::ProjectBinaries;
 use crate::layout::Layout;
 
 #[derive(Debug, Parser)]
@@ -88,6 +89,9 @@ struct RunArgs {
     /// The controller binary, which images named `…/nad-service-controller` run.
     #[arg(long)]
     controller: Option<PathBuf>,
+    /// The network prober binary, which images named `…/nad-network-prober` run.
+    #[arg(long)]
+    prober: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -182,7 +186,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         kubeconfig: absolute(args.kubeconfig)?,
         state: absolute(args.state)?,
     };
-    let controller = args.controller.map(absolute).transpose()?;
+    let binaries = ProjectBinaries {
+        controller: args.controller.map(absolute).transpose()?,
+        prober: args.prober.map(absolute).transpose()?,
+    };
     let absent = cni::plugins_missing(&parts.cni_bin);
     if !absent.is_empty() {
         bail!(
@@ -211,7 +218,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     network::tear_down()
         .await
         .context("removing what an earlier run left")?;
-    let result = serve(&client, &layout, &parts, port, controller, ca_pem).await;
+    let result = serve(&client, &layout, &parts, port, binaries, ca_pem).await;
     tracing::info!("removing the nodes' namespaces");
     network::tear_down().await?;
     result
@@ -222,7 +229,7 @@ async fn serve(
     layout: &Layout,
     parts: &Parts,
     port: u16,
-    controller: Option<PathBuf>,
+    binaries: ProjectBinaries,
     ca_pem: String,
 ) -> anyhow::Result<()> {
     network::set_up(layout)
@@ -251,7 +258,7 @@ async fn serve(
         layout.clone(),
         parts.clone(),
         runtimes,
-        controller,
+        binaries,
         ca_pem,
     )?;
     tracing::info!(nodes = layout.nodes.len(), "nodes up; running their pods");

@@ -1,7 +1,7 @@
 //! The pod condition that says whether a pod answers on one of its secondary networks: its
 //! type, derived from the network's NetworkAttachmentDefinition, and its status.
 //!
-//! The network prober (`nad-service-controller probe`) writes one such condition per network
+//! The network prober (`nad-network-prober`) writes one such condition per network
 //! on each pod it probes; the controller reads it back for the Service on that network. A
 //! pod's owner may also list it in `spec.readinessGates`, so that the pod's own `Ready` waits
 //! for it.

@@ -84,6 +84,16 @@ chart's own labels win over commonLabels, so that no value can change a selector
 {{- end -}}
 {{- end -}}
 
+{{/* The prober's image, as nsc.image: repository@digest, else repository:tag (tag: the controller's). */}}
+{{- define "nsc.proberImage" -}}
+{{- $image := .Values.prober.image -}}
+{{- if $image.digest -}}
+{{- printf "%s@%s" $image.repository $image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $image.repository (default (include "nsc.imageTag" .) $image.tag) -}}
+{{- end -}}
+{{- end -}}
+
 {{/*
 The controller's flags: only those whose value differs from the controller's default (so that
 the defaults render deploy.yaml's `run --log-format=json`).

@@ -24,7 +24,7 @@ use kube::{
 };
 
 use super::metrics::ProbeMetrics;
-use crate::reason::Reason;
+use nad_model::reason::Reason;
 
 /// The policy and binding to find, by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,7 +110,7 @@ async fn read(client: &Client, names: &Names) -> Result<(), String> {
         format!(
             "cannot read the {what} {name} ({}): the prober's ClusterRole grants get on it by \
              name; give it this name",
-            crate::error::describe(e)
+            nad_process::kube_error::describe(e)
         )
     };
     let policy = Api::<ValidatingAdmissionPolicy>::all(client.clone())
@@ -173,7 +173,7 @@ pub async fn watch(
         let Some(pod) = &own_pod else { continue };
         let event = super::run::event(type_, reason, &note, "CheckAdmissionPolicy");
         if let Err(e) = recorder.publish(&event, pod).await {
-            tracing::warn!(%reason, error = %crate::error::describe(&e), "could not publish an Event on the prober's own pod");
+            tracing::warn!(%reason, error = %nad_process::kube_error::describe(&e), "could not publish an Event on the prober's own pod");
         }
     }
 }

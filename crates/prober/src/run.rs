@@ -38,14 +38,15 @@ use super::{
     targets::{self, Resolved, Target, TargetKey},
     tracker::Tracker,
 };
-use crate::{
-    index::{Keys, PodRecord},
+use nad_model::{
     input::{
         network_ready,
         target::{self as service_target, Target as Classified},
     },
+    keys::Keys,
+    labels::{MANAGED_BY, MANAGED_BY_LABEL},
+    pod::PodRecord,
     reason::Reason,
-    reconcile::slices::{MANAGED_BY, MANAGED_BY_LABEL},
 };
 
 /// The condition's reasons.
@@ -410,7 +411,7 @@ async fn write_condition(
     Api::<Pod>::namespaced(shared.client.clone(), namespace)
         .patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
         .await
-        .map_err(|e| anyhow::anyhow!(crate::error::describe(&e)))
+        .map_err(|e| anyhow::anyhow!(nad_process::kube_error::describe(&e)))
         .with_context(|| format!("patching the status of pod {namespace}/{name}"))?;
     Ok(())
 }

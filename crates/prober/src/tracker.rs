@@ -1,7 +1,7 @@
 //! Thresholds as kubelet applies them: a pod's readiness on a network flips only after
 //! `failureThreshold` failures (or `successThreshold` answers) in a row. Pure.
 
-use super::spec::Timing;
+use nad_model::probe::Timing;
 
 /// One pod's readiness on one network, as the prober believes it.
 #[derive(Debug, Clone, Default)]

@@ -22,11 +22,11 @@ use std::{
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use kube::ResourceExt;
 
-use super::spec::{self, Check, Port, Timing};
-use crate::{
-    index::PodRecord,
+use nad_model::{
     input::{network_ready::Status, target::ServiceTarget},
-    reconcile::slices::SERVICE_NAME_LABEL,
+    labels::SERVICE_NAME_LABEL,
+    pod::PodRecord,
+    probe::{self as spec, Check, Port, Timing},
 };
 
 /// A pod on a network: `(namespace, pod name, network)`.
@@ -274,8 +274,8 @@ fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::Keys;
     use k8s_openapi::api::core::v1::Pod;
+    use nad_model::keys::Keys;
     use serde_json::json;
     use std::time::Duration;
 
