@@ -64,8 +64,12 @@ plugins: wasm-target ## Build the plugins as components to $(TARGET_DIR)/wasm32-
 build-static: wasm-target ## Build the static (musl) controller and prober binaries to $(STATIC_OUT)/, as the images hold
 	@command -v musl-gcc >/dev/null || { echo "build-static: musl-gcc is missing: install Debian's musl-tools (apt-get install musl-tools)" >&2; exit 1; }
 	@rustup target list --installed | grep -qx '$(STATIC_TARGET)' || rustup target add $(STATIC_TARGET)
+	@# One build per binary: built together, cargo would give the prober the features the
+	@# controller's dependencies ask of shared crates (rustls with sigstore's aws-lc backend).
 	CC_$(subst -,_,$(STATIC_TARGET))=musl-gcc RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release --locked --target $(STATIC_TARGET) \
-		--config 'profile.release.strip="symbols"' -p nad-service-controller -p nad-prober
+		--config 'profile.release.strip="symbols"' -p nad-service-controller
+	CC_$(subst -,_,$(STATIC_TARGET))=musl-gcc RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release --locked --target $(STATIC_TARGET) \
+		--config 'profile.release.strip="symbols"' -p nad-prober
 	@mkdir -p $(STATIC_OUT)
 	cp $(TARGET_DIR)/$(STATIC_TARGET)/release/nad-service-controller $(TARGET_DIR)/$(STATIC_TARGET)/release/nad-network-prober $(STATIC_OUT)/
 	@echo "built $(STATIC_OUT)/nad-service-controller and $(STATIC_OUT)/nad-network-prober"
