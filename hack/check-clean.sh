@@ -4,18 +4,21 @@
 # namespace, no /etc/netns/nsc-* file, and no process
 # - run from the binary cache (etcd, the API server, kube-proxy, CoreDNS, cni-run, the CNI
 #   plugins), of the pod agent or of a pod's container;
-# - of the controller: any executable named nad-service-controller (a cargo build's release/,
-#   the static build's static/, or the image's /nad-service-controller run by runc);
+# - of the controller or the network prober: any executable named nad-service-controller or
+#   nad-network-prober (a cargo build's release/, the static build's static/, or an image's
+#   binary run by runc);
 # - of the node simulator: testing/node-sim's binary (release/ or debug/node-sim, as the demo runs
-#   it), or a test or bench binary that runs it in-process (cluster, dataplane, rbac, faults,
-#   controller_scale, controller_envelope in a cargo deps/ directory beside node-sim's library);
+#   it), or a test or bench binary that runs it in-process (cluster, cluster_wide, dataplane,
+#   rbac, faults, controller_scale, controller_envelope in a cargo deps/ directory beside
+#   node-sim's library);
 # - of the CNCF distribution registry of hack/tools.sh (tools/bin/registry-<version>, which the
 #   OCI plugin tests and the RBAC test start).
 # Exit 1 naming what is left. Exit 2 when it cannot look (no `ip`, `ip netns list` failing, no
 # readable /proc, or processes whose executable it may not read, when not root): a check that
 # sees nothing must not pass.
 #
-# CHECK_CLEAN_PROC [/proc] is where processes are read from (another directory shows the exit 2).
+# CHECK_CLEAN_PROC [/proc] is where processes are read from (another directory shows the exit 2;
+# hack/test-checkers.sh gives it one of made-up processes, to see each kind named).
 set -euo pipefail
 cache="${NAD_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/bin}"
 proc_root="${CHECK_CLEAN_PROC:-/proc}"
@@ -73,9 +76,11 @@ for proc in "${procs[@]}"; do
     what="the pod agent"
   elif [[ "${exe##*/}" == nad-service-controller ]]; then
     what="the controller"
+  elif [[ "${exe##*/}" == nad-network-prober ]]; then
+    what="the network prober"
   elif [[ "$exe" == */release/node-sim || "$exe" == */debug/node-sim ]]; then
     what="the node simulator"
-  elif [[ "$exe" =~ /deps/(cluster|dataplane|rbac|faults|controller_scale|controller_envelope)-[0-9a-f]{16}$ ]] \
+  elif [[ "$exe" =~ /deps/(cluster|cluster_wide|dataplane|rbac|faults|controller_scale|controller_envelope)-[0-9a-f]{16}$ ]] \
     && compgen -G "${exe%/*}/libnode_sim-*" >/dev/null; then
     what="a test running the node simulator"
   elif [[ "$exe" == */nad-service-controller/tools/bin/registry-* ]]; then

@@ -5,7 +5,9 @@
 # - hack/pod-agent.sh preflight says "not root" to a user and nothing to root (and leaves no
 #   network namespace behind);
 # - hack/steps.sh prints each step's time and the table, and appends the rows to its TSV;
-# - hack/proc.sh starts a component without the start race, and tells how one ended.
+# - hack/proc.sh starts a component without the start race, and tells how one ended;
+# - the checkers around the tests (check-layers, check-clean, the monitoring lint) each fail on a
+#   broken copy of what they check (hack/test-checkers.sh).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -98,6 +100,13 @@ if hack/test-proc-start.sh; then
   pass "hack/proc.sh: starts without the race, exits told with their status"
 else
   fail "hack/proc.sh: hack/test-proc-start.sh (above)"
+fi
+
+# The checkers, each shown failing on a broken copy (hack/test-checkers.sh).
+if hack/test-checkers.sh; then
+  pass "check-layers, check-clean and the monitoring lint each fail on a broken copy"
+else
+  fail "the checkers: hack/test-checkers.sh (above)"
 fi
 
 exit "$failed"

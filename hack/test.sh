@@ -98,7 +98,7 @@ hack/helm.sh check
 step "monitoring" "deploy/monitoring: promtool check/test rules, the dashboard's queries (hack/monitoring.sh)"
 hack/monitoring.sh check
 
-step "scripts" "the scripts every command starts with (hack/test-scripts.sh: system-packages, pod-agent preflight, steps, the start race)"
+step "scripts" "the scripts every command starts with (hack/test-scripts.sh: system-packages, pod-agent preflight, steps, the start race, the checkers failing on broken copies)"
 hack/test-scripts.sh
 
 step "cargo test" "cargo test (unit, plugin-runtime, plugin-CLI, cluster, data-plane and RBAC tests)"

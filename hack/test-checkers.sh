@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The checkers around the tests, each shown failing on a broken copy of what it checks (a
+# checker that cannot fail guards nothing); hack/test-scripts.sh runs it:
+# - hack/check-layers.py, on `cargo metadata` of this workspace with one crate given a dependency
+#   its floor keeps out, and one given a crate above it;
+# - hack/check-clean.sh, on a made-up /proc (CHECK_CLEAN_PROC) of the processes it must name: the
+#   controller, the network prober, the pod agent, the node simulator, a test binary that runs
+#   it (cluster_wide among them) and the registry; and not a process of the machine's own;
+# - hack/monitoring.sh lint, on a copy of deploy/monitoring whose one alert has lost its unit
+#   tests, and on one whose dashboard has a query off the $datasource variable.
+# Each works on copies in a temporary directory; nothing of the repository changes.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+failed=0
+fail() { echo "test-checkers: FAIL: $*" >&2; failed=1; }
+pass() { echo "test-checkers: ok: $*" >&2; }
+
+# check-layers: the real metadata passes; a broken copy fails naming the break.
+cargo metadata --format-version 1 --no-deps --locked >"$work/metadata.json"
+if out="$(CHECK_LAYERS_METADATA="$work/metadata.json" python3 hack/check-layers.py 2>&1)"; then
+  pass "check-layers passes this workspace"
+else
+  fail "check-layers on this workspace: $out"
+fi
+broken_layers() {
+  python3 - "$work/metadata.json" "$1" "$2" >"$work/broken.json" <<'PY'
+import json, sys
+meta = json.load(open(sys.argv[1]))
+crate, dependency = sys.argv[2], sys.argv[3]
+for package in meta["packages"]:
+    if package["name"] == crate:
+        package["dependencies"].append({"name": dependency, "kind": None})
+json.dump(meta, sys.stdout)
+PY
+}
+for case in "nad-prober wasmtime which its floor keeps out" \
+  "nad-prober nad-service-controller which is not below it" \
+  "nad-core nad-plugin-runtime which is not below it" \
+  "nad-model kube which its floor keeps out"; do
+  read -r crate dependency reason <<<"$case"
+  broken_layers "$crate" "$dependency"
+  status=0
+  out="$(CHECK_LAYERS_METADATA="$work/broken.json" python3 hack/check-layers.py 2>&1)" || status=$?
+  if [[ "$status" == 1 && "$out" == *"$crate depends on $dependency, $reason"* ]]; then
+    pass "check-layers refuses $crate depending on $dependency"
+  else
+    fail "check-layers with $crate depending on $dependency: exit $status, said: $out"
+  fi
+done
+
+# check-clean: a /proc of made-up processes, each a symlink `exe` to where such a binary lives.
+proc="$work/proc"
+fake() {
+  local pid="$1" exe="$2"
+  mkdir -p "$proc/$pid" "$(dirname "$exe")"
+  : >"$exe"
+  ln -s "$exe" "$proc/$pid/exe"
+  printf 'x\0' >"$proc/$pid/cmdline"
+  : >"$proc/$pid/environ"
+}
+target="$work/target"
+cache="$work/cache/nad-service-controller"
+fake 101 "$target/release/nad-service-controller"
+fake 102 "$target/static/nad-network-prober"
+fake 103 "$target/release/pod-agent"
+fake 104 "$target/release/node-sim"
+fake 105 "$target/release/deps/cluster_wide-0123456789abcdef"
+fake 106 "$target/release/deps/rbac-fedcba9876543210"
+: >"$target/release/deps/libnode_sim-0123456789abcdef.rlib"
+fake 107 "$cache/tools/bin/registry-3.0.0"
+fake 108 "$cache/bin/etcd-3.6.0/etcd"
+fake 109 "$work/usr/bin/sleep"
+status=0
+out="$(CHECK_CLEAN_PROC="$proc" NAD_BIN_CACHE="$cache/bin" hack/check-clean.sh 2>&1)" || status=$?
+named=true
+for expected in "process 101 (the controller:" "process 102 (the network prober:" \
+  "process 103 (the pod agent:" "process 104 (the node simulator:" \
+  "process 105 (a test running the node simulator:" "process 106 (a test running the node simulator:" \
+  "process 107 (the CNCF distribution registry:" "process 108 (the binary cache's:"; do
+  [[ "$out" == *"$expected"* ]] || { named=false; fail "check-clean did not name ${expected%%:*}): $out"; }
+done
+[[ "$out" == *"process 109 "* ]] && { named=false; fail "check-clean named the machine's own sleep: $out"; }
+if [[ "$status" == 1 && "$named" == true ]]; then
+  pass "check-clean names every kind of leftover process, cluster_wide and the prober among them"
+elif [[ "$named" == true ]]; then
+  fail "check-clean named the leftovers but exited $status, not 1"
+fi
+
+# monitoring lint: the bundle passes; a copy with an alert untested, or a query off $datasource,
+# fails naming it.
+if out="$(hack/monitoring.sh lint 2>&1)"; then
+  pass "monitoring lint passes deploy/monitoring"
+else
+  fail "monitoring lint on deploy/monitoring: $out"
+fi
+untested="$(python3 - deploy/monitoring "$work/untested" <<'PY'
+import os, shutil, sys
+import yaml
+src, dst = sys.argv[1], sys.argv[2]
+shutil.copytree(src, dst)
+rules = yaml.safe_load(open(os.path.join(src, "rules.yaml")))
+alert = next(r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r)
+tests = yaml.safe_load(open(os.path.join(src, "rules-test.yaml")))
+for test in tests["tests"]:
+    test["alert_rule_test"] = [t for t in test.get("alert_rule_test", []) if t["alertname"] != alert]
+yaml.safe_dump(tests, open(os.path.join(dst, "rules-test.yaml"), "w"))
+print(alert)
+PY
+)"
+status=0
+out="$(MONITORING_DIR="$work/untested" hack/monitoring.sh lint 2>&1)" || status=$?
+if [[ "$status" != 0 && "$out" == *"$untested"* ]]; then
+  pass "monitoring lint refuses alert $untested without a unit test"
+else
+  fail "monitoring lint with alert $untested untested: exit $status, said: $out"
+fi
+python3 - deploy/monitoring "$work/off-datasource" <<'PY'
+import json, os, shutil, sys
+src, dst = sys.argv[1], sys.argv[2]
+shutil.copytree(src, dst)
+dashboard = json.load(open(os.path.join(src, "dashboard.json")))
+def panels(items):
+    for p in items:
+        yield p
+        yield from panels(p.get("panels", []))
+for panel in panels(dashboard["panels"]):
+    if panel.get("targets"):
+        panel["datasource"] = {"type": "prometheus", "uid": "some-fixed-uid"}
+        for target in panel["targets"]:
+            target["datasource"] = {"type": "prometheus", "uid": "some-fixed-uid"}
+        break
+json.dump(dashboard, open(os.path.join(dst, "dashboard.json"), "w"))
+PY
+status=0
+out="$(MONITORING_DIR="$work/off-datasource" hack/monitoring.sh lint 2>&1)" || status=$?
+if [[ "$status" != 0 && "$out" == *datasource* ]]; then
+  pass "monitoring lint refuses a dashboard query off the \$datasource variable"
+else
+  fail "monitoring lint with a query off \$datasource: exit $status, said: $out"
+fi
+
+exit "$failed"
