@@ -7,9 +7,10 @@ gives it a broken copy, to see the check fail).
 
     nad-model            the vocabulary; no Kubernetes client or runtime, no Wasm, no async
     nad-core             indexes and the pure step; no Wasm, no async runtime
-    nad-plugin-runtime   the Wasm runtime; no Kubernetes client
+    nad-plugin-runtime   the Wasm runtime; no Kubernetes client, no plugin fetcher
+    nad-plugin-fetcher   plugins from OCI registries, and their signatures; no Wasm, no Kubernetes client
     nad-process          what every program does alike (logs, client errors, signals); no Wasm
-    nad-prober           the network prober (nad-network-prober); no Wasm, no plugin fetcher
+    nad-prober           the network prober (nad-network-prober); no Wasm, no plugin fetcher or its parts
     nad-service-controller  the controller and the CLI: everything above
 """
 import json
@@ -21,10 +22,11 @@ import sys
 FLOORS = {
     "nad-model": (set(), {"kube", "kube-runtime", "kube-client", "wasmtime", "wasmtime-wasi", "tokio"}),
     "nad-core": ({"nad-model"}, {"wasmtime", "wasmtime-wasi", "tokio"}),
-    "nad-plugin-runtime": ({"nad-model"}, {"kube", "kube-runtime", "kube-client"}),
+    "nad-plugin-runtime": ({"nad-model"}, {"kube", "kube-runtime", "kube-client", "sigstore", "oci-client", "reqwest"}),
+    "nad-plugin-fetcher": ({"nad-model"}, {"kube", "kube-runtime", "kube-client", "wasmtime", "wasmtime-wasi"}),
     "nad-process": (set(), {"wasmtime", "wasmtime-wasi", "sigstore", "oci-client"}),
     "nad-prober": ({"nad-model", "nad-process"}, {"wasmtime", "wasmtime-wasi", "sigstore", "oci-client"}),
-    "nad-service-controller": ({"nad-model", "nad-core", "nad-plugin-runtime", "nad-process"}, set()),
+    "nad-service-controller": ({"nad-model", "nad-core", "nad-plugin-runtime", "nad-plugin-fetcher", "nad-process"}, set()),
 }
 
 
@@ -62,8 +64,8 @@ def main() -> int:
     for failure in failures:
         print(f"check-layers: {failure}", file=sys.stderr)
     if not failures:
-        print("check-layers: nad-model < nad-core, nad-plugin-runtime < nad-service-controller; "
-              "nad-model, nad-process < nad-prober: ok")
+        print("check-layers: nad-model < nad-core, nad-plugin-runtime, nad-plugin-fetcher < "
+              "nad-service-controller; nad-model, nad-process < nad-prober: ok")
     return 1 if failures else 0
 
 

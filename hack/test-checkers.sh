@@ -40,6 +40,8 @@ PY
 for case in "nad-prober wasmtime which its floor keeps out" \
   "nad-prober nad-service-controller which is not below it" \
   "nad-core nad-plugin-runtime which is not below it" \
+  "nad-plugin-runtime nad-plugin-fetcher which is not below it" \
+  "nad-plugin-runtime sigstore which its floor keeps out" \
   "nad-model kube which its floor keeps out"; do
   read -r crate dependency reason <<<"$case"
   broken_layers "$crate" "$dependency"

@@ -17,10 +17,8 @@ mod registry;
 use std::{collections::BTreeMap, time::Duration};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use nad_service_controller::plugin::{
-    DEFAULT_PLUGIN_WASM,
-    oci::{PUSH_LAYER_MEDIA_TYPE, Policy, Puller, Signer, Verifier},
-};
+use nad_plugin_fetcher::{PUSH_LAYER_MEDIA_TYPE, Policy, Puller, Signer, Verifier};
+use nad_service_controller::plugin::DEFAULT_PLUGIN_WASM;
 use registry::{Cosign, Registry, oci, puller};
 
 fn pull(c: &mut Criterion) {

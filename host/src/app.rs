@@ -6,6 +6,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client, runtime::events::Reporter};
+use nad_plugin_fetcher::Puller;
 use tokio::sync::watch;
 
 use crate::{
@@ -13,7 +14,7 @@ use crate::{
     controller,
     leader::LeaderElector,
     metrics::Metrics,
-    plugin::{Limits, PluginDir, Plugins, Runtime, SharedPlugins, oci::Puller},
+    plugin::{Limits, PluginDir, Plugins, Runtime, SharedPlugins},
     reconcile::{CONTROLLER_NAME, Settings},
     server::{self, Readiness},
     watch::{
@@ -138,7 +139,7 @@ async fn plugin_source(args: &RunArgs, client: &Client) -> anyhow::Result<Plugin
             // Plugins run off the async runtime's threads (see `run`).
             let (runtime, puller) = (runtime.clone(), puller.clone());
             let (dir, plugins, scan) = tokio::task::spawn_blocking(move || {
-                let mut dir = PluginDir::with_puller(path, Some(puller));
+                let mut dir = PluginDir::with_fetcher(path, Some(puller));
                 let scan = dir.scan(&runtime, &mut plugins);
                 (dir, plugins, scan)
             })

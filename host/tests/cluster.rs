@@ -27,17 +27,14 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
+use nad_model::fetch::Fetch;
+use nad_plugin_fetcher::{
+    Credentials, OciRef, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryCas, RegistryOptions, configmap_key,
+};
 use nad_service_controller::{
     input::network_ready,
     leader::LeaderElector,
-    plugin::{
-        FailurePolicy, Limits, PluginDir, Plugins, Runtime, SharedPlugins,
-        oci::{
-            Credentials, OciRef, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryCas, RegistryOptions,
-            configmap_key,
-        },
-        prepare,
-    },
+    plugin::{FailurePolicy, Limits, PluginDir, Plugins, Runtime, SharedPlugins, prepare},
     reconcile::slices::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, is_managed_slice_of},
     watch::{
         plugin_dir::{ConfigMapSource, PluginSource},
@@ -126,7 +123,8 @@ async fn env_with(
             (Some(Arc::new(Mutex::new(dir))), None, None)
         }
         Followed::ConfigMap(name, puller) => {
-            (None, Some(ConfigMapSource::new(&ns, name, puller)), None)
+            let fetcher = puller.map(|puller| -> Arc<dyn Fetch> { puller });
+            (None, Some(ConfigMapSource::new(&ns, name, fetcher)), None)
         }
         Followed::ConfigMapAndRegistry(name, puller, objects) => {
             let configmap = ConfigMapSource::new(&ns, name, Some(puller.clone()));

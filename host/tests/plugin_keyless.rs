@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use base64::{Engine as _, engine::general_purpose::STANDARD as BASE64};
 
-use nad_service_controller::plugin::oci::{
+use nad_plugin_fetcher::{
     AnyOf, Keyless, PUSH_LAYER_MEDIA_TYPE, Policy, Puller, Signer, TrustRoot, Verifier,
 };
 use registry::{Registry, oci, puller};

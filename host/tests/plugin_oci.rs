@@ -11,10 +11,9 @@ mod registry;
 
 use std::{process::Command, sync::Arc, time::Duration};
 
-use nad_service_controller::plugin::{
-    Limits, MAX_PLUGIN_BYTES, PluginDir, Plugins, Runtime, Step,
-    oci::{LAYER_MEDIA_TYPES, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryOptions},
-};
+use nad_model::fetch::MAX_PLUGIN_BYTES;
+use nad_plugin_fetcher::{LAYER_MEDIA_TYPES, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryOptions};
+use nad_service_controller::plugin::{Limits, PluginDir, Plugins, Runtime, Step};
 use registry::{Registry, Scratch, cli, free_port, oci, puller, push};
 
 const DEFAULT: &[u8] = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));
@@ -242,7 +241,7 @@ async fn an_unreachable_registry_keeps_the_last_good_version_serving() {
     let runtime = Arc::new(Runtime::new(Limits::default()).unwrap());
     let puller = Arc::new(puller(&registry, Some(&cache.0)));
     let plugins = Plugins::built_in(&runtime).unwrap();
-    let watch = PluginDir::with_puller(&dir.0, Some(puller.clone()));
+    let watch = PluginDir::with_fetcher(&dir.0, Some(puller.clone()));
     let state = Arc::new(std::sync::Mutex::new((watch, plugins)));
     let scan = |state: Arc<std::sync::Mutex<(PluginDir, Plugins)>>| {
         let runtime = runtime.clone();
@@ -301,7 +300,7 @@ async fn an_unreachable_registry_keeps_the_last_good_version_serving() {
     // A restart with the registry down: the cache has the pinned version.
     drop(registry);
     let restarted = Arc::new(std::sync::Mutex::new((
-        PluginDir::with_puller(&dir.0, Some(puller)),
+        PluginDir::with_fetcher(&dir.0, Some(puller)),
         Plugins::built_in(&runtime).unwrap(),
     )));
     assert_eq!(scan(restarted.clone()).await.loaded, ["tenant"]);

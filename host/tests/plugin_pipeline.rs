@@ -5,10 +5,11 @@
 
 use std::{os::unix::fs::symlink, path::Path, time::Duration};
 
+use nad_model::fetch::MAX_PLUGIN_BYTES;
 use nad_service_controller::{
     plugin::{
-        DecisionScope, HOST_WIT_VERSION, Limits, MAX_PLUGIN_BYTES, PluginDir, Plugins, Runtime,
-        Step, inspect, prepare,
+        DecisionScope, HOST_WIT_VERSION, Limits, PluginDir, Plugins, Runtime, Step, inspect,
+        prepare,
     },
     reconcile::plan::{Conditions, Decision},
 };

@@ -13,10 +13,8 @@ mod registry;
 
 use std::{collections::BTreeMap, path::Path};
 
-use nad_service_controller::plugin::{
-    Limits, PluginDir, Plugins, Runtime, Step,
-    oci::{AnyOf, PUSH_LAYER_MEDIA_TYPE, Policy, Puller, Signer, Verifier},
-};
+use nad_plugin_fetcher::{AnyOf, PUSH_LAYER_MEDIA_TYPE, Policy, Puller, Signer, Verifier};
+use nad_service_controller::plugin::{Limits, PluginDir, Plugins, Runtime, Step};
 use registry::{Cosign, Registry, Scratch, cli, oci, puller, push};
 
 const DEFAULT: &[u8] = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));
@@ -225,7 +223,7 @@ async fn with_a_policy_in_force_a_component_given_as_it_is_does_not_load() {
     let path = dir.0.clone();
     let scan = tokio::task::spawn_blocking(move || {
         let mut plugins = Plugins::built_in(&runtime).unwrap();
-        let mut dir = PluginDir::with_puller(path, Some(checking));
+        let mut dir = PluginDir::with_fetcher(path, Some(checking));
         let scan = dir.scan(&runtime, &mut plugins);
         (scan, plugins.get("signed").is_ok())
     })
@@ -328,7 +326,7 @@ async fn a_policy_change_verifies_every_plugin_serving_again() {
     tokio::task::spawn_blocking(move || {
         let runtime = Runtime::new(Limits::default()).unwrap();
         let mut plugins = Plugins::built_in(&runtime).unwrap();
-        let mut dir = PluginDir::with_puller(path, Some(checking.clone()));
+        let mut dir = PluginDir::with_fetcher(path, Some(checking.clone()));
         let mut reload = |plugins: &mut Plugins| {
             let started = std::time::Instant::now();
             let scan = dir.scan(&runtime, plugins);

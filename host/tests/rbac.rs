@@ -503,11 +503,12 @@ fn the_prober_image_holds_the_prober_alone() {
     for name in ["nad-prober", "nad-model", "kube-client"] {
         assert!(listed.contains(&name), "the SBOM lists {name}: {listed:?}");
     }
-    const CONTROLLER_ONLY: [&str; 5] = [
+    const CONTROLLER_ONLY: [&str; 6] = [
         "wasmtime",
         "cranelift-codegen",
         "sigstore",
         "nad-plugin-runtime",
+        "nad-plugin-fetcher",
         "nad-service-controller",
     ];
     for name in CONTROLLER_ONLY {

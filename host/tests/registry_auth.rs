@@ -18,9 +18,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use nad_service_controller::plugin::oci::{
-    Credentials, GivenIn, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryCas,
-};
+use nad_plugin_fetcher::{Credentials, GivenIn, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryCas};
 use registry::{Registry, Scratch, TestCa, cli, oci, puller, push};
 use token_server::TokenServer;
 

@@ -22,13 +22,11 @@ use std::{
 };
 
 use hostile::{Hostile, Reply, Seen};
-use nad_service_controller::plugin::{
-    Limits, PluginDir, Plugins, Runtime, Step,
-    oci::{
-        Credentials, FetchError, GivenIn, MAX_MANIFEST_BYTES, MAX_SIGNATURE_LAYERS, Policy, Puller,
-        RegistryCas, RegistryOptions, Signer, Timeouts, Verifier,
-    },
+use nad_plugin_fetcher::{
+    Credentials, FetchError, GivenIn, MAX_MANIFEST_BYTES, MAX_SIGNATURE_LAYERS, Policy, Puller,
+    RegistryCas, RegistryOptions, Signer, Timeouts, Verifier,
 };
+use nad_service_controller::plugin::{Limits, PluginDir, Plugins, Runtime, Step};
 use registry::{Registry, Scratch, TestCa, oci};
 use token_server::TokenServer;
 
@@ -357,7 +355,7 @@ async fn scan(dir: &std::path::Path, puller: Arc<Puller>) -> (Vec<String>, Vec<S
     tokio::task::spawn_blocking(move || {
         let runtime = Runtime::new(Limits::default()).unwrap();
         let mut plugins = Plugins::built_in(&runtime).unwrap();
-        let mut watch = PluginDir::with_puller(&dir, Some(puller));
+        let mut watch = PluginDir::with_fetcher(&dir, Some(puller));
         let scan = watch.scan(&runtime, &mut plugins);
         assert!(scan.failed.iter().all(|f| f.step == Step::Fetch));
         (

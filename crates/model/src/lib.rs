@@ -9,6 +9,7 @@
 //! - [`intern`]: values many pods share, kept once;
 //! - [`candidate`]: a pod attached to a Service's network, as its policy is asked about it;
 //! - [`decision`]: the policy's answer, and the endpoint conditions it sets;
+//! - [`fetch`]: what the plugin runtime's loader asks of a fetcher of plugin artifacts;
 //! - [`probe`]: the probe a Service asks the network prober for (`isim.dev/probe`);
 //! - [`labels`]: what this controller writes on EndpointSlices;
 //! - [`slice`]: one of those slices as the slice cache keeps it;
@@ -16,6 +17,7 @@
 
 pub mod candidate;
 pub mod decision;
+pub mod fetch;
 pub mod input;
 pub mod intern;
 pub mod keys;

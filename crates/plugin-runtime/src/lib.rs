@@ -5,7 +5,9 @@
 //! a memory limit ([`sandbox`]); WASI linked with an empty context (no files, environment,
 //! clocks or network). A plugin that traps, loops, runs out of memory or answers malformed
 //! fails only the call it was in ([`CallError`]); its own `err(...)` is a verdict
-//! ([`Rejected`]). Every file goes through one load [`pipeline`] before it serves.
+//! ([`Rejected`]). Every file goes through one load [`pipeline`] before it serves. Plugins a
+//! source names by `oci://` reference are fetched by a [`Fetch`](nad_model::fetch::Fetch)
+//! the [`Loader`] is given (the registry fetcher is another crate, `nad-plugin-fetcher`).
 
 mod bindings;
 pub mod conditions;
@@ -13,7 +15,6 @@ pub mod configmap;
 mod convert;
 pub mod diagnose;
 mod errors;
-pub mod oci;
 mod pipeline;
 mod registry;
 mod reload;
@@ -30,19 +31,11 @@ pub use pipeline::{
     prepare, self_test,
 };
 pub use registry::{
-    BUILT_IN, Configured, FailurePolicy, MAX_PLUGIN_BYTES, POLICY_ANNOTATION, Plugins,
-    SharedPlugins, UnknownPlugin, annotated,
+    BUILT_IN, Configured, FailurePolicy, POLICY_ANNOTATION, Plugins, SharedPlugins, UnknownPlugin,
+    annotated,
 };
 pub use reload::{Component, Entry, Loader, PluginDir, Scan};
 pub use runtime::{CallStats, DecisionScope, Plugin, Runtime};
-
-/// Makes ring rustls' provider for this process, before any TLS client (kube's, the registry's)
-/// is made. rustls cannot choose on its own: the sigstore crate's backend brings aws-lc-rs into
-/// the build beside ring, and with two providers compiled in, a client made without an installed
-/// one panics. A second call changes nothing.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
 
 /// The default plugin, built from `plugins/default` by the build script.
 pub const DEFAULT_PLUGIN_WASM: &[u8] = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));

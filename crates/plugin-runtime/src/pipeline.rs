@@ -7,7 +7,7 @@
 use sha2::{Digest, Sha256};
 
 use super::{CallError, Configured, LoadError, Plugin, Rejected, Runtime, diagnose, wit};
-use nad_model::decision::Decision;
+use nad_model::{decision::Decision, fetch::MAX_PLUGIN_BYTES};
 
 /// The WIT package plugins implement.
 pub const WIT_PACKAGE: &str = "isim:nad-endpoints";
@@ -140,10 +140,7 @@ pub fn name_mismatch(selected: &str, info: &wit::PluginInfo) -> Option<String> {
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    format!("{:x}", Sha256::digest(bytes))
 }
 
 /// `isim:nad-endpoints/policy@1.2.3` -> `(1, 2, 3)`.
@@ -246,13 +243,13 @@ pub fn prepare(
         timed_out: false,
         frames: Vec::new(),
     };
-    if bytes.len() as u64 > super::MAX_PLUGIN_BYTES {
+    if bytes.len() as u64 > MAX_PLUGIN_BYTES {
         return Err(fail(
             Step::Size,
             format!(
                 "{} bytes is over the limit of {} bytes",
                 bytes.len(),
-                super::MAX_PLUGIN_BYTES
+                MAX_PLUGIN_BYTES
             ),
         ));
     }

@@ -13,9 +13,6 @@ use nad_model::keys::{KeySet, Keys};
 pub const POLICY_ANNOTATION: &str = "isim.dev/endpoint-policy";
 /// The name of the built-in plugin.
 pub const BUILT_IN: &str = "default";
-/// Plugin files larger than this are refused.
-pub const MAX_PLUGIN_BYTES: u64 = 16 << 20;
-
 /// A plugin with the configuration it was validated with.
 #[derive(Debug, Clone)]
 pub struct Configured {

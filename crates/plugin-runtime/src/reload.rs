@@ -20,12 +20,9 @@ const TIMEOUT_RETRY: Duration = Duration::from_secs(60);
 /// An artifact that could not be fetched is tried again after this long, even if unchanged.
 pub const FETCH_RETRY: Duration = Duration::from_secs(30);
 
-use super::{
-    PipelineError, Plugins, Runtime, name_mismatch,
-    oci::{OciRef, Puller},
-    pipeline::sha256_hex,
-    prepare,
-};
+use nad_model::fetch::{Fetch, FetchFailure, Fetched};
+
+use super::{PipelineError, Plugins, Runtime, name_mismatch, pipeline::sha256_hex, prepare};
 
 /// Identity of a file as the filesystem reports it: resolved path, size and mtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,12 +48,12 @@ struct Seen {
     content: (String, String),
     /// When an unchanged plugin that failed transiently is tried again.
     retry_at: Option<Instant>,
-    /// The puller's credentials (their generation) a fetch failed with: it is tried again as
-    /// soon as they change.
+    /// The fetcher's registry settings (their generation) a fetch failed with: it is tried
+    /// again as soon as they change.
     fetch_failed_with: Option<u64>,
     /// The version serving came from a registry: its pinned reference, and the verification
     /// policy (its generation) it passed. Verified again whenever the policy changes.
-    verified: Option<(OciRef, u64)>,
+    verified: Option<(String, u64)>,
 }
 
 /// What one scan changed.
@@ -117,21 +114,44 @@ pub struct Entry {
     pub config: String,
 }
 
+/// A fetch's failure as the pipeline reports it: a transient one says when it is tried again.
+fn pipeline_error(name: &str, e: &FetchFailure) -> PipelineError {
+    let message = if e.transient {
+        format!("{} (tried again in {} s)", e.message, FETCH_RETRY.as_secs())
+    } else {
+        e.message.clone()
+    };
+    if e.unverified {
+        PipelineError::signature(name, message)
+    } else {
+        PipelineError::fetch(name, message)
+    }
+}
+
 /// Keeps the plugins of one source loaded: the last content seen of each, and when one that
 /// failed transiently is tried again.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Loader {
     seen: BTreeMap<String, Seen>,
     /// Fetches the plugins a source names by `oci://` reference.
-    puller: Option<Arc<Puller>>,
+    fetcher: Option<Arc<dyn Fetch>>,
+}
+
+impl std::fmt::Debug for Loader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loader")
+            .field("seen", &self.seen)
+            .field("fetches", &self.fetcher.is_some())
+            .finish()
+    }
 }
 
 impl Loader {
-    /// A loader that fetches `oci://` references with `puller`.
-    pub fn new(puller: Option<Arc<Puller>>) -> Self {
+    /// A loader that fetches `oci://` references with `fetcher`.
+    pub fn new(fetcher: Option<Arc<dyn Fetch>>) -> Self {
         Self {
             seen: BTreeMap::new(),
-            puller,
+            fetcher,
         }
     }
 
@@ -144,18 +164,18 @@ impl Loader {
     }
 
     /// The reference of `seen`'s serving version, when the policy changed since it was verified.
-    fn reverify_due<'a>(&self, seen: &'a Seen) -> Option<&'a OciRef> {
-        let policy = self.puller.as_ref()?.policy_generation();
+    fn reverify_due<'a>(&self, seen: &'a Seen) -> Option<&'a str> {
+        let policy = self.fetcher.as_ref()?.policy_generation();
         seen.verified
             .as_ref()
             .filter(|(_, verified)| *verified != policy)
-            .map(|(reference, _)| reference)
+            .map(|(reference, _)| reference.as_str())
     }
 
     /// Whether `seen`'s failure is due for another try: its time has come, or it was a fetch
     /// and the registry credentials changed since.
     fn due(&self, seen: &Seen) -> bool {
-        let generation = self.puller.as_ref().map(|p| p.generation());
+        let generation = self.fetcher.as_ref().map(|f| f.generation());
         seen.retry_at.is_some_and(|at| Instant::now() >= at)
             || seen
                 .fetch_failed_with
@@ -169,10 +189,10 @@ impl Loader {
         &self,
         name: &str,
         component: Component,
-    ) -> Result<(Vec<u8>, Option<OciRef>), (PipelineError, bool)> {
+    ) -> Result<(Vec<u8>, Option<String>), (PipelineError, bool)> {
         let text = match component {
             Component::Wasm(bytes) => {
-                if self.puller.as_ref().is_some_and(|p| p.verifies()) {
+                if self.fetcher.as_ref().is_some_and(|f| f.verifies()) {
                     return Err((
                         PipelineError::signature(
                             name,
@@ -188,29 +208,21 @@ impl Loader {
             }
             Component::Reference(text) => text,
         };
+        let text = text.trim();
         let refused = |message: String| (PipelineError::fetch(name, message), false);
-        let reference = OciRef::parse(&text).map_err(refused)?;
-        let Some(puller) = &self.puller else {
+        let Some(fetcher) = &self.fetcher else {
             return Err(refused(format!(
-                "{reference}: this source cannot fetch OCI artifacts"
+                "{text}: this source cannot fetch OCI artifacts"
             )));
         };
         let handle = tokio::runtime::Handle::try_current()
-            .map_err(|e| refused(format!("{reference}: no async runtime to fetch it on: {e}")))?;
+            .map_err(|e| refused(format!("{text}: no async runtime to fetch it on: {e}")))?;
         handle
-            .block_on(puller.pull(&reference))
-            .map(|pulled| {
-                let pinned = reference.pinned(&pulled.digest);
-                (pulled.component, Some(pinned))
-            })
+            .block_on(fetcher.fetch(text))
+            .map(|Fetched { component, pinned }| (component, Some(pinned)))
             .map_err(|e| {
-                let message = format!("{e} (tried again in {} s)", FETCH_RETRY.as_secs());
-                let error = if e.unverified {
-                    PipelineError::signature(name, message)
-                } else {
-                    PipelineError::fetch(name, message)
-                };
-                (error, true)
+                let error = pipeline_error(name, &e);
+                (error, e.transient)
             })
     }
 
@@ -250,8 +262,8 @@ impl Loader {
             }
             // Read before the fetch: credentials or a policy that change during it make it due
             // again.
-            let generation = self.puller.as_ref().map(|p| p.generation());
-            let policy = self.puller.as_ref().map_or(0, |p| p.policy_generation());
+            let generation = self.fetcher.as_ref().map(|f| f.generation());
+            let policy = self.fetcher.as_ref().map_or(0, |f| f.policy_generation());
             let fetched = self.fetch(&name, component);
             let seen = self.seen.entry(name.clone()).or_insert_with(|| Seen {
                 content: content.clone(),
@@ -321,27 +333,27 @@ impl Loader {
     /// tried again as a failed fetch is (its full pull verifies it), so that it serves again
     /// once the policy or its signatures let it.
     fn reverify(&mut self, plugins: &mut Plugins, scan: &mut Scan) {
-        let Some(puller) = self.puller.clone() else {
+        let Some(fetcher) = self.fetcher.clone() else {
             return;
         };
-        let due: Vec<(String, OciRef)> = self
+        let due: Vec<(String, String)> = self
             .seen
             .iter()
-            .filter_map(|(name, seen)| Some((name.clone(), self.reverify_due(seen)?.clone())))
+            .filter_map(|(name, seen)| Some((name.clone(), self.reverify_due(seen)?.to_owned())))
             .collect();
         if due.is_empty() {
             return;
         }
         let handle = tokio::runtime::Handle::try_current();
         for (name, reference) in due {
-            let generation = puller.generation();
-            let policy = puller.policy_generation();
+            let generation = fetcher.generation();
+            let policy = fetcher.policy_generation();
             let verified = match &handle {
-                Ok(handle) => handle.block_on(puller.verify(&reference)).map(|_| ()),
-                Err(e) => Err(super::oci::FetchError {
-                    reference: reference.to_string(),
-                    message: format!("no async runtime to verify it on: {e}"),
+                Ok(handle) => handle.block_on(fetcher.verify(&reference)),
+                Err(e) => Err(FetchFailure {
+                    message: format!("{reference}: no async runtime to verify it on: {e}"),
                     unverified: true,
+                    transient: true,
                 }),
             };
             let Some(seen) = self.seen.get_mut(&name) else {
@@ -355,10 +367,11 @@ impl Loader {
             let error = PipelineError::signature(
                 &name,
                 format!(
-                    "{e}; the verification policy changed while it served, and it no longer \
+                    "{}; the verification policy changed while it served, and it no longer \
                      passes, so it stopped serving: sign the artifact as the policy asks, or \
                      change the policy (tried again in {} s and at every change of the registry \
                      settings)",
+                    e.message,
                     FETCH_RETRY.as_secs()
                 ),
             );
@@ -408,16 +421,16 @@ pub struct PluginDir {
 
 impl PluginDir {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self::with_puller(dir, None)
+        Self::with_fetcher(dir, None)
     }
 
-    /// A directory whose `<name>.oci` files are fetched with `puller`.
-    pub fn with_puller(dir: impl Into<PathBuf>, puller: Option<Arc<Puller>>) -> Self {
+    /// A directory whose `<name>.oci` files are fetched with `fetcher`.
+    pub fn with_fetcher(dir: impl Into<PathBuf>, fetcher: Option<Arc<dyn Fetch>>) -> Self {
         Self {
             dir: dir.into(),
             files: BTreeMap::new(),
             both: BTreeSet::new(),
-            loader: Loader::new(puller),
+            loader: Loader::new(fetcher),
         }
     }
 

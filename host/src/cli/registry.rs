@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-use crate::plugin::oci::{
+use nad_plugin_fetcher::{
     Credentials, GivenIn, Policy, Puller, RegistryCas, RegistryOptions, Verifier,
 };
 

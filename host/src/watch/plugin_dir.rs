@@ -14,6 +14,7 @@ use kube::{
     Client, ResourceExt,
     runtime::reflector::{ObjectRef, Store},
 };
+use nad_model::fetch::Fetch;
 use tokio::sync::watch;
 
 use crate::{
@@ -22,7 +23,6 @@ use crate::{
     metrics::{Loaded, Metrics},
     plugin::{
         Loader, POLICY_ANNOTATION, PluginDir, Plugins, Runtime, Scan, SharedPlugins, configmap,
-        oci::Puller,
     },
     reconcile::book::SharedBook,
 };
@@ -41,12 +41,12 @@ pub struct ConfigMapSource {
 }
 
 impl ConfigMapSource {
-    /// A ConfigMap source whose `<name>.oci` entries are fetched with `puller`.
-    pub fn new(namespace: &str, name: &str, puller: Option<Arc<Puller>>) -> Self {
+    /// A ConfigMap source whose `<name>.oci` entries are fetched with `fetcher`.
+    pub fn new(namespace: &str, name: &str, fetcher: Option<Arc<dyn Fetch>>) -> Self {
         Self {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
-            loader: Arc::new(Mutex::new(Loader::new(puller))),
+            loader: Arc::new(Mutex::new(Loader::new(fetcher))),
         }
     }
 

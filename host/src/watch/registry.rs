@@ -23,10 +23,9 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::named::{self, Named, Seen};
-use crate::{
-    cli::registry::parse_policy,
-    plugin::oci::{Credentials, GivenIn, Puller, RegistryCas, Verifier, registry_of_key},
-};
+use nad_plugin_fetcher::{Credentials, GivenIn, Puller, RegistryCas, Verifier, registry_of_key};
+
+use crate::cli::registry::parse_policy;
 
 /// The key of the verification policy in its ConfigMap.
 pub const POLICY_KEY: &str = "policy.yaml";

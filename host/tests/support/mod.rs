@@ -77,7 +77,7 @@ pub async fn client_for(path: &std::path::Path) -> Client {
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .unwrap();
-    nad_service_controller::plugin::install_crypto_provider();
+    nad_process::install_crypto_provider();
     let client = Client::try_from(config).unwrap();
     client.apiserver_version().await.unwrap_or_else(|e| {
         panic!(

@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use nad_service_controller::plugin::oci::{OciRef, Puller, RegistryOptions};
+use nad_plugin_fetcher::{OciRef, Puller, RegistryOptions};
 
 pub struct Registry {
     /// `127.0.0.1:<port>`.

@@ -16,4 +16,4 @@ pub mod wait;
 pub mod wit;
 
 /// Makes ring the process's TLS provider, before any client is made (see the function).
-pub use nad_plugin_runtime::install_crypto_provider;
+pub use nad_plugin_fetcher::install_crypto_provider;

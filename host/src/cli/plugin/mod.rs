@@ -16,15 +16,13 @@ use std::{io::Write, path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
 use clap::Subcommand;
+use nad_plugin_fetcher::{LAYER_MEDIA_TYPES, OciRef};
 
 pub use render::Output;
 pub use source::PluginArg;
 
 use crate::{
-    plugin::{
-        Limits, Runtime, WIT_PACKAGE,
-        oci::{LAYER_MEDIA_TYPES, OciRef},
-    },
+    plugin::{Limits, Runtime, WIT_PACKAGE},
     reconcile::slices::DEFAULT_MAX_ENDPOINTS_PER_SLICE,
 };
 

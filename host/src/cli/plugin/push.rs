@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, io::Write};
 use anyhow::Context as _;
 
 use super::{PushArgs, source};
-use crate::plugin::oci::OciRef;
+use nad_plugin_fetcher::OciRef;
 
 pub fn push(args: &PushArgs, out: &mut impl Write) -> anyhow::Result<()> {
     if let Some(digest) = args.reference.digest() {

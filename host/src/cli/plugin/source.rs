@@ -7,13 +7,11 @@ use std::{
 };
 
 use anyhow::Context as _;
+use nad_plugin_fetcher::{OciRef, SCHEME};
 
 use crate::{
     cli::RegistryArgs,
-    plugin::{
-        self, BUILT_IN, Configured, DEFAULT_PLUGIN_WASM, PipelineError, Runtime,
-        oci::{OciRef, SCHEME},
-    },
+    plugin::{self, BUILT_IN, Configured, DEFAULT_PLUGIN_WASM, PipelineError, Runtime},
 };
 
 /// Where a plugin comes from.

@@ -183,7 +183,7 @@ mod tests {
     use oci_client::secrets::RegistryAuth;
 
     use super::*;
-    use crate::oci::session::jwt_expiry;
+    use crate::session::jwt_expiry;
 
     /// An error with `source` as its cause, as reqwest and hyper wrap the connection's.
     #[derive(Debug)]

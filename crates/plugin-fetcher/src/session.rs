@@ -423,7 +423,7 @@ pub(super) fn jwt_expiry(token: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::oci::Puller;
+    use crate::Puller;
 
     /// The credential `puller` gives `registry`, and who asks with it.
     fn chosen(puller: &Puller, registry: &str) -> (Option<Credential>, Who) {

@@ -1,4 +1,4 @@
-//! Plugins as OCI artifacts, the convention of Kubewarden, Istio's WasmPlugin and Spin: a
+//! The fetcher of nad-service-controller's plugins: plugins as OCI artifacts, the convention of Kubewarden, Istio's WasmPlugin and Spin: a
 //! source names `oci://<registry>/<repository>@sha256:<digest>` (a tag is resolved to a digest
 //! and logged), the [`Puller`] fetches the manifest and its one Wasm layer, checks both against
 //! their digests and the size limit (before downloading the layer, and while reading it), and
@@ -10,13 +10,17 @@
 //! - [`session`]: the clients of the current credentials and CAs, and how one request
 //!   authenticates; [`token`]: identity tokens exchanged at token servers; [`tls`]: the CAs;
 //! - [`fetch`]: every answer read within a deadline ([`Timeouts`]) and a size limit;
-//! - [`describe`]: registry errors in an operator's terms.
+//! - [`describe`]: registry errors in an operator's terms;
+//! - [`verify`]: cosign signatures checked against a verification [`Policy`];
+//! - [`loader`]: the [`Puller`] as the plugin runtime's loader asks for it
+//!   ([`nad_model::fetch::Fetch`]).
 
 mod artifact;
 mod cache;
 mod credentials;
 mod describe;
 mod fetch;
+mod loader;
 mod reference;
 mod session;
 mod tls;
@@ -52,7 +56,8 @@ pub use verify::{AnyOf, Keyless, Policy, Signer, TrustRoot, Verified, Verifier};
 use describe::{describe, innermost};
 use session::{Auth, Origin, Settings, SignatureTrouble, State, Verification};
 
-use super::{MAX_PLUGIN_BYTES, pipeline::sha256_hex};
+use nad_model::fetch::MAX_PLUGIN_BYTES;
+use sha2::{Digest, Sha256};
 
 /// The largest manifest read (a plugin's, a signature's, a referrers index): a plugin
 /// artifact's is under a kilobyte, a signature manifest a few kilobytes a signature.
@@ -65,6 +70,19 @@ pub const MAX_SIGNATURE_LAYERS: usize = 32;
 pub const MAX_SIGNATURE_LAYER_BYTES: u64 = 256 << 10;
 /// The most referrers of an artifact read for its signatures.
 pub const MAX_REFERRERS: usize = 32;
+
+/// Makes ring rustls' provider for this process, before any TLS client (kube's, the registry's)
+/// is made. rustls cannot choose on its own: the sigstore crate's backend brings aws-lc-rs into
+/// the build beside ring, and with two providers compiled in, a client made without an installed
+/// one panics. A second call changes nothing.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// The lowercase hex of `bytes`' sha256, as a digest names it after `sha256:`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(bytes))
+}
 
 /// How the controller reaches registries.
 #[derive(Debug, Clone, Default)]
@@ -160,7 +178,7 @@ impl std::fmt::Debug for Puller {
 impl Puller {
     pub fn new(options: &RegistryOptions) -> anyhow::Result<Self> {
         // The process's TLS clients use ring (see the function).
-        crate::install_crypto_provider();
+        install_crypto_provider();
         Ok(Self {
             options: options.clone(),
             state: RwLock::new(State::new(options, Settings::default())?),

@@ -9,7 +9,7 @@ use std::{
 };
 
 use super::reference::check_digest;
-use crate::pipeline::sha256_hex;
+use crate::sha256_hex;
 
 #[derive(Debug, Clone)]
 pub struct Cache {
