@@ -10,8 +10,13 @@ gives it a broken copy, to see the check fail).
     nad-plugin-runtime   the Wasm runtime; no Kubernetes client, no plugin fetcher
     nad-plugin-fetcher   plugins from OCI registries, and their signatures; no Wasm, no Kubernetes client
     nad-process          what every program does alike (logs, client errors, signals); no Wasm
+    nad-plugin-policy    the plugins as the core's Policy; no Kubernetes client, no plugin fetcher
+    nad-cli              the plugin author's kit and explain: all of the above but the controller
     nad-prober           the network prober (nad-network-prober); no Wasm, no plugin fetcher or its parts
-    nad-service-controller  the controller and the CLI: everything above
+    nad-service-controller  the controller, and the binary's main that dispatches to the CLI
+
+Program rules: no crate depends on the controller (testing/ harnesses aside), and of the
+controller's sources only its binary's main.rs names the CLI crate.
 """
 import json
 import os
@@ -26,8 +31,29 @@ FLOORS = {
     "nad-plugin-fetcher": ({"nad-model"}, {"kube", "kube-runtime", "kube-client", "wasmtime", "wasmtime-wasi"}),
     "nad-process": (set(), {"wasmtime", "wasmtime-wasi", "sigstore", "oci-client"}),
     "nad-prober": ({"nad-model", "nad-process"}, {"wasmtime", "wasmtime-wasi", "sigstore", "oci-client"}),
-    "nad-service-controller": ({"nad-model", "nad-core", "nad-plugin-runtime", "nad-plugin-fetcher", "nad-process"}, set()),
+    "nad-plugin-policy": ({"nad-model", "nad-core", "nad-plugin-runtime"}, {"kube", "kube-runtime", "kube-client", "sigstore", "oci-client", "tokio"}),
+    "nad-cli": ({"nad-model", "nad-core", "nad-plugin-runtime", "nad-plugin-fetcher", "nad-plugin-policy"}, set()),
+    "nad-service-controller": ({"nad-model", "nad-core", "nad-plugin-runtime", "nad-plugin-fetcher", "nad-plugin-policy", "nad-process", "nad-cli"}, set()),
 }
+
+
+def program_rules(meta) -> list:
+    """Of the controller's sources, only main.rs (the binary's dispatch) may name the CLI crate."""
+    failures = []
+    for package in meta["packages"]:
+        if package["name"] != "nad-service-controller":
+            continue
+        src = os.path.join(os.path.dirname(package["manifest_path"]), "src")
+        for root, _, files in os.walk(src):
+            for name in sorted(files):
+                path = os.path.join(root, name)
+                if not name.endswith(".rs") or path == os.path.join(src, "main.rs"):
+                    continue
+                with open(path, encoding="utf-8") as f:
+                    if "nad_cli" in f.read():
+                        failures.append(f"the controller's {os.path.relpath(path, src)} names nad_cli: "
+                                        "the controller never imports the CLI (only main.rs dispatches to it)")
+    return failures
 
 
 def main() -> int:
@@ -61,11 +87,13 @@ def main() -> int:
                 failures.append(f"{name} depends on {dep}, which its floor keeps out")
         elif "nad-service-controller" in deps and not package["manifest_path"].split("/")[-3] == "testing":
             failures.append(f"{name} depends on the controller crate")
+    failures += program_rules(meta)
     for failure in failures:
         print(f"check-layers: {failure}", file=sys.stderr)
     if not failures:
         print("check-layers: nad-model < nad-core, nad-plugin-runtime, nad-plugin-fetcher < "
-              "nad-service-controller; nad-model, nad-process < nad-prober: ok")
+              "nad-plugin-policy < nad-cli < the binary; nad-core, nad-plugin-* < nad-service-controller; "
+              "nad-model, nad-process < nad-prober; the controller names no nad_cli: ok")
     return 1 if failures else 0
 
 

@@ -2,7 +2,8 @@
 # The checkers around the tests, each shown failing on a broken copy of what it checks (a
 # checker that cannot fail guards nothing); hack/test-scripts.sh runs it:
 # - hack/check-layers.py, on `cargo metadata` of this workspace with one crate given a dependency
-#   its floor keeps out, and one given a crate above it;
+#   its floor keeps out, and one given a crate above it, and on a copy of the controller's
+#   sources that imports the CLI;
 # - hack/check-clean.sh, on a made-up /proc (CHECK_CLEAN_PROC) of the processes it must name: the
 #   controller, the network prober, the pod agent, the node simulator, a test binary that runs
 #   it (cluster_wide among them) and the registry; and not a process of the machine's own;
@@ -53,6 +54,27 @@ for case in "nad-prober wasmtime which its floor keeps out" \
     fail "check-layers with $crate depending on $dependency: exit $status, said: $out"
   fi
 done
+
+# check-layers' program rule: a copy of the controller's sources with a module that imports the
+# CLI, the metadata pointing at the copy.
+mkdir -p "$work/host"
+cp -r host/src "$work/host/src"
+printf 'use nad_cli::plugin::PluginCommand;\n' >"$work/host/src/watch/sideways.rs"
+python3 - "$work/metadata.json" "$work/host/Cargo.toml" >"$work/broken.json" <<'PY'
+import json, sys
+meta = json.load(open(sys.argv[1]))
+for package in meta["packages"]:
+    if package["name"] == "nad-service-controller":
+        package["manifest_path"] = sys.argv[2]
+json.dump(meta, sys.stdout)
+PY
+status=0
+out="$(CHECK_LAYERS_METADATA="$work/broken.json" python3 hack/check-layers.py 2>&1)" || status=$?
+if [[ "$status" == 1 && "$out" == *"the controller's watch/sideways.rs names nad_cli"* ]]; then
+  pass "check-layers refuses the controller importing the CLI"
+else
+  fail "check-layers with the controller importing the CLI: exit $status, said: $out"
+fi
 
 # check-clean: a /proc of made-up processes, each a symlink `exe` to where such a binary lives.
 proc="$work/proc"

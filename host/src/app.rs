@@ -10,7 +10,7 @@ use nad_plugin_fetcher::Puller;
 use tokio::sync::watch;
 
 use crate::{
-    cli::{Command, RunArgs},
+    args::RunArgs,
     controller,
     leader::LeaderElector,
     metrics::Metrics,
@@ -22,18 +22,6 @@ use crate::{
         registry::RegistrySettings,
     },
 };
-
-/// Runs the command the flags name. The plugin commands run without an async runtime: a
-/// plugin's (blocking) WASI calls must not run on an async runtime's threads.
-pub fn run(command: Command) -> anyhow::Result<()> {
-    match command {
-        Command::Run(args) => nad_process::block_on(run_controller(*args))?,
-        Command::Plugin(command) => {
-            crate::cli::plugin::run(&command, &mut std::io::stdout(), &mut std::io::stderr())
-        }
-        Command::Explain(args) => crate::cli::explain(&args, &mut std::io::stdout()),
-    }
-}
 
 fn runtime(args: &RunArgs) -> anyhow::Result<Runtime> {
     Runtime::new(Limits {
@@ -54,7 +42,8 @@ fn identity() -> String {
     format!("{host}_{}", std::process::id())
 }
 
-async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
+/// Runs the controller until SIGTERM or Ctrl-C.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
         .context("connecting to Kubernetes (in-cluster config, KUBECONFIG or ~/.kube/config)")?;

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use nad_process::kube_error::describe;
 
-use crate::plugin::{CallError, Rejected, UnknownPlugin};
+use nad_plugin_policy::PolicyError;
+use nad_plugin_runtime::{CallError, Rejected, UnknownPlugin};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -92,6 +93,16 @@ impl Category {
             Category::UnknownPlugin => Reason::UnknownPlugin,
             Category::Apply | Category::Delete => Reason::EndpointSliceWriteFailed,
             Category::CachesNotReady => Reason::NotReady,
+        }
+    }
+}
+
+impl From<PolicyError> for Error {
+    fn from(e: PolicyError) -> Self {
+        match e {
+            PolicyError::Call(e) => Error::PluginCall(e),
+            PolicyError::Rejected(e) => Error::PluginRejected(e),
+            PolicyError::Unknown(e) => Error::UnknownPlugin(e),
         }
     }
 }

@@ -13,11 +13,11 @@
 //! - [`plugin`]: the Wasm runtime that asks a Service's policy about its pods;
 //! - [`controller`]: the watches wired to the reconcile, for one term as leader;
 //! - [`reason`]: the one vocabulary of a Service's problems (Event reasons, metric labels);
-//! - the operational parts: [`cli`], [`leader`], [`metrics`], [`server`]; logging and
+//! - the operational parts: [`args`] (the flags of `run`), [`leader`], [`metrics`], [`server`]; logging and
 //!   shutdown come from `nad_process`, shared with the network prober (`nad_prober`).
 
 pub mod apply;
-pub mod cli;
+pub mod args;
 pub mod controller;
 pub mod error;
 pub mod leader;

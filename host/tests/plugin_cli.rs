@@ -48,6 +48,34 @@ fn eval(plugin: &str, extra: &[&str]) -> Output {
     run(&args)
 }
 
+/// The plugin's own log lines follow `-v`: its debug lines show with it and not without. (The
+/// filter named the runtime by the path the controller once re-exported it under, which no log
+/// line carries, so `-v` showed none of them.)
+#[test]
+fn verbose_shows_the_plugins_own_debug_lines() {
+    let line = "evaluated 5 pods: 3 included, 2 excluded";
+    let quiet = eval("default", &["-o", "decisions"]);
+    assert!(quiet.status.success(), "{}", text(&quiet.stderr));
+    assert!(
+        !text(&quiet.stderr).contains(line),
+        "{}",
+        text(&quiet.stderr)
+    );
+    let verbose = eval("default", &["-o", "decisions", "-v"]);
+    let stderr = text(&verbose.stderr);
+    assert!(verbose.status.success(), "{stderr}");
+    let logged = stderr
+        .lines()
+        .find(|l| l.contains(line))
+        .unwrap_or_else(|| panic!("no plugin debug line in: {stderr}"));
+    assert!(
+        logged.contains("DEBUG")
+            && logged.contains("plugin=\"default\"")
+            && logged.contains("service=\"default/nginx-nad\""),
+        "{logged}"
+    );
+}
+
 fn slices(stdout: &[u8]) -> Vec<EndpointSlice> {
     serde_saphyr::from_str_multiple(&text(stdout)).unwrap()
 }

@@ -11,10 +11,13 @@
 //!   authenticates; [`token`]: identity tokens exchanged at token servers; [`tls`]: the CAs;
 //! - [`fetch`]: every answer read within a deadline ([`Timeouts`]) and a size limit;
 //! - [`describe`]: registry errors in an operator's terms;
+//! - [`RegistryArgs`]: these settings as the command line gives them, and a verification
+//!   policy's file ([`read_policy`]);
 //! - [`verify`]: cosign signatures checked against a verification [`Policy`];
 //! - [`loader`]: the [`Puller`] as the plugin runtime's loader asks for it
 //!   ([`nad_model::fetch::Fetch`]).
 
+mod args;
 mod artifact;
 mod cache;
 mod credentials;
@@ -44,6 +47,7 @@ use oci_client::{
     },
 };
 
+pub use args::{RegistryArgs, parse_policy, read_policy};
 pub use artifact::{
     LAYER_MEDIA_TYPES, Layer, PUSH_CONFIG_MEDIA_TYPE, PUSH_LAYER_MEDIA_TYPE, wasm_layer,
 };

@@ -36,6 +36,7 @@ pub use registry::{
 };
 pub use reload::{Component, Entry, Loader, PluginDir, Scan};
 pub use runtime::{CallStats, DecisionScope, Plugin, Runtime};
+pub use sandbox::PLUGIN_LOG_TARGET;
 
 /// The default plugin, built from `plugins/default` by the build script.
 pub const DEFAULT_PLUGIN_WASM: &[u8] = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));

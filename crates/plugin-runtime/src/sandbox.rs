@@ -14,6 +14,9 @@ use super::{CallError, GuestTrap, Limits, bindings, conditions::CallConditions, 
 /// How often the epoch advances; deadlines are rounded up to whole ticks.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// At most this many log lines per call reach the host log; the rest are counted.
+/// The target of a plugin's own log lines (the `log` import), which a log filter names to show
+/// or hide them: `nad_plugin_runtime::sandbox=debug`.
+pub const PLUGIN_LOG_TARGET: &str = module_path!();
 const MAX_LOG_LINES_PER_CALL: usize = 64;
 /// Longer guest log messages are cut.
 const MAX_LOG_MESSAGE: usize = 2048;
@@ -96,11 +99,17 @@ impl bindings::isim::nad_endpoints::log::Host for CallState {
         let plugin = &*self.plugin;
         let service = self.service.as_deref().unwrap_or_default();
         match level {
-            Level::Trace => tracing::trace!(plugin, service, "{message}"),
-            Level::Debug => tracing::debug!(plugin, service, "{message}"),
-            Level::Info => tracing::info!(plugin, service, "{message}"),
-            Level::Warn => tracing::warn!(plugin, service, "{message}"),
-            Level::Error => tracing::error!(plugin, service, "{message}"),
+            Level::Trace => {
+                tracing::trace!(target: PLUGIN_LOG_TARGET, plugin, service, "{message}")
+            }
+            Level::Debug => {
+                tracing::debug!(target: PLUGIN_LOG_TARGET, plugin, service, "{message}")
+            }
+            Level::Info => tracing::info!(target: PLUGIN_LOG_TARGET, plugin, service, "{message}"),
+            Level::Warn => tracing::warn!(target: PLUGIN_LOG_TARGET, plugin, service, "{message}"),
+            Level::Error => {
+                tracing::error!(target: PLUGIN_LOG_TARGET, plugin, service, "{message}")
+            }
         }
     }
 }

@@ -19,11 +19,8 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{
-    error::Category,
-    plugin::Step as PipelineStep,
-    reconcile::policy::{CallOutcome, PluginCall},
-};
+use crate::{error::Category, plugin::Step as PipelineStep};
+use nad_plugin_policy::{CallOutcome, PluginCall};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {

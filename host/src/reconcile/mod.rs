@@ -6,8 +6,6 @@
 //! effects ([`report`], [`write`]) tell the operator, write through [`crate::apply`] (the only
 //! writer) and keep the bookkeeping ([`book`]).
 
-pub mod policy;
-
 pub use nad_core::{
     book, candidates, decide, expectations, findings, observe, plan, scope, slices, state, step,
 };
@@ -47,7 +45,7 @@ use crate::{
     plugin::POLICY_ANNOTATION,
     reason::Reason,
 };
-use policy::{PluginPolicy, Record};
+use nad_plugin_policy::{PluginPolicy, Record};
 use step::{Plan, Release, Snapshot, Step};
 
 /// How often a Service is reconciled even when nothing seems to change.
@@ -394,7 +392,7 @@ async fn run_step(
     max_endpoints: usize,
 ) -> Result<(Result<Step, Error>, Record), Error> {
     Ok(tokio::task::spawn_blocking(move || {
-        let step = step::step(snapshot, &mut policy, max_endpoints);
+        let step = step::step(snapshot, &mut policy, max_endpoints).map_err(Error::from);
         (step, policy.into_record())
     })
     .await?)

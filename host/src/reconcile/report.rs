@@ -7,7 +7,9 @@ use kube::runtime::reflector::ObjectRef;
 
 use std::collections::BTreeSet;
 
-use super::{Context, findings::Finding, policy::Record};
+use nad_plugin_policy::Record;
+
+use super::{Context, findings::Finding};
 use crate::{
     input::target::{NETWORK_ANNOTATION, ServiceTarget},
     metrics::services::Problem,

@@ -23,9 +23,9 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::named::{self, Named, Seen};
-use nad_plugin_fetcher::{Credentials, GivenIn, Puller, RegistryCas, Verifier, registry_of_key};
-
-use crate::cli::registry::parse_policy;
+use nad_plugin_fetcher::{
+    Credentials, GivenIn, Puller, RegistryCas, Verifier, parse_policy, registry_of_key,
+};
 
 /// The key of the verification policy in its ConfigMap.
 pub const POLICY_KEY: &str = "policy.yaml";

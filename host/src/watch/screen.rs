@@ -21,9 +21,9 @@ use crate::{
     reconcile::{
         decide::{self, Screened},
         observe,
-        policy::PluginPolicy,
     },
 };
+use nad_plugin_policy::PluginPolicy;
 
 /// What screening needs besides the shared state.
 #[derive(Clone)]

@@ -22,14 +22,16 @@ use super::plugin::{
     eval::{self, Case, Evaluation, Row, Verdict},
     source::{self, Loaded},
 };
-use crate::{
+use nad_core::{
     index::{KeptCondition, Keys, PodRecord, ZONE_LABEL},
-    input::{
-        network_ready,
-        target::{self, NETWORK_ANNOTATION, ServiceTarget, Target},
-    },
-    plugin::{BUILT_IN, Component, DEFAULT_PLUGIN_WASM, POLICY_ANNOTATION, annotated, configmap},
-    reconcile::slices::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, SERVICE_NAME_LABEL},
+    slices::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, SERVICE_NAME_LABEL},
+};
+use nad_model::input::{
+    network_ready,
+    target::{self, NETWORK_ANNOTATION, ServiceTarget, Target},
+};
+use nad_plugin_runtime::{
+    BUILT_IN, Component, DEFAULT_PLUGIN_WASM, POLICY_ANNOTATION, annotated, configmap,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -252,7 +254,7 @@ async fn network_defined(client: &Client, network: &str) -> Option<bool> {
 /// The plugin that decides, and where it came from.
 fn plugin(
     args: &ExplainArgs,
-    runtime: &crate::plugin::Runtime,
+    runtime: &nad_plugin_runtime::Runtime,
     live: &Live,
     annotation: Option<&String>,
 ) -> anyhow::Result<(Loaded, String)> {

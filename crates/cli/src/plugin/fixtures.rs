@@ -72,7 +72,7 @@ struct Produced {
 }
 
 fn produce(
-    runtime: &crate::plugin::Runtime,
+    runtime: &nad_plugin_runtime::Runtime,
     args: &TestArgs,
     loaded: &mut HashMap<String, source::Loaded>,
     (root, case): (&Path, &Path),
@@ -92,7 +92,7 @@ fn produce(
         eval::evaluate(
             plugin,
             &inputs,
-            crate::reconcile::slices::DEFAULT_MAX_ENDPOINTS_PER_SLICE,
+            nad_core::slices::DEFAULT_MAX_ENDPOINTS_PER_SLICE,
         )
     })();
     Ok(match outcome {

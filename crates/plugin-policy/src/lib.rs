@@ -1,6 +1,7 @@
-//! The Wasm plugins as a [`Policy`]: the plugin a Service names, its failure policy (the
-//! built-in plugin decides instead under `fallback`), and a record of what happened for the
-//! caller to publish (the calls, a fallback, a load failure).
+//! The Wasm plugins as the core's [`Policy`]: the plugin a Service names, its failure policy
+//! (the built-in plugin decides instead under `fallback`), and a record of what happened for
+//! the caller to publish (the calls, a fallback, a load failure). Below both programs that ask
+//! plugins: the controller's reconcile and the author CLI's `plugin eval`.
 
 use std::{
     hash::{DefaultHasher, Hash, Hasher},
@@ -8,19 +9,29 @@ use std::{
     time::Instant,
 };
 
-use super::{
+use nad_core::{
     decide::{Pods, Policy, PolicyId},
     observe::Candidate,
-    plan::Decision,
 };
-use crate::{
-    error::Error,
-    input::target::ServiceTarget,
-    plugin::{
-        self, Configured, FailurePolicy, POLICY_ANNOTATION, Plugins, UnknownPlugin,
-        conditions::CallConditions, wit,
-    },
+use nad_model::{decision::Decision, input::target::ServiceTarget};
+use nad_plugin_runtime::{
+    self as plugin, CallError, Configured, FailurePolicy, POLICY_ANNOTATION, Plugins, Rejected,
+    UnknownPlugin, conditions::CallConditions, wit,
 };
+
+/// Why the Service's policy gave no decisions; the Service's slices stay as last applied.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// The plugin gave no usable answer.
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// The plugin refused to decide for the Service (its own `err`).
+    #[error(transparent)]
+    Rejected(#[from] Rejected),
+    /// The Service names a plugin that is not loaded.
+    #[error(transparent)]
+    Unknown(#[from] UnknownPlugin),
+}
 
 /// Pods as one plugin sees them, in order: the records, and their conditions when the plugin
 /// reads them.
@@ -176,8 +187,15 @@ impl PluginPolicy {
         self.record
     }
 
-    fn call(&mut self, target: &ServiceTarget, pods: Pods<'_>) -> Result<Vec<Decision>, Error> {
-        let chosen = self.chosen.as_ref().map_err(|e| Error::from(e.clone()))?;
+    fn call(
+        &mut self,
+        target: &ServiceTarget,
+        pods: Pods<'_>,
+    ) -> Result<Vec<Decision>, PolicyError> {
+        let chosen = self
+            .chosen
+            .as_ref()
+            .map_err(|e| PolicyError::from(e.clone()))?;
         if pods.is_empty() {
             return Ok(Vec::new());
         }
@@ -213,9 +231,9 @@ impl PluginPolicy {
 }
 
 impl Policy for PluginPolicy {
-    type Error = Error;
+    type Error = PolicyError;
 
-    fn id(&self) -> Result<PolicyId, Error> {
+    fn id(&self) -> Result<PolicyId, PolicyError> {
         match &self.chosen {
             Ok(chosen) => Ok(chosen.id.clone()),
             Err(unknown) => Err(unknown.clone().into()),
@@ -230,9 +248,13 @@ impl Policy for PluginPolicy {
 
     /// Calls the chosen plugin, switching to the built-in one once when the chosen one fails
     /// under the `fallback` failure policy.
-    fn decide(&mut self, target: &ServiceTarget, pods: Pods<'_>) -> Result<Vec<Decision>, Error> {
+    fn decide(
+        &mut self,
+        target: &ServiceTarget,
+        pods: Pods<'_>,
+    ) -> Result<Vec<Decision>, PolicyError> {
         match self.call(target, pods) {
-            Err(e @ (Error::PluginCall(_) | Error::PluginRejected(_)))
+            Err(e @ (PolicyError::Call(_) | PolicyError::Rejected(_)))
                 if self
                     .chosen
                     .as_ref()

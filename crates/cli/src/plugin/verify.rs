@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use super::VerifyArgs;
-use crate::cli::registry::read_policy;
+use nad_plugin_fetcher::read_policy;
 
 pub fn verify(args: &VerifyArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let Some(digest) = args.reference.digest() else {

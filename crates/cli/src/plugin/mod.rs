@@ -21,10 +21,8 @@ use nad_plugin_fetcher::{LAYER_MEDIA_TYPES, OciRef};
 pub use render::Output;
 pub use source::PluginArg;
 
-use crate::{
-    plugin::{Limits, Runtime, WIT_PACKAGE},
-    reconcile::slices::DEFAULT_MAX_ENDPOINTS_PER_SLICE,
-};
+use nad_core::slices::DEFAULT_MAX_ENDPOINTS_PER_SLICE;
+use nad_plugin_runtime::{Limits, PLUGIN_LOG_TARGET, Runtime, WIT_PACKAGE};
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
@@ -71,7 +69,7 @@ impl PluginCommand {
         if let Ok(filter) = std::env::var("RUST_LOG") {
             return filter;
         }
-        let plugin_log = "nad_service_controller::plugin::sandbox";
+        let plugin_log = PLUGIN_LOG_TARGET;
         match self.sandbox().map_or(0, |s| s.verbose) {
             // A test or bench run reports its results, not the plugin's lines.
             0 if matches!(self, PluginCommand::Test(_) | PluginCommand::Bench(_)) => {
@@ -98,7 +96,7 @@ pub struct SandboxArgs {
     pub verbose: u8,
     /// For `--plugin oci://…`.
     #[command(flatten)]
-    pub registry: crate::cli::RegistryArgs,
+    pub registry: nad_plugin_fetcher::RegistryArgs,
 }
 
 impl SandboxArgs {
@@ -222,7 +220,7 @@ pub struct VerifyArgs {
     #[arg(long, value_name = "FILE")]
     pub policy: PathBuf,
     #[command(flatten)]
-    pub registry: crate::cli::RegistryArgs,
+    pub registry: nad_plugin_fetcher::RegistryArgs,
 }
 
 fn oci_ref(value: &str) -> Result<OciRef, String> {

@@ -10,7 +10,7 @@ use std::{
 use anyhow::{Context as _, bail};
 
 use super::{NewArgs, WIT, WIT_FILE};
-use crate::plugin::{HOST_WIT_VERSION, WIT_PACKAGE};
+use nad_plugin_runtime::{HOST_WIT_VERSION, WIT_PACKAGE};
 
 /// The plugin languages `plugin new` scaffolds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]

@@ -5,10 +5,8 @@ use std::io::Write;
 use anyhow::bail;
 
 use super::{InspectArgs, source};
-use crate::{
-    plugin::{self, HOST_WIT_VERSION, Inspection, Plugin, WIT_PACKAGE},
-    reconcile::plan::Decision,
-};
+use nad_model::decision::Decision;
+use nad_plugin_runtime::{HOST_WIT_VERSION, Inspection, Plugin, WIT_PACKAGE};
 
 /// Prints what a plugin file is and whether this host runs it; fails when it does not.
 pub fn inspect(args: &InspectArgs, out: &mut impl Write) -> anyhow::Result<()> {
@@ -16,7 +14,7 @@ pub fn inspect(args: &InspectArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let name = args.plugin.name();
     let bytes = args.plugin.bytes(&args.sandbox.registry)?;
     let config = source::config(args.config.as_deref())?;
-    let report = plugin::inspect(&runtime, &name, &bytes, &config);
+    let report = nad_plugin_runtime::inspect(&runtime, &name, &bytes, &config);
     write_file(args, &report, out)?;
     let configured = match report.result {
         Ok(configured) => configured,
@@ -40,7 +38,7 @@ pub fn inspect(args: &InspectArgs, out: &mut impl Write) -> anyhow::Result<()> {
         self_test(&configured.plugin, &config)?
     )?;
     writeln!(out, "runs here:       yes")?;
-    if let Some(warning) = plugin::name_mismatch(&name, info) {
+    if let Some(warning) = nad_plugin_runtime::name_mismatch(&name, info) {
         writeln!(out, "warning:         {warning}")?;
     }
     Ok(())
@@ -113,7 +111,7 @@ fn conditions(plugin: &Plugin) -> String {
 /// The self-test's decision for each made-up pod, or the plugin's refusal of the made-up
 /// Service; fails when the call fails.
 fn self_test(plugin: &Plugin, config: &str) -> anyhow::Result<String> {
-    Ok(match plugin::self_test(plugin, config) {
+    Ok(match nad_plugin_runtime::self_test(plugin, config) {
         Ok(Ok(decisions)) => decisions
             .iter()
             .zip(["a (ready, IPv4)", "b (not ready, IPv6)"])

@@ -11,7 +11,7 @@ use anyhow::{Context as _, bail};
 use serde_json::json;
 
 use super::{BenchArgs, render, source, source::Loaded};
-use crate::plugin::{CallError, wit};
+use nad_plugin_runtime::{CallError, wit};
 
 /// Generated inputs: a Service whose labels and annotations are the declared keys, and `n`
 /// ready, running pods that carry them (a `*` gets a few typical keys), spread over 3 zones,

@@ -11,7 +11,7 @@ use super::{
     eval::{Evaluation, Verdict},
     source::Loaded,
 };
-use crate::plugin::wit;
+use nad_plugin_runtime::wit;
 
 /// What `plugin eval -o` prints on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]

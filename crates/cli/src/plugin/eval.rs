@@ -11,22 +11,21 @@ use anyhow::bail;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::source::Loaded;
-use crate::{
+use nad_plugin_policy::PluginPolicy;
+
+use nad_core::{
+    decide::Verdicts,
     index::PodRecord,
-    input::{
-        network_status::{self, StatusError},
-        target::ServiceTarget,
-    },
-    plugin::{self, wit},
-    reconcile::{
-        decide::Verdicts,
-        observe::{self, Observation, SkipReason},
-        plan::{Conditions, Desired},
-        policy::PluginPolicy,
-        scope::{Scope, Taken},
-        step::{self, Candidates, Snapshot, Step},
-    },
+    observe::{self, Observation, SkipReason},
+    plan::{Conditions, Desired},
+    scope::{Scope, Taken},
+    step::{self, Candidates, Snapshot, Step},
 };
+use nad_model::input::{
+    network_status::{self, StatusError},
+    target::ServiceTarget,
+};
+use nad_plugin_runtime::wit;
 
 /// Pod annotations the host itself reads: never expected among a plugin's declared keys.
 const HOST_ANNOTATIONS: [&str; 2] = [network_status::ANNOTATION, "k8s.v1.cni.cncf.io/networks"];
@@ -198,7 +197,7 @@ pub fn evaluate(loaded: &Loaded, case: &Case, max_endpoints: usize) -> anyhow::R
     let pod_views: Vec<wit::Pod> = observation
         .candidates
         .iter()
-        .map(|c| plugin::pod_view(c, plugin))
+        .map(|c| nad_plugin_runtime::pod_view(c, plugin))
         .collect();
     let undeclared = undeclared(&observation, plugin);
     let candidates = observation.candidates.len();
@@ -226,7 +225,7 @@ pub fn evaluate(loaded: &Loaded, case: &Case, max_endpoints: usize) -> anyhow::R
         target: target.clone(),
         rows,
         candidates,
-        service_view: plugin::service_view(target),
+        service_view: nad_plugin_runtime::service_view(target),
         pod_views,
         undeclared,
         slices: plan.changes.apply,
@@ -329,7 +328,7 @@ fn warnings(loaded: &Loaded, target: &ServiceTarget) -> Vec<String> {
              decide it with {selected}.wasm",
             target.namespace,
             target.name,
-            plugin::POLICY_ANNOTATION,
+            nad_plugin_runtime::POLICY_ANNOTATION,
             loaded.name
         ));
     }
@@ -338,10 +337,10 @@ fn warnings(loaded: &Loaded, target: &ServiceTarget) -> Vec<String> {
 
 /// The plugin the Service's annotation names, if any.
 fn plugin_selected(target: &ServiceTarget) -> Option<&str> {
-    plugin::annotated(
+    nad_plugin_runtime::annotated(
         target
             .annotations
-            .get(plugin::POLICY_ANNOTATION)
+            .get(nad_plugin_runtime::POLICY_ANNOTATION)
             .map(String::as_str),
     )
 }
@@ -407,7 +406,7 @@ fn not_candidate(
 }
 
 /// Labels and annotations of the candidates that the plugin does not receive.
-fn undeclared(observation: &Observation, plugin: &plugin::Plugin) -> Undeclared {
+fn undeclared(observation: &Observation, plugin: &nad_plugin_runtime::Plugin) -> Undeclared {
     let mut found = Undeclared::default();
     for candidate in &observation.candidates {
         for (key, _) in candidate.pod.labels() {

@@ -1,75 +1,12 @@
-//! Command-line flags (each also settable through an environment variable).
+//! The controller's flags (`run`), each also settable through an environment variable. The
+//! binary's `main` parses them beside the other commands' (`plugin`, `explain`).
 
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
-use clap::{Parser, Subcommand};
-
-mod explain;
-pub mod plugin;
-pub(crate) mod registry;
-
-pub use explain::{ExplainArgs, explain};
-pub use registry::RegistryArgs;
-
-use crate::{
-    plugin::FailurePolicy,
-    reconcile::slices::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, MAX_ENDPOINTS_PER_SLICE},
-};
+use nad_core::slices::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, MAX_ENDPOINTS_PER_SLICE};
+use nad_plugin_fetcher::RegistryArgs;
+use nad_plugin_runtime::FailurePolicy;
 use nad_process::telemetry::LogFormat;
-
-/// The controller's flags may come first (`nad-service-controller --log-format=json`) or
-/// after `run`; each subcommand takes only its own.
-#[derive(Debug, Parser)]
-#[command(
-    name = "nad-service-controller",
-    version,
-    about = "Publishes EndpointSlices with the Multus secondary-network IPs of pods, for Services \
-             annotated isim.dev/network: <network>; which pods count is decided by a WebAssembly \
-             policy plugin.",
-    long_about = None,
-    args_conflicts_with_subcommands = true,
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Option<Command>,
-
-    #[command(flatten)]
-    pub run: RunArgs,
-}
-
-impl Cli {
-    /// What to do: the subcommand, or `run` with the flags given without one.
-    pub fn into_command(self) -> Command {
-        self.command
-            .unwrap_or_else(|| Command::Run(Box::new(self.run)))
-    }
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run the controller (the default).
-    Run(Box<RunArgs>),
-    /// Work with plugins offline: evaluate, test, inspect, scaffold and benchmark them,
-    /// through the same pipeline, sandbox and plan as the controller.
-    #[command(subcommand)]
-    Plugin(Box<plugin::PluginCommand>),
-    /// Explain a Service on the live cluster (read-only, through the current kubeconfig): for
-    /// every pod of its namespace, whether it is a candidate, the plugin's decision and
-    /// reason, the conditions and the EndpointSlice that publishes it.
-    Explain(Box<ExplainArgs>),
-}
-
-impl Command {
-    /// The log format and filter: the controller's flags, or text for the plugin commands
-    /// (their output is for a person; `-v` shows more).
-    pub fn logging(&self) -> (LogFormat, String) {
-        match self {
-            Command::Run(args) => (args.log_format, args.log_filter.clone()),
-            Command::Plugin(command) => (LogFormat::Text, command.log_filter()),
-            Command::Explain(_) => (LogFormat::Text, "warn".to_owned()),
-        }
-    }
-}
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
@@ -238,20 +175,28 @@ fn parse_max_endpoints(s: &str) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
+
+    /// The controller's flags alone, as `run` takes them.
+    #[derive(Debug, Parser)]
+    struct Flags {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<RunArgs, clap::Error> {
+        Flags::try_parse_from(std::iter::once("nsc").chain(args.iter().copied())).map(|f| f.run)
+    }
 
     #[test]
     fn flags_parse_and_have_safe_defaults() {
-        Cli::command().debug_assert();
-        let cli = Cli::try_parse_from(["nsc"]).unwrap();
-        assert!(cli.command.is_none());
-        assert!(cli.run.leader_election);
-        assert_eq!(cli.run.max_endpoints_per_slice, 100);
-        assert_eq!(cli.run.concurrent_syncs, 5);
-        assert_eq!(cli.run.plugin_deadline, Duration::from_millis(100));
-        let cli = Cli::try_parse_from([
-            "nsc",
-            "run",
+        Flags::command().debug_assert();
+        let run = parse(&[]).unwrap();
+        assert!(run.leader_election);
+        assert_eq!(run.max_endpoints_per_slice, 100);
+        assert_eq!(run.concurrent_syncs, 5);
+        assert_eq!(run.plugin_deadline, Duration::from_millis(100));
+        let run = parse(&[
             "--leader-election=false",
             "--max-endpoints-per-slice",
             "1000",
@@ -261,43 +206,32 @@ mod tests {
             "json",
         ])
         .unwrap();
-        let Command::Run(run) = cli.into_command() else {
-            panic!("expected run");
-        };
         assert!(!run.leader_election);
         assert_eq!(run.max_endpoints_per_slice, 1000);
         assert_eq!(run.plugin_deadline, Duration::from_secs(2));
         assert_eq!(run.log_format, LogFormat::Json);
-        // Without a subcommand, the flags are the controller's.
-        let cli = Cli::try_parse_from(["nsc", "--log-format", "json"]).unwrap();
-        assert!(
-            matches!(cli.into_command(), Command::Run(run) if run.log_format == LogFormat::Json)
-        );
     }
 
     #[test]
     fn failure_policies_have_a_default_and_per_plugin_values() {
-        let cli = Cli::try_parse_from(["nsc"]).unwrap();
         assert_eq!(
-            cli.run.failure_policies().unwrap(),
+            parse(&[]).unwrap().failure_policies().unwrap(),
             (FailurePolicy::Keep, BTreeMap::new())
         );
-        let cli = Cli::try_parse_from([
-            "nsc",
+        let run = parse(&[
             "--plugin-failure-policy",
             "fallback,zones=keep",
             "--plugin-failure-policy",
             "opt-out=fallback",
         ])
         .unwrap();
-        let (default, per_plugin) = cli.run.failure_policies().unwrap();
+        let (default, per_plugin) = run.failure_policies().unwrap();
         assert_eq!(default, FailurePolicy::Fallback);
         assert_eq!(per_plugin["zones"], FailurePolicy::Keep);
         assert_eq!(per_plugin["opt-out"], FailurePolicy::Fallback);
-        let cli = Cli::try_parse_from(["nsc", "--plugin-failure-policy", "x=maybe"]).unwrap();
+        let run = parse(&["--plugin-failure-policy", "x=maybe"]).unwrap();
         assert!(
-            cli.run
-                .failure_policies()
+            run.failure_policies()
                 .unwrap_err()
                 .to_string()
                 .contains("\"maybe\"")
@@ -305,77 +239,19 @@ mod tests {
     }
 
     #[test]
-    fn plugin_subcommands_parse_and_take_only_their_own_flags() {
-        use plugin::{Output, PluginArg, PluginCommand};
-        let cli = Cli::try_parse_from([
-            "nsc",
-            "plugin",
-            "eval",
-            "--plugin",
-            "p.wasm",
-            "--service",
-            "s.yaml",
-            "--pods",
-            "p.yaml",
-            "-o",
-            "decisions",
-        ])
-        .unwrap();
-        let Some(Command::Plugin(command)) = cli.command else {
-            panic!("expected plugin eval");
-        };
-        let PluginCommand::Eval(eval) = *command else {
-            panic!("expected plugin eval");
-        };
-        assert_eq!(eval.plugin, PluginArg::File("p.wasm".into()));
-        assert_eq!(eval.output, Output::Decisions);
-        assert!(eval.nodes.is_none());
-        let cli = Cli::try_parse_from(["nsc", "plugin", "inspect", "default"]).unwrap();
-        assert!(matches!(
-            cli.command,
-            Some(Command::Plugin(ref c)) if matches!(**c, PluginCommand::Inspect(ref i) if i.plugin == PluginArg::BuiltIn)
-        ));
-        // The controller's flags are not the plugin commands'.
-        let err = Cli::try_parse_from([
-            "nsc",
-            "plugin",
-            "inspect",
-            "p.wasm",
-            "--leader-election=false",
-        ])
-        .unwrap_err();
-        assert!(err.to_string().contains("--leader-election"), "{err}");
-        let help = Cli::command()
-            .find_subcommand_mut("plugin")
-            .unwrap()
-            .find_subcommand_mut("eval")
-            .unwrap()
-            .render_long_help()
-            .to_string();
-        assert!(help.contains("--show-inputs"), "{help}");
-        for controller_flag in ["--metrics-address", "--leader-election", "--plugin-dir"] {
-            assert!(
-                !help.contains(controller_flag),
-                "{controller_flag} in {help}"
-            );
-        }
-    }
-
-    #[test]
     fn plugins_come_from_a_directory_or_a_configmap() {
-        let cli = Cli::try_parse_from(["nsc", "--plugin-configmap", "plugins"]).unwrap();
-        assert_eq!(cli.run.plugin_configmap.as_deref(), Some("plugins"));
-        let err = Cli::try_parse_from(["nsc", "--plugin-configmap", "p", "--plugin-dir", "/d"])
-            .unwrap_err();
+        let run = parse(&["--plugin-configmap", "plugins"]).unwrap();
+        assert_eq!(run.plugin_configmap.as_deref(), Some("plugins"));
+        let err = parse(&["--plugin-configmap", "p", "--plugin-dir", "/d"]).unwrap_err();
         assert!(err.to_string().contains("cannot be used with"), "{err}");
     }
 
     #[test]
     fn out_of_range_values_are_refused_with_the_limit() {
-        let err = Cli::try_parse_from(["nsc", "--max-endpoints-per-slice", "1001"]).unwrap_err();
+        let err = parse(&["--max-endpoints-per-slice", "1001"]).unwrap_err();
         assert!(err.to_string().contains("between 1 and 1000"), "{err}");
-        assert!(Cli::try_parse_from(["nsc", "--max-endpoints-per-slice", "0"]).is_err());
-        assert!(Cli::try_parse_from(["nsc", "--concurrent-syncs", "0"]).is_err());
-        assert!(Cli::try_parse_from(["nsc", "--concurrent-syncs", "65"]).is_err());
+        assert!(parse(&["--max-endpoints-per-slice", "0"]).is_err());
+        assert!(parse(&["--concurrent-syncs", "0"]).is_err());
+        assert!(parse(&["--concurrent-syncs", "65"]).is_err());
     }
 }

@@ -9,10 +9,8 @@ use std::{
 use anyhow::Context as _;
 use nad_plugin_fetcher::{OciRef, SCHEME};
 
-use crate::{
-    cli::RegistryArgs,
-    plugin::{self, BUILT_IN, Configured, DEFAULT_PLUGIN_WASM, PipelineError, Runtime},
-};
+use nad_plugin_fetcher::RegistryArgs;
+use nad_plugin_runtime::{BUILT_IN, Configured, DEFAULT_PLUGIN_WASM, PipelineError, Runtime};
 
 /// Where a plugin comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,9 +120,9 @@ pub fn load_bytes(
     config: &str,
     origin: &str,
 ) -> anyhow::Result<Loaded> {
-    let configured = plugin::prepare(runtime, name, bytes, config)
+    let configured = nad_plugin_runtime::prepare(runtime, name, bytes, config)
         .map_err(|e| anyhow::Error::new(Failed(origin.to_owned(), e)))?;
-    let warnings = plugin::name_mismatch(name, configured.plugin.info())
+    let warnings = nad_plugin_runtime::name_mismatch(name, configured.plugin.info())
         .into_iter()
         .collect();
     Ok(Loaded {

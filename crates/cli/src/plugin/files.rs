@@ -9,10 +9,8 @@ use kube::ResourceExt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::{
-    index::{Keys, PodRecord, ZONE_LABEL},
-    input::target::{self, ServiceTarget, Target},
-};
+use nad_core::index::{Keys, PodRecord, ZONE_LABEL};
+use nad_model::input::target::{self, ServiceTarget, Target};
 
 use super::eval::{Case, Zones};
 

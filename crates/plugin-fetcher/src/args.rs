@@ -1,13 +1,11 @@
-//! How plugins named by `oci://` reference are fetched: shared by the controller and the
-//! plugin commands.
+//! The fetcher's settings as flags and files: how plugins named by `oci://` reference are
+//! fetched, the same for the controller (`run`) and the plugin commands.
 
 use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-use nad_plugin_fetcher::{
-    Credentials, GivenIn, Policy, Puller, RegistryCas, RegistryOptions, Verifier,
-};
+use crate::{Credentials, GivenIn, Policy, Puller, RegistryCas, RegistryOptions, Verifier};
 
 /// Where a pulled plugin is cached: the user's cache directory, or (in a container, without
 /// one) `/var/cache/nad-service-controller/plugins`, which the Deployment mounts.
