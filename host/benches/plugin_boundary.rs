@@ -44,14 +44,15 @@ use criterion::{
 };
 use k8s_openapi::api::core::v1::{Pod, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use nad_service_controller::{
+use nad_core::{
     index::{Keys, PodRecord},
-    input::target::ServiceTarget,
-    plugin::{
-        DEFAULT_PLUGIN_WASM, Limits, Plugin, PluginDir, Plugins, Runtime, decision, pod_view,
-        prepare, service_view, wit,
-    },
-    reconcile::{observe::Candidate, plan::Decision},
+    observe::Candidate,
+    plan::Decision,
+};
+use nad_model::input::target::ServiceTarget;
+use nad_plugin_runtime::{
+    DEFAULT_PLUGIN_WASM, Limits, Plugin, PluginDir, Plugins, Runtime, decision, pod_view, prepare,
+    service_view, wit,
 };
 use nad_test_kit::{native, wit::PodBuilder};
 use serde_json::json;

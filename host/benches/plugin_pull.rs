@@ -18,7 +18,7 @@ use std::{collections::BTreeMap, time::Duration};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use nad_plugin_fetcher::{PUSH_LAYER_MEDIA_TYPE, Policy, Puller, Signer, Verifier};
-use nad_service_controller::plugin::DEFAULT_PLUGIN_WASM;
+use nad_plugin_runtime::DEFAULT_PLUGIN_WASM;
 use registry::{Cosign, Registry, oci, puller};
 
 fn pull(c: &mut Criterion) {

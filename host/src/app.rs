@@ -14,7 +14,6 @@ use crate::{
     controller,
     leader::LeaderElector,
     metrics::Metrics,
-    plugin::{Limits, PluginDir, Plugins, Runtime, SharedPlugins},
     reconcile::{CONTROLLER_NAME, Settings},
     server::{self, Readiness},
     watch::{
@@ -22,6 +21,7 @@ use crate::{
         registry::RegistrySettings,
     },
 };
+use nad_plugin_runtime::{Limits, PluginDir, Plugins, Runtime, SharedPlugins};
 
 fn runtime(args: &RunArgs) -> anyhow::Result<Runtime> {
     Runtime::new(Limits {

@@ -1,7 +1,7 @@
 //! Reconcile errors: what failed, its cause, and how the controller reacts; and one-line
 //! descriptions of Kubernetes client errors (never a dump of the client's structs).
 
-use crate::reason::Reason;
+use nad_model::reason::Reason;
 use std::time::Duration;
 
 use nad_process::kube_error::describe;

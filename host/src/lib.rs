@@ -1,20 +1,17 @@
 //! nad-service-controller: EndpointSlices for Services on Multus secondary networks, with the
-//! selection policy in WebAssembly plugins.
+//! selection policy in WebAssembly plugins. This crate is the controller; each part it builds on
+//! is named by its own crate where it is used.
 //!
 //! The parts, in the order data flows through them:
-//! - [`input`]: what the controller reads of Kubernetes objects: which Services are managed
-//!   (the `isim.dev/network` annotation), a pod's IPs on a network (the Multus
-//!   `network-status` annotation), and which addresses the EndpointSlice API accepts;
-//! - [`watch`]: the watches that feed the caches and [`index`]es and request reconciles;
-//! - [`index`]: pods reduced to what planning reads, by network; node zones; Services by
-//!   network;
-//! - [`reconcile`]: one Service's reconcile: observe, decide (the [`plugin`]), plan, place;
+//! - [`watch`]: the watches that feed the caches and the indexes (`nad_core::index`) and
+//!   request reconciles; what they read of objects is `nad_model::input`;
+//! - [`reconcile`]: one Service's reconcile: the pure step (`nad_core::step`) with the plugins
+//!   as its policy (`nad_plugin_policy`, on `nad_plugin_runtime`), and its effects;
 //! - [`apply`]: the only writer (server-side apply, deletes), and the API's rules it checks;
-//! - [`plugin`]: the Wasm runtime that asks a Service's policy about its pods;
 //! - [`controller`]: the watches wired to the reconcile, for one term as leader;
-//! - [`reason`]: the one vocabulary of a Service's problems (Event reasons, metric labels);
-//! - the operational parts: [`args`] (the flags of `run`), [`leader`], [`metrics`], [`server`]; logging and
-//!   shutdown come from `nad_process`, shared with the network prober (`nad_prober`).
+//! - the operational parts: [`args`] (the flags of `run`), [`leader`], [`metrics`], [`server`],
+//!   [`error`]; logging and shutdown come from `nad_process`, shared with the network prober
+//!   (`nad_prober`); plugins named by reference are fetched by `nad_plugin_fetcher`.
 
 pub mod apply;
 pub mod args;
@@ -25,11 +22,6 @@ pub mod metrics;
 pub mod reconcile;
 pub mod server;
 pub mod watch;
-
-// The crates below, under the names the controller's modules use.
-pub use nad_core::index;
-pub use nad_model::{input, reason};
-pub use nad_plugin_runtime as plugin;
 
 mod app;
 pub use app::run;

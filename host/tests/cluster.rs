@@ -27,15 +27,17 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
+use nad_core::slices::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, is_managed_slice_of};
 use nad_model::fetch::Fetch;
+use nad_model::input::network_ready;
 use nad_plugin_fetcher::{
     Credentials, OciRef, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryCas, RegistryOptions, configmap_key,
 };
+use nad_plugin_runtime::{
+    FailurePolicy, Limits, PluginDir, Plugins, Runtime, SharedPlugins, prepare,
+};
 use nad_service_controller::{
-    input::network_ready,
     leader::LeaderElector,
-    plugin::{FailurePolicy, Limits, PluginDir, Plugins, Runtime, SharedPlugins, prepare},
-    reconcile::slices::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, is_managed_slice_of},
     watch::{
         plugin_dir::{ConfigMapSource, PluginSource},
         registry::RegistrySettings,

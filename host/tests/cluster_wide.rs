@@ -9,11 +9,9 @@ use kube::{
     Api, Client,
     api::{ListParams, PostParams},
 };
-use nad_service_controller::{
-    plugin::{Limits, Plugins, Runtime, SharedPlugins},
-    reconcile::slices::SERVICE_NAME_LABEL,
-    watch::plugin_dir::PluginSource,
-};
+use nad_core::slices::SERVICE_NAME_LABEL;
+use nad_plugin_runtime::{Limits, Plugins, Runtime, SharedPlugins};
+use nad_service_controller::watch::plugin_dir::PluginSource;
 use node_sim::Simulator;
 use serde_json::json;
 use std::{sync::Arc, time::Duration};

@@ -27,10 +27,8 @@ use kube::{
         PostParams,
     },
 };
-use nad_service_controller::{
-    plugin::{Limits, Plugins, Runtime, SharedPlugins},
-    watch::plugin_dir::PluginSource,
-};
+use nad_plugin_runtime::{Limits, Plugins, Runtime, SharedPlugins};
+use nad_service_controller::watch::plugin_dir::PluginSource;
 use serde_json::Value;
 
 mod support;
@@ -1527,7 +1525,7 @@ const PROBER_POLICY: &str = "nad-network-prober-own-node";
 
 /// The condition a pod's readiness on `<ns>/macvlan` is written as.
 fn network_ready_type(ns: &str) -> String {
-    nad_service_controller::input::network_ready::condition_type(&format!("{ns}/macvlan"))
+    nad_model::input::network_ready::condition_type(&format!("{ns}/macvlan"))
 }
 
 /// `pod`'s readiness on the network, as the prober wrote it.

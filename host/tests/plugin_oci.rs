@@ -13,7 +13,7 @@ use std::{process::Command, sync::Arc, time::Duration};
 
 use nad_model::fetch::MAX_PLUGIN_BYTES;
 use nad_plugin_fetcher::{LAYER_MEDIA_TYPES, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryOptions};
-use nad_service_controller::plugin::{Limits, PluginDir, Plugins, Runtime, Step};
+use nad_plugin_runtime::{Limits, PluginDir, Plugins, Runtime, Step};
 use registry::{Registry, Scratch, cli, free_port, oci, puller, push};
 
 const DEFAULT: &[u8] = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));

@@ -5,13 +5,10 @@
 
 use std::{os::unix::fs::symlink, path::Path, time::Duration};
 
+use nad_core::plan::{Conditions, Decision};
 use nad_model::fetch::MAX_PLUGIN_BYTES;
-use nad_service_controller::{
-    plugin::{
-        DecisionScope, HOST_WIT_VERSION, Limits, PluginDir, Plugins, Runtime, Step, inspect,
-        prepare,
-    },
-    reconcile::plan::{Conditions, Decision},
+use nad_plugin_runtime::{
+    DecisionScope, HOST_WIT_VERSION, Limits, PluginDir, Plugins, Runtime, Step, inspect, prepare,
 };
 use nad_test_kit::wit as records;
 

@@ -14,7 +14,7 @@ mod registry;
 use std::{collections::BTreeMap, path::Path};
 
 use nad_plugin_fetcher::{AnyOf, PUSH_LAYER_MEDIA_TYPE, Policy, Puller, Signer, Verifier};
-use nad_service_controller::plugin::{Limits, PluginDir, Plugins, Runtime, Step};
+use nad_plugin_runtime::{Limits, PluginDir, Plugins, Runtime, Step};
 use registry::{Cosign, Registry, Scratch, cli, oci, puller, push};
 
 const DEFAULT: &[u8] = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));

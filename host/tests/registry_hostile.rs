@@ -26,7 +26,7 @@ use nad_plugin_fetcher::{
     Credentials, FetchError, GivenIn, MAX_MANIFEST_BYTES, MAX_SIGNATURE_LAYERS, Policy, Puller,
     RegistryCas, RegistryOptions, Signer, Timeouts, Verifier,
 };
-use nad_service_controller::plugin::{Limits, PluginDir, Plugins, Runtime, Step};
+use nad_plugin_runtime::{Limits, PluginDir, Plugins, Runtime, Step};
 use registry::{Registry, Scratch, TestCa, oci};
 use token_server::TokenServer;
 

@@ -7,14 +7,14 @@
 //! never anonymously; one whose certificate a private CA signs is trusted with the
 //! [`RegistryCas`] given for it, and for no other registry.
 //!
-//! - [`session`]: the clients of the current credentials and CAs, and how one request
-//!   authenticates; [`token`]: identity tokens exchanged at token servers; [`tls`]: the CAs;
-//! - [`fetch`]: every answer read within a deadline ([`Timeouts`]) and a size limit;
-//! - [`describe`]: registry errors in an operator's terms;
+//! - `session`: the clients of the current credentials and CAs, and how one request
+//!   authenticates; `token`: identity tokens exchanged at token servers; `tls`: the CAs;
+//! - `fetch`: every answer read within a deadline ([`Timeouts`]) and a size limit;
+//! - `describe`: registry errors in an operator's terms;
 //! - [`RegistryArgs`]: these settings as the command line gives them, and a verification
 //!   policy's file ([`read_policy`]);
-//! - [`verify`]: cosign signatures checked against a verification [`Policy`];
-//! - [`loader`]: the [`Puller`] as the plugin runtime's loader asks for it
+//! - `verify`: cosign signatures checked against a verification [`Policy`];
+//! - `loader`: the [`Puller`] as the plugin runtime's loader asks for it
 //!   ([`nad_model::fetch::Fetch`]).
 
 mod args;

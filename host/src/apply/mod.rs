@@ -20,10 +20,8 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams, Preconditions},
 };
 
-use crate::{
-    error::Error,
-    reconcile::slices::{self, Changes},
-};
+use crate::error::Error;
+use nad_core::slices::{self, Changes};
 
 /// The one field manager this controller applies with.
 pub const FIELD_MANAGER: &str = "nad-service-controller.isim.dev";
@@ -202,9 +200,9 @@ mod tests {
     //! The request shape, checked against a mocked API (the behaviour is tested on a real API
     //! server by the integration tests).
     use super::*;
-    use crate::reconcile::slices::Seen;
     use http::{Method, Request, Response};
     use kube::client::Body;
+    use nad_core::slices::Seen;
 
     fn slice(name: &str) -> EndpointSlice {
         serde_json::from_value(serde_json::json!({

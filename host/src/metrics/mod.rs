@@ -19,8 +19,9 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{error::Category, plugin::Step as PipelineStep};
+use crate::error::Category;
 use nad_plugin_policy::{CallOutcome, PluginCall};
+use nad_plugin_runtime::Step as PipelineStep;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
@@ -474,7 +475,7 @@ mod tests {
         m.services.problems(
             "shop",
             "web",
-            services::Update::Failed(services::Problem::new(crate::reason::Reason::NotReady)),
+            services::Update::Failed(services::Problem::new(nad_model::reason::Reason::NotReady)),
         );
         assert!(m.encode().contains("reason=\"NotReady\""));
         m.end_term();

@@ -2,7 +2,7 @@
 //! pods (one series per Service and problem, present only while the problem lasts), and the
 //! endpoints its slices publish (summed over the Services).
 
-use crate::reason::Reason;
+use nad_model::reason::Reason;
 use std::{
     collections::{BTreeSet, HashMap},
     sync::{Mutex, PoisonError},

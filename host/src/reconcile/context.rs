@@ -12,23 +12,22 @@ use kube::{
     runtime::{events::Reporter, reflector::ObjectRef},
 };
 
-use super::{
+use super::events::Events;
+use crate::{
+    error::Error,
+    metrics::Metrics,
+    watch::{Shared, read},
+};
+use nad_core::{
     book::{Begun, Book},
     candidates::CandidateCache,
-    events::Events,
     observe::{self, Observation},
     scope::Scope,
     slices,
     step::{Candidates, Snapshot},
 };
-use crate::{
-    error::Error,
-    input::target::ServiceTarget,
-    metrics::Metrics,
-    plugin::{Plugins, SharedPlugins},
-    reason::Reason,
-    watch::{Shared, read},
-};
+use nad_model::{input::target::ServiceTarget, reason::Reason};
+use nad_plugin_runtime::{Plugins, SharedPlugins};
 
 /// The name this controller reports Events under.
 pub const CONTROLLER_NAME: &str = "nad-service-controller";
@@ -218,11 +217,11 @@ impl Context {
     pub fn for_tests(
         client: Client,
         plugins: Plugins,
-        zones: crate::index::NodeZones,
+        zones: nad_core::index::NodeZones,
     ) -> (Self, tokio::sync::watch::Sender<bool>) {
         let (ready, caches_ready) = tokio::sync::watch::channel(true);
         let shared = Shared::new(Arc::default());
-        *crate::watch::write(&shared.pods) = crate::index::PodIndex::new(plugins.keys());
+        *crate::watch::write(&shared.pods) = nad_core::index::PodIndex::new(plugins.keys());
         *crate::watch::write(&shared.zones) = zones;
         let settings = Settings {
             max_endpoints_per_slice: 100,

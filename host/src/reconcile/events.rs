@@ -6,7 +6,7 @@
 //! Here a Service's reason gets a recorder of its own, replaced when the note changes, so the
 //! same note repeats as a series and a new note is a new Event.
 
-use crate::reason::Reason;
+use nad_model::reason::Reason;
 use std::{
     collections::HashMap,
     sync::{Mutex, PoisonError},

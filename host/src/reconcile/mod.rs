@@ -1,14 +1,11 @@
 //! The reconcile of one Service: a snapshot, a pure step, and its effects.
 //!
-//! [`Context::snapshot`] reads what the Service needs once; [`step::step`] (pure) asks the
-//! Service's [`decide::Policy`] about the pods that need it ([`decide`]), turns the decisions
-//! into endpoints ([`plan`]) and places them among the existing slices ([`slices`]); the
-//! effects ([`report`], [`write`]) tell the operator, write through [`crate::apply`] (the only
-//! writer) and keep the bookkeeping ([`book`]).
-
-pub use nad_core::{
-    book, candidates, decide, expectations, findings, observe, plan, scope, slices, state, step,
-};
+//! [`Context::snapshot`] reads what the Service needs once; [`nad_core::step::step`] (pure)
+//! asks the Service's [`nad_core::decide::Policy`] (the plugins, [`nad_plugin_policy`]) about
+//! the pods that need it, turns the decisions into endpoints ([`nad_core::plan`]) and places
+//! them among the existing slices ([`nad_core::slices`]); the effects (`report`, `write`)
+//! tell the operator, write through [`crate::apply`] (the only writer) and keep the
+//! bookkeeping ([`nad_core::book`]).
 
 mod context;
 mod events;
@@ -32,21 +29,21 @@ use kube::{
     ResourceExt,
     runtime::{controller::Action, reflector::ObjectRef},
 };
+use nad_core::{slices, step};
 
 use crate::{
     error::{Error, retry_delay},
-    input::target::NETWORK_ANNOTATION,
     metrics::{
         Reconciled,
         services::{Problem, Update},
         sync::{Figures, Synced},
         watch::unix_now,
     },
-    plugin::POLICY_ANNOTATION,
-    reason::Reason,
 };
+use nad_core::step::{Plan, Release, Snapshot, Step};
+use nad_model::{input::target::NETWORK_ANNOTATION, reason::Reason};
 use nad_plugin_policy::{PluginPolicy, Record};
-use step::{Plan, Release, Snapshot, Step};
+use nad_plugin_runtime::POLICY_ANNOTATION;
 
 /// How often a Service is reconciled even when nothing seems to change.
 const RESYNC: Duration = Duration::from_secs(600);

@@ -1,19 +1,18 @@
 //! What a reconcile tells the operator: Events and metrics of the decision, and the
 //! Service's input problems, each once while it lasts.
 
-use crate::reason::Reason;
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::ObjectRef;
+use nad_model::reason::Reason;
 
 use std::collections::BTreeSet;
 
 use nad_plugin_policy::Record;
 
-use super::{Context, findings::Finding};
-use crate::{
-    input::target::{NETWORK_ANNOTATION, ServiceTarget},
-    metrics::services::Problem,
-};
+use super::Context;
+use crate::metrics::services::Problem;
+use nad_core::findings::Finding;
+use nad_model::input::target::{NETWORK_ANNOTATION, ServiceTarget};
 
 /// Publishes what happened while the policy decided: the calls made (metrics), a load
 /// failure of the Service's plugin, a fallback to the built-in plugin. Returns the Service
@@ -31,7 +30,7 @@ pub async fn policy(ctx: &Context, service: &Service, record: &Record) -> BTreeS
         let plugin = record
             .calls
             .first()
-            .map_or(crate::plugin::BUILT_IN, |c| c.plugin.as_str());
+            .map_or(nad_plugin_runtime::BUILT_IN, |c| c.plugin.as_str());
         ctx.metrics().plugin_fell_back(plugin);
         let note = format!(
             "{reason}; decided by the built-in default plugin instead (failure policy: fallback)"

@@ -23,14 +23,11 @@ use nad_test_kit::metrics::Scrape;
 use serde_json::{Value, json};
 use tower_test::mock::Handle;
 
-use super::{Context, NODE_RETRY, RESYNC, STALE_RETRY, book::Wrote, reconcile, scope::Scope};
-use crate::{
-    error::Error,
-    index::NodeZones,
-    metrics::Metrics,
-    plugin::{FailurePolicy, Limits, Plugins, Runtime, prepare},
-    watch::write,
-};
+use super::{Context, NODE_RETRY, RESYNC, STALE_RETRY, reconcile};
+use crate::{error::Error, metrics::Metrics, watch::write};
+use nad_core::index::NodeZones;
+use nad_core::{book::Wrote, scope::Scope};
+use nad_plugin_runtime::{FailurePolicy, Limits, Plugins, Runtime, prepare};
 
 const MISBEHAVING: &[u8] = include_bytes!(env!("NSC_TEST_MISBEHAVING_WASM"));
 

@@ -1,22 +1,22 @@
 //! Writing a reconcile's changes: what must not be sent, the writes, and the bookkeeping of
 //! what was written and what failed.
 
-use crate::reason::Reason;
+use nad_model::reason::Reason;
 use std::sync::Arc;
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{ResourceExt, runtime::reflector::ObjectRef};
 use nad_process::kube_error::describe;
 
-use super::{
-    Context,
-    book::Wrote,
-    slices::{Changes, Seen},
-};
+use super::Context;
 use crate::{
     apply,
     error::Error,
     metrics::{RefusedBy, sync::Changed},
+};
+use nad_core::{
+    book::Wrote,
+    slices::{Changes, Seen},
 };
 
 /// Drops from `changes` the slices that must not be sent: exactly what the API refused

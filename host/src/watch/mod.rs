@@ -37,10 +37,10 @@ pub use health::{Health, backoff};
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::{
+use crate::metrics::Metrics;
+use nad_core::{
+    book::SharedBook,
     index::{NetworkDefinitions, NodeZones, PodIndex, ServiceNetworks, SliceStore},
-    metrics::Metrics,
-    reconcile::book::SharedBook,
 };
 use recovery::Recovery;
 

@@ -11,8 +11,8 @@ use kube::{
 };
 
 use super::{Shared, backoff, read, write};
-use crate::index::NetworkKey;
 use kube::runtime::WatchStreamExt;
+use nad_core::index::NetworkKey;
 
 pub fn watch(api: Api<Node>, shared: Shared) -> impl Stream<Item = ObjectRef<Service>> + Send {
     let mut health = shared.health("nodes");

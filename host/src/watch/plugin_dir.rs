@@ -17,14 +17,11 @@ use kube::{
 use nad_model::fetch::Fetch;
 use tokio::sync::watch;
 
-use crate::{
-    index::Keys,
-    input::target,
-    metrics::{Loaded, Metrics},
-    plugin::{
-        Loader, POLICY_ANNOTATION, PluginDir, Plugins, Runtime, Scan, SharedPlugins, configmap,
-    },
-    reconcile::book::SharedBook,
+use crate::metrics::{Loaded, Metrics};
+use nad_core::{book::SharedBook, index::Keys};
+use nad_model::input::target;
+use nad_plugin_runtime::{
+    Loader, POLICY_ANNOTATION, PluginDir, Plugins, Runtime, Scan, SharedPlugins, configmap,
 };
 
 use super::{

@@ -17,8 +17,8 @@ use kube::{
 use tokio::sync::{mpsc, watch};
 
 use super::{Shared, backoff, read, receiver_stream, screen::Screen, write};
-use crate::index::{Keys, NetworkKey, PodChange};
 use k8s_openapi::jiff::Timestamp;
+use nad_core::index::{Keys, NetworkKey, PodChange};
 
 /// Pages of the initial list when the API server cannot stream it: each page is whole pods
 /// (managed fields and all) until they are reduced to records, and the allocator keeps the
@@ -246,10 +246,8 @@ mod tests {
         use serde_json::json;
 
         use super::*;
-        use crate::{
-            plugin::{Limits, Plugins, Runtime, SharedPlugins},
-            reconcile::{decide::Remembered, plan::Conditions},
-        };
+        use nad_core::{decide::Remembered, plan::Conditions};
+        use nad_plugin_runtime::{Limits, Plugins, Runtime, SharedPlugins};
 
         fn built_in() -> Plugins {
             static PLUGINS: OnceLock<Plugins> = OnceLock::new();
@@ -289,7 +287,7 @@ mod tests {
         /// `web-a` and `api` that it includes nothing; the screen over them.
         fn setup() -> (Shared, Screen) {
             let shared = Shared::default();
-            *write(&shared.pods) = crate::index::PodIndex::new(built_in().keys());
+            *write(&shared.pods) = nad_core::index::PodIndex::new(built_in().keys());
             let (services, mut writer) = reflector::store::<Service>();
             for name in ["web", "api"] {
                 let service = service(name);

@@ -2,7 +2,7 @@
 //! name (the RBAC grants those names only), read at start and watched so that a change needs no
 //! restart and the plugins that failed to fetch are tried again at once (and, at a change of the
 //! verification policy, the plugins serving from a registry are verified again: see
-//! [`Loader`](crate::plugin::Loader)):
+//! [`Loader`](nad_plugin_runtime::Loader)):
 //!
 //! - the registry Secret (`--plugin-registry-secret`), a `kubernetes.io/dockerconfigjson` one
 //!   whose credentials the puller uses;

@@ -15,15 +15,13 @@ use k8s_openapi::{api::core::v1::Service, jiff::Timestamp};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::{Shared, read};
-use crate::{
-    input::target::{self, Target},
-    plugin::SharedPlugins,
-    reconcile::{
-        decide::{self, Screened},
-        observe,
-    },
+use nad_core::{
+    decide::{self, Screened},
+    observe,
 };
+use nad_model::input::target::{self, Target};
 use nad_plugin_policy::PluginPolicy;
+use nad_plugin_runtime::SharedPlugins;
 
 /// What screening needs besides the shared state.
 #[derive(Clone)]

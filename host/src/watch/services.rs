@@ -13,7 +13,7 @@ use kube::{
 };
 
 use super::{Shared, backoff, relist::RelistGate, strip::strip_service, write};
-use crate::index::ServiceNetworks;
+use nad_core::index::ServiceNetworks;
 
 /// Services to reconcile, as the Controller's main stream: every Service added or changed.
 pub fn watch(

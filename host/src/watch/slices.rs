@@ -1,4 +1,4 @@
-//! The watch of this controller's slices: their store by Service ([`crate::index::SliceStore`]),
+//! The watch of this controller's slices: their store by Service ([`nad_core::index::SliceStore`]),
 //! and the Services a slice event concerns. An event that shows exactly what this controller
 //! wrote adds nothing to check; anything else (a hand edit, a deletion by someone else) makes
 //! the owner place its decisions again (no input changed, so they stand).
@@ -11,7 +11,7 @@ use kube::{
 };
 
 use super::{Shared, backoff, relist::RelistGate, strip::strip_meta, write};
-use crate::reconcile::{
+use nad_core::{
     book::SharedBook,
     slices::{MANAGED_BY, MANAGED_BY_LABEL},
 };

@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Service;
 use kube::api::ObjectMeta;
 
-use crate::input::target::NETWORK_ANNOTATION;
+use nad_model::input::target::NETWORK_ANNOTATION;
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
