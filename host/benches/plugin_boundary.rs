@@ -44,12 +44,8 @@ use criterion::{
 };
 use k8s_openapi::api::core::v1::{Pod, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use nad_core::{
-    index::{Keys, PodRecord},
-    observe::Candidate,
-    plan::Decision,
-};
 use nad_model::input::target::ServiceTarget;
+use nad_model::{candidate::Candidate, decision::Decision, keys::Keys, pod::PodRecord};
 use nad_plugin_runtime::{
     DEFAULT_PLUGIN_WASM, Limits, Plugin, PluginDir, Plugins, Runtime, decision, pod_view, prepare,
     service_view, wit,

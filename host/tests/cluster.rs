@@ -27,9 +27,10 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
-use nad_core::slices::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, is_managed_slice_of};
+use nad_core::slices::is_managed_slice_of;
 use nad_model::fetch::Fetch;
 use nad_model::input::network_ready;
+use nad_model::labels::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL};
 use nad_plugin_fetcher::{
     Credentials, OciRef, PUSH_LAYER_MEDIA_TYPE, Puller, RegistryCas, RegistryOptions, configmap_key,
 };

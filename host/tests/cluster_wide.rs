@@ -9,7 +9,7 @@ use kube::{
     Api, Client,
     api::{ListParams, PostParams},
 };
-use nad_core::slices::SERVICE_NAME_LABEL;
+use nad_model::labels::SERVICE_NAME_LABEL;
 use nad_plugin_runtime::{Limits, Plugins, Runtime, SharedPlugins};
 use nad_service_controller::watch::plugin_dir::PluginSource;
 use node_sim::Simulator;

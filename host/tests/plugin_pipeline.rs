@@ -5,7 +5,7 @@
 
 use std::{os::unix::fs::symlink, path::Path, time::Duration};
 
-use nad_core::plan::{Conditions, Decision};
+use nad_model::decision::{Conditions, Decision};
 use nad_model::fetch::MAX_PLUGIN_BYTES;
 use nad_plugin_runtime::{
     DecisionScope, HOST_WIT_VERSION, Limits, PluginDir, Plugins, Runtime, Step, inspect, prepare,

@@ -6,12 +6,13 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::Pod;
-use nad_core::{
-    index::{Keys, PodRecord},
-    observe::Candidate,
-    plan::{Conditions, Decision},
-};
 use nad_model::input::target::ServiceTarget;
+use nad_model::{
+    candidate::Candidate,
+    decision::{Conditions, Decision},
+    keys::Keys,
+    pod::PodRecord,
+};
 use nad_plugin_runtime::{
     CallError, DEFAULT_PLUGIN_WASM, Limits, LoadError, Plugin, Rejected, Runtime, Step,
     conditions_view, pod_view, prepare, service_view, wit,
@@ -304,7 +305,7 @@ fn pods_carry_their_network_readiness_and_only_the_declared_conditions() {
         }))
         .unwrap();
         let keys = Keys {
-            conditions: nad_core::index::KeySet::only(["example.com/disk-ready"]),
+            conditions: nad_model::keys::KeySet::only(["example.com/disk-ready"]),
             ..Keys::default()
         };
         Candidate {

@@ -22,13 +22,15 @@ use super::plugin::{
     eval::{self, Case, Evaluation, Row, Verdict},
     source::{self, Loaded},
 };
-use nad_core::{
-    index::{KeptCondition, Keys, PodRecord, ZONE_LABEL},
-    slices::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, SERVICE_NAME_LABEL},
-};
+use nad_core::{index::ZONE_LABEL, slices::DEFAULT_MAX_ENDPOINTS_PER_SLICE};
 use nad_model::input::{
     network_ready,
     target::{self, NETWORK_ANNOTATION, ServiceTarget, Target},
+};
+use nad_model::{
+    keys::Keys,
+    labels::SERVICE_NAME_LABEL,
+    pod::{KeptCondition, PodRecord},
 };
 use nad_plugin_runtime::{
     BUILT_IN, Component, DEFAULT_PLUGIN_WASM, POLICY_ANNOTATION, annotated, configmap,

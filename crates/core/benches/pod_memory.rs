@@ -18,10 +18,11 @@ use std::{collections::HashMap, net::Ipv4Addr, sync::Arc};
 use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice};
 use kube::runtime::watcher::Event;
 use nad_core::{
-    index::{KeySet, Keys, NodeZones, PodIndex, SliceStore},
+    index::{NodeZones, PodIndex, SliceStore},
     observe,
 };
 use nad_model::input::target::{self, ServiceTarget, Target};
+use nad_model::keys::{KeySet, Keys};
 use serde_json::json;
 
 #[global_allocator]

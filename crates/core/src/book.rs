@@ -468,7 +468,7 @@ mod tests {
         );
         let included = [(
             "a".to_owned(),
-            crate::plan::Conditions {
+            nad_model::decision::Conditions {
                 ready: true,
                 serving: true,
                 terminating: false,
@@ -503,7 +503,7 @@ mod tests {
                 hash: "h".into(),
                 config: 0,
             },
-            decision: crate::plan::Decision::Exclude(String::new()),
+            decision: nad_model::decision::Decision::Exclude(String::new()),
         };
         book.screened(svc("web"), "a", Timestamp::UNIX_EPOCH, Some(answer));
         let begun = book.begin(&svc("web"), &[]).unwrap();

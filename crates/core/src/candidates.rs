@@ -19,13 +19,11 @@ use std::{
 use hashbrown::Equivalent;
 
 use super::observe::{self, Observation};
-use crate::{
-    index::{
-        NetworkKey, NodeZones, PodIndex,
-        pair::{Pair, PairMap},
-    },
-    input::target::ServiceTarget,
+use crate::index::{
+    NetworkKey, NodeZones, PodIndex,
+    pair::{Pair, PairMap},
 };
+use nad_model::input::target::ServiceTarget;
 use nad_model::intern::Name;
 
 /// A view of the candidates that a policy built once for all the Services of the network.
@@ -260,12 +258,10 @@ impl CandidateCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        index::{Keys, NodeZones},
-        observe::tests::target,
-    };
+    use crate::{index::NodeZones, observe::tests::target};
     use k8s_openapi::api::core::v1::Pod;
     use kube::runtime::watcher::Event;
+    use nad_model::keys::Keys;
     use serde_json::json;
 
     fn pod(name: &str, ip: &str) -> Pod {

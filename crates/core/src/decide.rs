@@ -13,13 +13,12 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use super::{
-    candidates::Observed,
-    observe::{Candidate, Observation},
-    plan::{Conditions, Decision},
-    scope::Scope,
+use super::{candidates::Observed, observe::Observation, scope::Scope};
+use nad_model::{
+    candidate::Candidate,
+    decision::{Conditions, Decision},
 };
-use crate::{index::PodRecord, input::target::ServiceTarget};
+use nad_model::{input::target::ServiceTarget, pod::PodRecord};
 
 /// Which plugin, with which configuration, made a set of decisions.
 #[derive(Debug, Clone, PartialEq, Eq)]

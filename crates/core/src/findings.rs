@@ -5,7 +5,8 @@ use super::{
     observe::Observation,
     plan::{Conflict, Desired, Dropped},
 };
-use crate::{index::Missing, reason::Reason};
+use crate::index::Missing;
+use nad_model::reason::Reason;
 
 /// Something wrong with a Service's input.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

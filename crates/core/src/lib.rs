@@ -27,5 +27,3 @@ pub mod slices;
 pub mod state;
 pub mod step;
 pub mod validate;
-
-use nad_model::{input, probe, reason};

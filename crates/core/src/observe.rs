@@ -4,18 +4,18 @@
 //! read are skipped with a reason; they never stop the Service's other pods from being
 //! published.
 
+use nad_model::candidate::Candidate;
 use std::sync::Arc;
 
 use nad_model::intern::Name;
 
-pub use nad_model::candidate::Candidate;
-
-use crate::{
-    index::{NodeZones, PodIndex, PodRecord},
+use crate::index::{NodeZones, PodIndex};
+use nad_model::{
     input::{
         network_status::{StatusError, Unusable},
         target::ServiceTarget,
     },
+    pod::PodRecord,
 };
 
 /// Why an attached (or possibly attached) pod was left out before the policy ran.
@@ -202,11 +202,11 @@ fn zone_of(zones: &NodeZones) -> impl Fn(&str) -> Option<Option<String>> + '_ {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::{
-        index::Keys,
-        input::{network_status, target::Family},
-    };
     use k8s_openapi::api::core::v1::Pod;
+    use nad_model::{
+        input::{network_status, target::Family},
+        keys::Keys,
+    };
     use serde_json::json;
 
     pub(crate) fn target(network: &str) -> ServiceTarget {

@@ -4,6 +4,7 @@
 //!
 //! Nothing here does I/O, so every rule of the specification is a table test below.
 
+use nad_model::decision::{Conditions, Decision};
 use std::{
     collections::{BTreeMap, HashMap},
     net::IpAddr,
@@ -17,13 +18,12 @@ use k8s_openapi::{
     apimachinery::pkg::util::intstr::IntOrString,
 };
 
-use crate::{
-    index::PodRecord,
-    input::target::{Family, ServiceTarget},
-    validate::{self, Violation},
-};
+use crate::validate::{self, Violation};
 use nad_model::candidate::Candidate;
-pub use nad_model::decision::{Conditions, Decision};
+use nad_model::{
+    input::target::{Family, ServiceTarget},
+    pod::PodRecord,
+};
 
 /// The ports of a pod's endpoints, from the Service's ports.
 ///
@@ -276,15 +276,13 @@ pub fn split<'a>(candidates: &'a [Candidate], decisions: &'a [Decision]) -> Spli
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        index::Keys,
-        {
-            observe::tests::target,
-            slices::{self, HEADLESS_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL},
-        },
-    };
+    use crate::{observe::tests::target, slices};
     use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice};
     use kube::ResourceExt;
+    use nad_model::{
+        keys::Keys,
+        labels::{HEADLESS_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL},
+    };
     use serde_json::json;
     use std::{net::IpAddr, sync::Arc};
 

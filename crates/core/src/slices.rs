@@ -18,6 +18,9 @@
 //! create that never takes over an existing object of that name ([`crate::apply`] then tries
 //! [`next_free_name`]).
 
+use nad_model::labels::{
+    HEADLESS_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, TRIGGER_TIME_ANNOTATION,
+};
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
     sync::Arc,
@@ -31,11 +34,7 @@ use k8s_openapi::{
 use kube::{ResourceExt, api::ObjectMeta};
 
 use super::plan::{Desired, EndpointKey, PortKey, endpoint_key, port_key};
-use crate::input::target::{Family, ServiceTarget};
-
-pub use nad_model::labels::{
-    HEADLESS_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, TRIGGER_TIME_ANNOTATION,
-};
+use nad_model::input::target::{Family, ServiceTarget};
 
 pub const DEFAULT_MAX_ENDPOINTS_PER_SLICE: usize = 100;
 /// The API server rejects slices with more endpoints than this.

@@ -13,7 +13,8 @@ use std::{
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{ResourceExt, runtime::reflector::ObjectRef};
 
-use super::{findings::Finding, slices::TRIGGER_TIME_ANNOTATION};
+use super::findings::Finding;
+use nad_model::labels::TRIGGER_TIME_ANNOTATION;
 
 /// One Service's memory.
 #[derive(Debug, Default)]

@@ -9,7 +9,7 @@
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use kube::ResourceExt;
 
-use crate::input::address;
+use nad_model::input::address;
 
 /// The API's limits.
 pub const MAX_ENDPOINTS: usize = 1000;

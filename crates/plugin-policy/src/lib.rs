@@ -9,10 +9,8 @@ use std::{
     time::Instant,
 };
 
-use nad_core::{
-    decide::{Pods, Policy, PolicyId},
-    observe::Candidate,
-};
+use nad_core::decide::{Pods, Policy, PolicyId};
+use nad_model::candidate::Candidate;
 use nad_model::{decision::Decision, input::target::ServiceTarget};
 use nad_plugin_runtime::{
     self as plugin, CallError, Configured, FailurePolicy, POLICY_ANNOTATION, Plugins, Rejected,

@@ -1,5 +1,5 @@
 //! The only writer: server-side apply of changed slices and deletion of unwanted ones, and
-//! the EndpointSlice API's rules, checked before anything is sent ([`validate`]).
+//! the EndpointSlice API's rules, checked before anything is sent (`nad_core::validate`).
 //!
 //! No write lands on an object this controller does not own:
 //! - a slice it saw is applied with the `resourceVersion` it saw (force takes over fields that
@@ -9,8 +9,6 @@
 //!   not manage, whose labels another field manager owns, is a conflict (`409`), not a take-over;
 //!   the slice then takes the next free name;
 //! - a delete is conditional on the uid and `resourceVersion` seen.
-
-pub use nad_core::validate;
 
 use std::collections::BTreeSet;
 
@@ -338,7 +336,7 @@ mod tests {
         });
         let mut new = slice("web-ipv4-0");
         new.labels_mut()
-            .insert(slices::SERVICE_NAME_LABEL.into(), "web".into());
+            .insert(nad_model::labels::SERVICE_NAME_LABEL.into(), "web".into());
         let mut outdated = slice("web-ipv4-1");
         outdated.metadata.resource_version = Some("7".into());
         let changes = Changes {

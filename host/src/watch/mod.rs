@@ -24,7 +24,6 @@ pub mod plugin_dir;
 pub mod pods;
 pub mod recovery;
 pub mod registry;
-pub use nad_core::relist;
 pub mod screen;
 pub mod services;
 pub mod slices;

@@ -18,8 +18,9 @@ use nad_model::fetch::Fetch;
 use tokio::sync::watch;
 
 use crate::metrics::{Loaded, Metrics};
-use nad_core::{book::SharedBook, index::Keys};
+use nad_core::book::SharedBook;
 use nad_model::input::target;
+use nad_model::keys::Keys;
 use nad_plugin_runtime::{
     Loader, POLICY_ANNOTATION, PluginDir, Plugins, Runtime, Scan, SharedPlugins, configmap,
 };

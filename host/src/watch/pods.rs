@@ -18,7 +18,8 @@ use tokio::sync::{mpsc, watch};
 
 use super::{Shared, backoff, read, receiver_stream, screen::Screen, write};
 use k8s_openapi::jiff::Timestamp;
-use nad_core::index::{Keys, NetworkKey, PodChange};
+use nad_core::index::{NetworkKey, PodChange};
+use nad_model::keys::Keys;
 
 /// Pages of the initial list when the API server cannot stream it: each page is whole pods
 /// (managed fields and all) until they are reduced to records, and the allocator keeps the
@@ -246,7 +247,8 @@ mod tests {
         use serde_json::json;
 
         use super::*;
-        use nad_core::{decide::Remembered, plan::Conditions};
+        use nad_core::decide::Remembered;
+        use nad_model::decision::Conditions;
         use nad_plugin_runtime::{Limits, Plugins, Runtime, SharedPlugins};
 
         fn built_in() -> Plugins {

@@ -12,8 +12,9 @@ use kube::{
     },
 };
 
-use super::{Shared, backoff, relist::RelistGate, strip::strip_service, write};
+use super::{Shared, backoff, strip::strip_service, write};
 use nad_core::index::ServiceNetworks;
+use nad_core::relist::RelistGate;
 
 /// Services to reconcile, as the Controller's main stream: every Service added or changed.
 pub fn watch(

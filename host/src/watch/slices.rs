@@ -10,11 +10,10 @@ use kube::{
     runtime::{WatchStreamExt, reflector::ObjectRef, watcher},
 };
 
-use super::{Shared, backoff, relist::RelistGate, strip::strip_meta, write};
-use nad_core::{
-    book::SharedBook,
-    slices::{MANAGED_BY, MANAGED_BY_LABEL},
-};
+use super::{Shared, backoff, strip::strip_meta, write};
+use nad_core::book::SharedBook;
+use nad_core::relist::RelistGate;
+use nad_model::labels::{MANAGED_BY, MANAGED_BY_LABEL};
 
 pub fn watch(
     api: Api<EndpointSlice>,

@@ -15,9 +15,8 @@ use nad_plugin_policy::PluginPolicy;
 
 use nad_core::{
     decide::Verdicts,
-    index::PodRecord,
     observe::{self, Observation, SkipReason},
-    plan::{Conditions, Desired},
+    plan::Desired,
     scope::{Scope, Taken},
     step::{self, Candidates, Snapshot, Step},
 };
@@ -25,6 +24,7 @@ use nad_model::input::{
     network_status::{self, StatusError},
     target::ServiceTarget,
 };
+use nad_model::{decision::Conditions, pod::PodRecord};
 use nad_plugin_runtime::wit;
 
 /// Pod annotations the host itself reads: never expected among a plugin's declared keys.

@@ -9,8 +9,9 @@ use kube::ResourceExt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use nad_core::index::{Keys, PodRecord, ZONE_LABEL};
+use nad_core::index::ZONE_LABEL;
 use nad_model::input::target::{self, ServiceTarget, Target};
+use nad_model::{keys::Keys, pod::PodRecord};
 
 use super::eval::{Case, Zones};
 

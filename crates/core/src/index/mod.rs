@@ -10,8 +10,6 @@ pub mod pods;
 pub mod services;
 pub mod slices;
 
-pub use nad_model::keys::{self, Kept, KeySet, Keys};
-pub use nad_model::pod::{self, KeptCondition, Phase, PodRecord};
 pub use networks::{Missing, NetworkDefinitions};
 pub use nodes::{NodeZones, ZONE_LABEL};
 pub use pods::{NetworkKey, PodChange, PodIndex};

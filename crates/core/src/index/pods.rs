@@ -20,13 +20,14 @@ use kube::{ResourceExt, runtime::watcher::Event};
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
-use super::{
+use super::pair::{Pair, PairMap};
+use crate::relist::RelistGate;
+use nad_model::input::network_status::StatusError;
+use nad_model::intern::Name;
+use nad_model::{
     keys::Keys,
-    pair::{Pair, PairMap},
     pod::{Interners, PodRecord},
 };
-use crate::{input::network_status::StatusError, relist::RelistGate};
-use nad_model::intern::Name;
 
 pub type PodKey = (String, String);
 /// `(namespace, network)`.
@@ -358,7 +359,7 @@ fn networks_of(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::input::network_status;
+    use nad_model::input::network_status;
     use serde_json::json;
 
     fn pod(name: &str, status: Option<&str>) -> Pod {

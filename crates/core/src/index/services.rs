@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::{ResourceExt, runtime::reflector::ObjectRef};
 
 use super::pods::NetworkKey;
-use crate::input::target;
+use nad_model::input::target;
 
 #[derive(Debug, Default)]
 pub struct ServiceNetworks {

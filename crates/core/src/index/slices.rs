@@ -11,7 +11,7 @@ use kube::{ResourceExt, runtime::watcher::Event};
 use nad_model::slice::{SliceInterners, SliceRecord};
 
 use super::pair::{Pair, PairMap};
-use crate::slices::SERVICE_NAME_LABEL;
+use nad_model::labels::SERVICE_NAME_LABEL;
 
 /// A slice as the store keeps it.
 #[derive(Debug)]

@@ -20,8 +20,8 @@ use super::{
     scope::{Scope, Taken},
     slices::{self, Changes},
 };
-use crate::{
-    index::Missing,
+use crate::index::Missing;
+use nad_model::{
     input::target::{self, ServiceTarget, Target},
     probe as probe_spec,
     reason::Reason,

@@ -8,12 +8,13 @@ use serde_json::json;
 
 use super::*;
 use crate::{
-    index::PodRecord,
-    {
-        decide::{Answer, Pods, PolicyId, Screened, screen},
-        observe::{self, Candidate, tests::pod},
-        plan::{Conditions, Decision},
-    },
+    decide::{Answer, Pods, PolicyId, Screened, screen},
+    observe::{self, tests::pod},
+};
+use nad_model::{
+    candidate::Candidate,
+    decision::{Conditions, Decision},
+    pod::PodRecord,
 };
 
 const READY: Conditions = Conditions {
