@@ -157,7 +157,7 @@ impl Error {
     pub fn looks_unreachable(&self) -> bool {
         match self {
             Error::Apply { source, .. } | Error::Delete { source, .. } => {
-                crate::watch::recovery::looks_unreachable(source)
+                nad_process::kube_error::looks_unreachable(source)
             }
             _ => false,
         }

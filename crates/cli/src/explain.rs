@@ -19,7 +19,8 @@ use serde_json::{Value, json};
 
 use super::plugin::{
     PluginArg, SandboxArgs,
-    eval::{self, Case, Evaluation, Row, Verdict},
+    case::Case,
+    eval::{self, Evaluation, Row, Verdict},
     source::{self, Loaded},
 };
 use nad_core::{index::ZONE_LABEL, slices::DEFAULT_MAX_ENDPOINTS_PER_SLICE};

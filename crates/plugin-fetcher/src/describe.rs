@@ -4,7 +4,7 @@ use oci_client::errors::{OciDistributionError, OciEnvelope, OciErrorCode};
 
 use super::{
     OciRef,
-    session::{Auth, Who},
+    auth::{Auth, Who},
 };
 
 /// An `oci-client` error in an operator's terms; `what` is the digest or tag asked for.
@@ -183,7 +183,7 @@ mod tests {
     use oci_client::secrets::RegistryAuth;
 
     use super::*;
-    use crate::session::jwt_expiry;
+    use crate::auth::jwt_expiry;
 
     /// An error with `source` as its cause, as reqwest and hyper wrap the connection's.
     #[derive(Debug)]

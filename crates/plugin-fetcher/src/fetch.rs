@@ -20,8 +20,8 @@ use reqwest::{StatusCode, header::HeaderMap};
 
 use super::{
     MAX_MANIFEST_BYTES, MAX_REFERRERS, MAX_SIGNATURE_LAYER_BYTES, MAX_SIGNATURE_LAYERS,
+    auth::Auth,
     describe::{describe_status, request_failed},
-    session::Auth,
 };
 
 /// How much of a refusal's body is read: enough for the registry's error message.

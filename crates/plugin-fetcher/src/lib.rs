@@ -19,6 +19,7 @@
 
 mod args;
 mod artifact;
+mod auth;
 mod cache;
 mod credentials;
 mod describe;
@@ -57,8 +58,9 @@ pub use reference::{OciRef, SCHEME};
 pub use tls::{GivenIn, RegistryCas, configmap_key, registry_of_key};
 pub use verify::{AnyOf, Keyless, Policy, Signer, TrustRoot, Verified, Verifier};
 
+use auth::Auth;
 use describe::{describe, innermost};
-use session::{Auth, Origin, Settings, SignatureTrouble, State, Verification};
+use session::{Origin, Settings, SignatureTrouble, State, Verification};
 
 use nad_model::fetch::MAX_PLUGIN_BYTES;
 use sha2::{Digest, Sha256};

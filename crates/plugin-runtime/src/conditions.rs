@@ -1,13 +1,13 @@
-//! Pod conditions for plugins (WIT 1.2): the host side of the `pod-conditions` import, and the
-//! `condition-keys` export a plugin declares its condition types with.
+//! Pod conditions for plugins (WIT 1.2): what the `pod-conditions` import answers (the sandbox
+//! links it, `sandbox::link_conditions`), and the `condition-keys` export a plugin declares its
+//! condition types with.
 //!
 //! The conditions of a call's pods travel beside the call (in its store), not in the `pod`
 //! record, which a 1.x host may not change: a plugin that does not import `pod-conditions`
 //! (every 1.0 and 1.1 plugin) gets nothing new and runs unchanged.
 
-use wasmtime::component::{ComponentType, Linker, Lower};
+use wasmtime::component::{ComponentType, Lower};
 
-use super::sandbox::CallState;
 use nad_model::{input::network_ready::Status, pod::KeptCondition};
 
 /// The interface a plugin imports to read its pods' conditions (any 1.x from 1.2).
@@ -72,20 +72,4 @@ impl CallConditions {
             declared: vec![Vec::new(); pods],
         }
     }
-}
-
-/// Links `pod-conditions` at this host's version: each function answers from the call's
-/// [`CallConditions`] (lists of the call's length; empty outside `evaluate`).
-pub fn link(linker: &mut Linker<CallState>, version: (u64, u64, u64)) -> wasmtime::Result<()> {
-    let (major, minor, patch) = version;
-    let mut instance = linker.instance(&format!("{IMPORT_INTERFACE}{major}.{minor}.{patch}"))?;
-    instance.func_wrap("network-readiness", |store, (): ()| {
-        let state: &CallState = store.data();
-        Ok((state.conditions.network.clone(),))
-    })?;
-    instance.func_wrap("declared", |store, (): ()| {
-        let state: &CallState = store.data();
-        Ok((state.conditions.declared.clone(),))
-    })?;
-    Ok(())
 }

@@ -19,7 +19,10 @@ use super::{
     bindings::{self, EndpointPolicyPre},
     conditions::{self, CallConditions},
     convert, diagnose,
-    sandbox::{CallState, EPOCH_TICK, MAX_MEMORIES, MAX_TABLES, Sandbox, link_minimal_wasi},
+    sandbox::{
+        CallState, EPOCH_TICK, MAX_MEMORIES, MAX_TABLES, Sandbox, link_conditions,
+        link_minimal_wasi,
+    },
     wit,
 };
 use nad_model::decision::Decision;
@@ -43,7 +46,7 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         link_minimal_wasi(&mut linker)?;
         bindings::EndpointPolicy::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
-        conditions::link(&mut linker, HOST_WIT_VERSION)?;
+        link_conditions(&mut linker, HOST_WIT_VERSION)?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let (ticker_engine, stop) = (engine.clone(), ticker_stop.clone());
         std::thread::Builder::new()

@@ -9,7 +9,11 @@ use wasmtime::{
 };
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView, p2::pipe::MemoryOutputPipe};
 
-use super::{CallError, GuestTrap, Limits, bindings, conditions::CallConditions, wit};
+use super::{
+    CallError, GuestTrap, Limits, bindings,
+    conditions::{self, CallConditions},
+    wit,
+};
 
 /// How often the epoch advances; deadlines are rounded up to whole ticks.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -349,4 +353,24 @@ fn frames(source: &wasmtime::Error) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Links `pod-conditions` at this host's version: each function answers from the call's
+/// [`CallConditions`] (lists of the call's length; empty outside `evaluate`).
+pub fn link_conditions(
+    linker: &mut Linker<CallState>,
+    version: (u64, u64, u64),
+) -> wasmtime::Result<()> {
+    let (major, minor, patch) = version;
+    let interface = conditions::IMPORT_INTERFACE;
+    let mut instance = linker.instance(&format!("{interface}{major}.{minor}.{patch}"))?;
+    instance.func_wrap("network-readiness", |store, (): ()| {
+        let state: &CallState = store.data();
+        Ok((state.conditions.network.clone(),))
+    })?;
+    instance.func_wrap("declared", |store, (): ()| {
+        let state: &CallState = store.data();
+        Ok((state.conditions.declared.clone(),))
+    })?;
+    Ok(())
 }

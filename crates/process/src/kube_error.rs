@@ -1,6 +1,7 @@
 //! A Kubernetes client error as one line, for a log line or an Event: what the API server
 //! answered (`<code> <reason>: <message>`), or the chain of causes of a transport failure,
-//! never a dump of the client's structs.
+//! never a dump of the client's structs; and whether it looks like the API server being away
+//! ([`looks_unreachable`]) rather than an answer about the request.
 
 use kube::runtime::watcher;
 
@@ -64,6 +65,15 @@ fn causes(error: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
+/// Whether a failed request looks like the API server (or etcd behind it) being away, rather
+/// than an answer about the request itself.
+pub fn looks_unreachable(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => matches!(status.code, 500 | 502 | 503 | 504 | 429),
+        _ => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +119,23 @@ mod tests {
             describe_watch(&status),
             "watching: 410 Expired: too old resource version: 412 (432)"
         );
+    }
+
+    #[test]
+    fn answers_about_the_request_are_not_outages() {
+        let api = |code| {
+            kube::Error::Api(Box::new(
+                kube::core::Status::failure("x", "y").with_code(code),
+            ))
+        };
+        for code in [400, 403, 404, 409, 410, 422] {
+            assert!(!looks_unreachable(&api(code)), "{code}");
+        }
+        for code in [429, 500, 503, 504] {
+            assert!(looks_unreachable(&api(code)), "{code}");
+        }
+        assert!(looks_unreachable(
+            &kube::Error::LinesCodecMaxLineLengthExceeded
+        ));
     }
 }

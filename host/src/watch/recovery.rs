@@ -97,33 +97,9 @@ async fn ready(client: &Client) -> bool {
     matches!(client.request_text(request).await, Ok(body) if body.trim() == "ok")
 }
 
-/// Whether a failed request looks like the API server (or etcd behind it) being away, rather
-/// than an answer about the request itself.
-pub fn looks_unreachable(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Api(status) => matches!(status.code, 500 | 502 | 503 | 504 | 429),
-        _ => true,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::core::Status;
-
-    #[test]
-    fn answers_about_the_request_are_not_outages() {
-        let api = |code| kube::Error::Api(Box::new(Status::failure("x", "y").with_code(code)));
-        for code in [400, 403, 404, 409, 410, 422] {
-            assert!(!looks_unreachable(&api(code)), "{code}");
-        }
-        for code in [429, 500, 503, 504] {
-            assert!(looks_unreachable(&api(code)), "{code}");
-        }
-        assert!(looks_unreachable(
-            &kube::Error::LinesCodecMaxLineLengthExceeded
-        ));
-    }
 
     #[test]
     fn only_the_first_report_of_an_outage_starts_a_probe() {

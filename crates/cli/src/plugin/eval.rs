@@ -10,7 +10,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use anyhow::bail;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::source::Loaded;
+use super::{case::Case, source::Loaded};
 use nad_plugin_policy::PluginPolicy;
 
 use nad_core::{
@@ -29,19 +29,6 @@ use nad_plugin_runtime::wit;
 
 /// Pod annotations the host itself reads: never expected among a plugin's declared keys.
 const HOST_ANNOTATIONS: [&str; 2] = [network_status::ANNOTATION, "k8s.v1.cni.cncf.io/networks"];
-
-/// Each node, by name, with its zone label if it has one.
-pub type Zones = Vec<(String, Option<String>)>;
-
-/// A Service, its pods and the nodes' zones: from files (`plugin eval`) or the cluster
-/// (`explain`).
-pub struct Case {
-    pub target: Arc<ServiceTarget>,
-    /// In the order of the file.
-    pub pods: Vec<Arc<PodRecord>>,
-    /// `None`: every node exists, without a zone.
-    pub zones: Option<Zones>,
-}
 
 /// Why a pod of the file never reached the plugin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

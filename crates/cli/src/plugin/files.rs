@@ -13,7 +13,7 @@ use nad_core::index::ZONE_LABEL;
 use nad_model::input::target::{self, ServiceTarget, Target};
 use nad_model::{keys::Keys, pod::PodRecord};
 
-use super::eval::{Case, Zones};
+use super::case::{Case, Zones};
 
 /// A Service, its pods and (optionally) the nodes, each from its file.
 pub fn case(service: &Path, pods: &Path, nodes: Option<&Path>) -> anyhow::Result<Case> {

@@ -2,6 +2,7 @@
 //! load pipeline, sandbox, observation and plan as the controller.
 
 mod bench;
+pub(crate) mod case;
 pub(crate) mod eval;
 mod files;
 mod fixtures;
