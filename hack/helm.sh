@@ -237,6 +237,20 @@ check() {
   return "$status"
 }
 
+# replace_value FILE PREFIX DEFAULT VALUE NAME: in FILE, the one line PREFIX+DEFAULT becomes
+# PREFIX+VALUE (nothing to do for an empty VALUE or the default); fails if there is not exactly
+# one such line.
+replace_value() {
+  local file="$1" prefix="$2" default="$3" value="$4" name="$5"
+  [[ -n "$value" && "$value" != "$default" ]] || return 0
+  if [[ "$(grep -c "^$prefix$default$" "$file")" != 1 ]]; then
+    log "FAIL: $CHART/$(basename "$file") has no single line '$prefix$default' to replace ($name)"
+    return 1
+  fi
+  sed -i "s|^$prefix$default$|$prefix$value|" "$file"
+  log "$name: $value"
+}
+
 package() {
   local outdir="${1:?usage: hack/helm.sh package OUTDIR [IMAGE_REPOSITORY [PROBER_IMAGE_REPOSITORY]]}" image="${2:-}" prober="${3:-}" stage out
   links_resolve
@@ -247,24 +261,9 @@ package() {
   stage="$(mktemp -d)"
   trap 'rm -rf "$stage"' RETURN
   cp -RL "$CHART" "$stage/"
-  if [[ -n "$image" && "$image" != "$DEFAULT_IMAGE_REPOSITORY" ]]; then
-    local values="$stage/nad-service-controller/values.yaml"
-    if [[ "$(grep -c "^  repository: $DEFAULT_IMAGE_REPOSITORY$" "$values")" != 1 ]]; then
-      log "FAIL: $CHART/values.yaml has no single line '  repository: $DEFAULT_IMAGE_REPOSITORY' to replace"
-      return 1
-    fi
-    sed -i "s|^  repository: $DEFAULT_IMAGE_REPOSITORY$|  repository: $image|" "$values"
-    log "image.repository: $image"
-  fi
-  if [[ -n "$prober" && "$prober" != "$DEFAULT_PROBER_IMAGE_REPOSITORY" ]]; then
-    local values="$stage/nad-service-controller/values.yaml"
-    if [[ "$(grep -c "^    repository: $DEFAULT_PROBER_IMAGE_REPOSITORY$" "$values")" != 1 ]]; then
-      log "FAIL: $CHART/values.yaml has no single line '    repository: $DEFAULT_PROBER_IMAGE_REPOSITORY' to replace"
-      return 1
-    fi
-    sed -i "s|^    repository: $DEFAULT_PROBER_IMAGE_REPOSITORY$|    repository: $prober|" "$values"
-    log "prober.image.repository: $prober"
-  fi
+  local values="$stage/nad-service-controller/values.yaml"
+  replace_value "$values" "  repository: " "$DEFAULT_IMAGE_REPOSITORY" "$image" image.repository || return 1
+  replace_value "$values" "    repository: " "$DEFAULT_PROBER_IMAGE_REPOSITORY" "$prober" prober.image.repository || return 1
   helm_ lint --strict "$stage/nad-service-controller" >/dev/null
   out="$(helm_ package "$stage/nad-service-controller" --destination "$outdir")"
   log "$out"

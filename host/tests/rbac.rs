@@ -535,11 +535,7 @@ fn the_prober_image_holds_the_prober_alone() {
         assert_eq!(found, 0, "the prober's binary names {name} {found} times");
     }
     eprintln!("the prober image's binary: {} bytes", binary.len());
-    let image_manifest = image::layout_json(&pulled.layout, &pulled.digest);
-    let config = image::layout_json(
-        &pulled.layout,
-        image_manifest["config"]["digest"].as_str().unwrap(),
-    );
+    let config = image::config(&pulled);
     assert_eq!(config["config"]["User"], "65532:65532");
     assert_eq!(
         config["config"]["Entrypoint"],
@@ -589,11 +585,7 @@ async fn image_bundle(admin: &Client, token: &str, dir: &Path, identity: &str) -
             "nad-service-controller",
         ]
     );
-    let image_manifest = image::layout_json(&pulled.layout, &pulled.digest);
-    let config = image::layout_json(
-        &pulled.layout,
-        image_manifest["config"]["digest"].as_str().unwrap(),
-    );
+    let config = image::config(&pulled);
     assert_eq!(config["config"]["User"], "65532:65532");
     assert_eq!(
         config["config"]["Entrypoint"],

@@ -76,6 +76,15 @@ pub fn layout_json(dir: &Path, digest: &str) -> Value {
     serde_json::from_slice(&std::fs::read(dir.join("blobs/sha256").join(hex)).unwrap()).unwrap()
 }
 
+/// The pulled image's configuration (its `config` blob), parsed.
+pub fn config(pulled: &Pulled) -> Value {
+    let manifest = layout_json(&pulled.layout, &pulled.digest);
+    let digest = manifest["config"]["digest"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the manifest names no config: {manifest}"));
+    layout_json(&pulled.layout, digest)
+}
+
 fn run(program: &str, args: &[&str]) -> Vec<u8> {
     let out = Command::new(program)
         .args(args)
