@@ -114,9 +114,10 @@ lint-packages: ## Install what the linters need and is missing: shellcheck, PyYA
 	hack/system-packages.sh lint
 
 .PHONY: lint-rust
-lint-rust: wasm-target ## cargo fmt --check, the crates' floors (hack/check-layers.py) and clippy (host and wasm32 guests) with warnings as errors
+lint-rust: wasm-target ## cargo fmt --check, the crates' floors (hack/check-layers.py), their module graphs (hack/module-graph.py: no circles, no arrows back up) and clippy (host and wasm32 guests) with warnings as errors
 	$(CARGO) fmt --all -- --check
 	python3 hack/check-layers.py
+	python3 hack/module-graph.py
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --locked --target $(WASM_TARGET) -p nad-plugin-sdk -p nad-default-plugin -p nad-plugin-opt-out -p nad-plugin-preferred-zones -p nad-test-misbehaving -p nad-test-contract-1-0 -p nad-test-stale-wit -p nad-test-imports-filesystem -- -D warnings
 

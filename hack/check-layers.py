@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
-"""The crates' floors, checked from `cargo metadata`: each crate depends (normal and build
-dependencies) only on the workspace crates below it, and the bottom ones on none of the
-heavy parts. The compiler then keeps every import pointing down. `make lint` runs it.
-CHECK_LAYERS_METADATA names a file of `cargo metadata` output to check instead (hack/test-checkers.sh
-gives it a broken copy, to see the check fail).
+"""The crates' floors: each crate depends (normal and build dependencies) only on the workspace
+crates below it, from `cargo metadata`; and nothing it builds with, however deep, is one of the
+heavy parts its floor keeps out, from `cargo tree -p <crate> -e normal,build`, which resolves the
+features that crate alone turns on (tokio or the kube client reached through kube's features
+counts). The compiler then keeps every import pointing down. `make lint` runs it.
+CHECK_LAYERS_METADATA names a file of `cargo metadata` output to check instead, and
+CHECK_LAYERS_TREES a directory of `<crate>.txt` files of `cargo tree --prefix none` output
+(hack/test-checkers.sh gives them broken copies, to see the check fail).
 
-    nad-model            the vocabulary; no Kubernetes client or runtime, no Wasm, no async
-    nad-core             indexes and the pure step; no Wasm, no async runtime
-    nad-plugin-runtime   the Wasm runtime; no Kubernetes client, no plugin fetcher
+    nad-model            the vocabulary; no Kubernetes client or runtime, no Wasm, no async, no HTTP
+    nad-core             indexes and the pure step; the same
+    nad-plugin-runtime   the Wasm runtime; no Kubernetes client, no plugin fetcher, no HTTP
     nad-plugin-fetcher   plugins from OCI registries, and their signatures; no Wasm, no Kubernetes client
-    nad-process          what every program does alike (logs, client errors, signals); no Wasm
-    nad-plugin-policy    the plugins as the core's Policy; no Kubernetes client, no plugin fetcher
+    nad-process          what every program does alike (logs, client errors, signals); no Wasm, no fetcher
+    nad-plugin-policy    the plugins as the core's Policy; no Kubernetes client, no plugin fetcher, no HTTP
     nad-cli              the plugin author's kit and explain: all of the above but the controller
-    nad-prober           the network prober (nad-network-prober); no Wasm, no plugin fetcher or its parts
+    nad-prober           the network prober (nad-network-prober); no Wasm, no plugin fetcher or its
+                         parts (sigstore's TLS backend aws-lc among them)
     nad-service-controller  the controller, and the binary's main that dispatches to the CLI
 
 Program rules: no crate depends on the controller (testing/ harnesses aside), and of the
@@ -23,18 +27,38 @@ import os
 import subprocess
 import sys
 
-# Workspace crates each one may depend on, and outside crates it must not.
+KUBE_CLIENT = {"kube", "kube-client", "kube-runtime"}
+WASM = {"wasmtime", "wasmtime-wasi", "cranelift-codegen"}
+FETCHER = {"sigstore", "oci-client"}
+# Workspace crates each one may depend on, and outside crates nothing it builds with may be.
 FLOORS = {
-    "nad-model": (set(), {"kube", "kube-runtime", "kube-client", "wasmtime", "wasmtime-wasi", "tokio"}),
-    "nad-core": ({"nad-model"}, {"wasmtime", "wasmtime-wasi", "tokio"}),
-    "nad-plugin-runtime": ({"nad-model"}, {"kube", "kube-runtime", "kube-client", "sigstore", "oci-client", "reqwest"}),
-    "nad-plugin-fetcher": ({"nad-model"}, {"kube", "kube-runtime", "kube-client", "wasmtime", "wasmtime-wasi"}),
-    "nad-process": (set(), {"wasmtime", "wasmtime-wasi", "sigstore", "oci-client"}),
-    "nad-prober": ({"nad-model", "nad-process"}, {"wasmtime", "wasmtime-wasi", "sigstore", "oci-client"}),
-    "nad-plugin-policy": ({"nad-model", "nad-core", "nad-plugin-runtime"}, {"kube", "kube-runtime", "kube-client", "sigstore", "oci-client", "tokio"}),
+    "nad-model": (set(), KUBE_CLIENT | WASM | {"tokio", "hyper"}),
+    "nad-core": ({"nad-model"}, KUBE_CLIENT | WASM | {"tokio", "hyper"}),
+    "nad-plugin-runtime": ({"nad-model"}, KUBE_CLIENT | FETCHER | {"reqwest", "hyper"}),
+    "nad-plugin-fetcher": ({"nad-model"}, KUBE_CLIENT | WASM),
+    "nad-process": (set(), WASM | FETCHER),
+    "nad-prober": ({"nad-model", "nad-process"}, WASM | FETCHER | {"aws-lc-rs", "aws-lc-sys"}),
+    "nad-plugin-policy": ({"nad-model", "nad-core", "nad-plugin-runtime"}, KUBE_CLIENT | FETCHER | {"reqwest", "hyper"}),
     "nad-cli": ({"nad-model", "nad-core", "nad-plugin-runtime", "nad-plugin-fetcher", "nad-plugin-policy"}, set()),
     "nad-service-controller": ({"nad-model", "nad-core", "nad-plugin-runtime", "nad-plugin-fetcher", "nad-plugin-policy", "nad-process", "nad-cli"}, set()),
 }
+
+
+def reached(crate: str) -> set:
+    """Every package `crate` builds with (normal and build dependencies, however deep), with the
+    features it turns on itself."""
+    given = os.environ.get("CHECK_LAYERS_TREES")
+    if given:
+        with open(os.path.join(given, f"{crate}.txt"), encoding="utf-8") as f:
+            text = f.read()
+    else:
+        text = subprocess.run(
+            ["cargo", "tree", "-p", crate, "-e", "normal,build", "--prefix", "none", "--locked"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    return {line.split()[0] for line in text.splitlines() if line.strip()} - {crate}
 
 
 def program_rules(meta) -> list:
@@ -83,8 +107,9 @@ def main() -> int:
             allowed, banned = FLOORS[name]
             for dep in sorted(deps & workspace - allowed):
                 failures.append(f"{name} depends on {dep}, which is not below it")
-            for dep in sorted(deps & banned):
-                failures.append(f"{name} depends on {dep}, which its floor keeps out")
+            for dep in sorted(reached(name) & banned):
+                failures.append(f"{name} builds with {dep}, which its floor keeps out"
+                                + ("" if dep in deps else f" (reached through its dependencies: cargo tree -p {name} -i {dep})"))
         elif "nad-service-controller" in deps and not package["manifest_path"].split("/")[-3] == "testing":
             failures.append(f"{name} depends on the controller crate")
     failures += program_rules(meta)

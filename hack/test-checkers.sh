@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The checkers around the tests, each shown failing on a broken copy of what it checks (a
 # checker that cannot fail guards nothing); hack/test-scripts.sh runs it:
-# - hack/check-layers.py, on `cargo metadata` of this workspace with one crate given a dependency
-#   its floor keeps out, and one given a crate above it, and on a copy of the controller's
-#   sources that imports the CLI;
+# - hack/check-layers.py, on `cargo metadata` of this workspace with one crate given a crate
+#   above it, on copies of its crates' `cargo tree` with a part a floor keeps out reached deep
+#   down, and on a copy of the controller's sources that imports the CLI;
+# - hack/module-graph.py, on a copy of the controller's sources given an arrow back up (a watch
+#   naming a constant of watch/mod.rs) and one given a circle (two watches importing each other);
 # - hack/check-clean.sh, on a made-up /proc (CHECK_CLEAN_PROC) of the processes it must name: the
 #   controller, the network prober, the pod agent, the node simulator, a test binary that runs
 #   it (cluster_wide among them) and the registry; and not a process of the machine's own;
@@ -38,20 +40,42 @@ for package in meta["packages"]:
 json.dump(meta, sys.stdout)
 PY
 }
-for case in "nad-prober wasmtime which its floor keeps out" \
-  "nad-prober nad-service-controller which is not below it" \
-  "nad-core nad-plugin-runtime which is not below it" \
-  "nad-plugin-runtime nad-plugin-fetcher which is not below it" \
-  "nad-plugin-runtime sigstore which its floor keeps out" \
-  "nad-model kube which its floor keeps out"; do
-  read -r crate dependency reason <<<"$case"
+for case in "nad-prober nad-service-controller" "nad-core nad-plugin-runtime" \
+  "nad-plugin-runtime nad-plugin-fetcher"; do
+  read -r crate dependency <<<"$case"
   broken_layers "$crate" "$dependency"
   status=0
   out="$(CHECK_LAYERS_METADATA="$work/broken.json" python3 hack/check-layers.py 2>&1)" || status=$?
-  if [[ "$status" == 1 && "$out" == *"$crate depends on $dependency, $reason"* ]]; then
+  if [[ "$status" == 1 && "$out" == *"$crate depends on $dependency, which is not below it"* ]]; then
     pass "check-layers refuses $crate depending on $dependency"
   else
     fail "check-layers with $crate depending on $dependency: exit $status, said: $out"
+  fi
+done
+# The floors hold however deep: each crate's real `cargo tree` passes; a copy of one crate's tree
+# with a part its floor keeps out, reached through its dependencies, fails naming it.
+mkdir -p "$work/trees"
+for crate in nad-model nad-core nad-plugin-runtime nad-plugin-fetcher nad-process nad-prober \
+  nad-plugin-policy nad-cli nad-service-controller; do
+  cargo tree -p "$crate" -e normal,build --prefix none --locked >"$work/trees/$crate.txt"
+done
+if out="$(CHECK_LAYERS_TREES="$work/trees" python3 hack/check-layers.py 2>&1)"; then
+  pass "check-layers passes this workspace's trees"
+else
+  fail "check-layers on this workspace's trees: $out"
+fi
+for case in "nad-core tokio" "nad-model kube-client" "nad-prober wasmtime" \
+  "nad-prober aws-lc-sys" "nad-plugin-runtime sigstore" "nad-plugin-fetcher cranelift-codegen"; do
+  read -r crate dependency <<<"$case"
+  rm -rf "$work/broken-trees"
+  cp -r "$work/trees" "$work/broken-trees"
+  echo "$dependency v1.0.0" >>"$work/broken-trees/$crate.txt"
+  status=0
+  out="$(CHECK_LAYERS_TREES="$work/broken-trees" python3 hack/check-layers.py 2>&1)" || status=$?
+  if [[ "$status" == 1 && "$out" == *"$crate builds with $dependency, which its floor keeps out (reached through its dependencies"* ]]; then
+    pass "check-layers refuses $crate building with $dependency through its dependencies"
+  else
+    fail "check-layers with $crate building with $dependency: exit $status, said: $out"
   fi
 done
 
@@ -74,6 +98,40 @@ if [[ "$status" == 1 && "$out" == *"the controller's watch/sideways.rs names nad
   pass "check-layers refuses the controller importing the CLI"
 else
   fail "check-layers with the controller importing the CLI: exit $status, said: $out"
+fi
+
+# module-graph: the workspace passes; a copy of the controller's sources with a watch naming a
+# constant of its parent fails on the arrow back up, one with two watches importing each other
+# on the circle, each named.
+if out="$(python3 hack/module-graph.py 2>&1)"; then
+  pass "module-graph passes this workspace"
+else
+  fail "module-graph on this workspace: $out"
+fi
+graph_copy() {
+  rm -rf "$work/graph"
+  mkdir -p "$work/graph/host" "$work/graph/crates"
+  cp -r host/src host/Cargo.toml "$work/graph/host/"
+}
+graph_copy
+printf '\npub const UP: u8 = 1;\n' >>"$work/graph/host/src/watch/mod.rs"
+printf '\nconst _: u8 = super::UP;\n' >>"$work/graph/host/src/watch/nodes.rs"
+status=0
+out="$(python3 hack/module-graph.py --root "$work/graph" --crate host 2>&1)" || status=$?
+if [[ "$status" == 1 && "$out" == *"back up: host/src/watch/nodes.rs -> host/src/watch/mod.rs: UP"* ]]; then
+  pass "module-graph refuses an arrow back up"
+else
+  fail "module-graph with an arrow back up: exit $status, said: $out"
+fi
+graph_copy
+printf '\nuse super::nodes::watch as _nodes;\n' >>"$work/graph/host/src/watch/named.rs"
+printf '\nuse super::named::Named as _Named;\n' >>"$work/graph/host/src/watch/nodes.rs"
+status=0
+out="$(python3 hack/module-graph.py --root "$work/graph" --crate host 2>&1)" || status=$?
+if [[ "$status" == 1 && "$out" == *"circle: host/src/watch/named.rs, host/src/watch/nodes.rs"* ]]; then
+  pass "module-graph refuses a circle"
+else
+  fail "module-graph with a circle: exit $status, said: $out"
 fi
 
 # check-clean: a /proc of made-up processes, each a symlink `exe` to where such a binary lives.

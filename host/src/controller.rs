@@ -20,7 +20,13 @@ use crate::{
     metrics::Metrics,
     reconcile::{self, Context, Settings},
     server::Readiness,
-    watch::{self, Shared, plugin_dir::PluginSource, read, screen::Screen},
+    watch::{
+        self,
+        health::backoff,
+        plugin_dir::PluginSource,
+        screen::Screen,
+        shared::{Shared, read, store_key},
+    },
 };
 
 /// Watches everything, reconciles until `shutdown` resolves (then finishes what is running).
@@ -59,7 +65,7 @@ pub async fn run(
     Controller::for_stream(service_stream, services)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         // No watch error reaches the trigger stream (see `watch`); bounded all the same.
-        .trigger_backoff(watch::backoff())
+        .trigger_backoff(backoff())
         .reconcile_on(triggers)
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
@@ -136,6 +142,7 @@ fn watches(
             .run(client.clone(), move || book.lock().failing())
             .inspect(move |service| everything.lock().input_changed(service.clone()))
     };
+    // The Controller runs Services by its own reference.
     let triggers = futures::stream::select_all([
         slice_triggers.boxed(),
         pod_triggers.boxed(),
@@ -143,7 +150,8 @@ fn watches(
         network_triggers.boxed(),
         plugin_triggers.boxed(),
         recovery_triggers.boxed(),
-    ]);
+    ])
+    .map(|service| store_key(&service));
     (service_stream, triggers)
 }
 

@@ -18,24 +18,23 @@ use kube::{
 use serde_json::{Value, json};
 
 use super::plugin::{
-    PluginArg, SandboxArgs,
+    PluginArg,
     case::Case,
     eval::{self, Evaluation, Row, Verdict},
+    sandbox::SandboxArgs,
     source::{self, Loaded},
 };
 use nad_core::{index::ZONE_LABEL, slices::DEFAULT_MAX_ENDPOINTS_PER_SLICE};
 use nad_model::input::{
     network_ready,
-    target::{self, NETWORK_ANNOTATION, ServiceTarget, Target},
+    target::{self, NETWORK_ANNOTATION, POLICY_ANNOTATION, ServiceTarget, Target},
 };
 use nad_model::{
     keys::Keys,
     labels::SERVICE_NAME_LABEL,
     pod::{KeptCondition, PodRecord},
 };
-use nad_plugin_runtime::{
-    BUILT_IN, Component, DEFAULT_PLUGIN_WASM, POLICY_ANNOTATION, annotated, configmap,
-};
+use nad_plugin_runtime::{BUILT_IN, Component, DEFAULT_PLUGIN_WASM, annotated, configmap};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ExplainOutput {

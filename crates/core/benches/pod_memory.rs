@@ -16,13 +16,13 @@
 use std::{collections::HashMap, net::Ipv4Addr, sync::Arc};
 
 use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice};
-use kube::runtime::watcher::Event;
 use nad_core::{
     index::{NodeZones, PodIndex, SliceStore},
     observe,
 };
 use nad_model::input::target::{self, ServiceTarget, Target};
 use nad_model::keys::{KeySet, Keys};
+use nad_model::watch::Event;
 use serde_json::json;
 
 #[global_allocator]
@@ -138,11 +138,11 @@ fn heap() -> (usize, usize) {
 fn slice_memory(services: usize) -> serde_json::Value {
     let mut store = SliceStore::default();
     let (before_slices, before_slice_blocks) = heap();
-    store.on_event(&Event::Init);
+    store.on_event(Event::Init);
     for s in 0..services {
-        store.on_event(&Event::InitApply(slice(s)));
+        store.on_event(Event::InitApply(&slice(s)));
     }
-    store.on_event(&Event::InitDone);
+    store.on_event(Event::InitDone);
     let (stored_bytes, stored_blocks) = heap();
     assert_eq!(
         store.counts(),
@@ -186,14 +186,14 @@ fn main() {
     let mut zones = NodeZones::default();
     for n in 0..NODES {
         let node = serde_json::from_value(json!({"metadata": {"name": format!("sim-node-{n}")}}));
-        zones.on_event(&Event::Apply(node.unwrap()));
+        zones.on_event(Event::Apply(&node.unwrap()));
     }
     let (bytes, blocks) = heap();
-    index.on_event(&Event::Init);
+    index.on_event(Event::Init);
     for i in 0..pods {
-        index.on_event(&Event::InitApply(pod(i)));
+        index.on_event(Event::InitApply(&pod(i)));
     }
-    index.on_event(&Event::InitDone);
+    index.on_event(Event::InitDone);
     let (indexed_bytes, indexed_blocks) = heap();
     let observed: Vec<_> = (0..networks)
         .map(|n| observe::from_index(&index, &zones, &target(n)))

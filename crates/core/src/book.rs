@@ -13,11 +13,9 @@ use std::{
     sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
-use k8s_openapi::{
-    api::{core::v1::Service, discovery::v1::EndpointSlice},
-    jiff::Timestamp,
-};
-use kube::{ResourceExt, runtime::reflector::ObjectRef};
+use k8s_openapi::{api::discovery::v1::EndpointSlice, jiff::Timestamp};
+use kube_core::ResourceExt;
+use nad_model::service_ref::ServiceRef;
 
 use super::{
     decide::{Answer, Remembered},
@@ -35,11 +33,11 @@ pub struct Book {
     scopes: Scopes,
     expectations: Expectations,
     states: Services,
-    remembered: HashMap<ObjectRef<Service>, Remembered>,
-    answered: HashMap<ObjectRef<Service>, Vec<Answer>>,
+    remembered: HashMap<ServiceRef, Remembered>,
+    answered: HashMap<ServiceRef, Vec<Answer>>,
     /// The slice events of Services whose write is in flight, held until its answer tells
     /// its own echo from anyone else's change (the echo may come first).
-    in_flight: HashMap<ObjectRef<Service>, Vec<(EndpointSlice, bool)>>,
+    in_flight: HashMap<ServiceRef, Vec<(EndpointSlice, bool)>>,
 }
 
 /// What a reconcile starts from.
@@ -66,7 +64,7 @@ pub struct Wrote<'a> {
 fn seen(slice: &EndpointSlice) -> EndpointSlice {
     let meta = &slice.metadata;
     EndpointSlice {
-        metadata: kube::api::ObjectMeta {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
             name: meta.name.clone(),
             generation: meta.generation,
             uid: meta.uid.clone(),
@@ -77,14 +75,14 @@ fn seen(slice: &EndpointSlice) -> EndpointSlice {
     }
 }
 
-fn namespace(service: &ObjectRef<Service>) -> &str {
-    service.namespace.as_deref().unwrap_or_default()
+fn namespace(service: &ServiceRef) -> &str {
+    &service.namespace
 }
 
 /// What the watches tell.
 impl Book {
     /// A pod of the Service's namespace, on its network, changed at `at`.
-    pub fn pod_changed(&mut self, service: ObjectRef<Service>, pod: &str, at: Timestamp) {
+    pub fn pod_changed(&mut self, service: ServiceRef, pod: &str, at: Timestamp) {
         self.scopes.pod_changed(service, pod, at);
     }
 
@@ -92,7 +90,7 @@ impl Book {
     /// answer when it gave one, for the reconcile to reuse.
     pub fn screened(
         &mut self,
-        service: ObjectRef<Service>,
+        service: ServiceRef,
         pod: &str,
         at: Timestamp,
         answer: Option<Answer>,
@@ -107,7 +105,7 @@ impl Book {
 
     /// Something other than its pods changed for the Service (itself, a node, its network,
     /// its plugin, a failure to recover from): its next reconcile plans everything.
-    pub fn input_changed(&mut self, service: ObjectRef<Service>) {
+    pub fn input_changed(&mut self, service: ServiceRef) {
         self.scopes.everything_changed(service);
     }
 
@@ -117,7 +115,7 @@ impl Book {
     /// by someone else) makes the Service place its decisions again.
     pub fn slice_event(
         &mut self,
-        service: ObjectRef<Service>,
+        service: ServiceRef,
         slice: &EndpointSlice,
         deleted: bool,
         listed: bool,
@@ -139,7 +137,7 @@ impl Book {
 
     /// Whether a change of `pod` reconciles the Service at once rather than being screened:
     /// the Service includes the pod, or remembers no decisions to screen against.
-    pub fn reconciles_at_once(&self, service: &ObjectRef<Service>, pod: &str) -> bool {
+    pub fn reconciles_at_once(&self, service: &ServiceRef, pod: &str) -> bool {
         self.remembered
             .get(service)
             .is_none_or(|r| r.included.contains_key(pod))
@@ -153,7 +151,7 @@ impl Book {
     /// and trigger the reconcile again, which then takes the pending changes.
     pub fn begin(
         &mut self,
-        service: &ObjectRef<Service>,
+        service: &ServiceRef,
         existing: &[Arc<EndpointSlice>],
     ) -> Option<Begun> {
         if self
@@ -174,7 +172,7 @@ impl Book {
     }
 
     /// Keeps a reconcile's decisions for the next one.
-    pub fn remember(&mut self, service: &ObjectRef<Service>, remembered: Remembered) {
+    pub fn remember(&mut self, service: &ServiceRef, remembered: Remembered) {
         self.remembered.insert(service.clone(), remembered);
     }
 
@@ -183,7 +181,7 @@ impl Book {
     /// name, with the rules they break). Slices to delete need no refusal remembered.
     pub fn hold_back(
         &mut self,
-        service: &ObjectRef<Service>,
+        service: &ServiceRef,
         changes: &mut Changes,
     ) -> Vec<(String, Vec<Violation>)> {
         let state = self.states.get(service);
@@ -209,7 +207,7 @@ impl Book {
 
     /// A reconcile is about to write the Service's slices: the slice events until
     /// [`Self::wrote`] are held (see [`Self::slice_event`]).
-    pub fn writing(&mut self, service: &ObjectRef<Service>) {
+    pub fn writing(&mut self, service: &ServiceRef) {
         self.in_flight.insert(service.clone(), Vec::new());
     }
 
@@ -218,7 +216,7 @@ impl Book {
     /// Service must reconcile again, as nothing else will trigger it.
     pub fn wrote(
         &mut self,
-        service: &ObjectRef<Service>,
+        service: &ServiceRef,
         existing: &[Arc<EndpointSlice>],
         wrote: &Wrote<'_>,
     ) -> bool {
@@ -252,14 +250,14 @@ impl Book {
     }
 
     /// The API server refused `slice` as sent: it is not sent again while it is the same.
-    pub fn refused(&mut self, service: &ObjectRef<Service>, slice: &EndpointSlice) {
+    pub fn refused(&mut self, service: &ServiceRef, slice: &EndpointSlice) {
         self.states.get(service).refused(slice);
     }
 
     /// The findings of this reconcile: returns those not reported before.
     pub fn report(
         &mut self,
-        service: &ObjectRef<Service>,
+        service: &ServiceRef,
         findings: impl IntoIterator<Item = Finding>,
     ) -> Vec<Finding> {
         self.states.get(service).report(findings)
@@ -267,14 +265,14 @@ impl Book {
 
     /// `finding` was reported but did not reach the operator: the Service's next reconcile plans
     /// everything (so finds it again, whatever triggers it) and reports it again.
-    pub fn untold(&mut self, service: &ObjectRef<Service>, finding: &Finding) {
+    pub fn untold(&mut self, service: &ServiceRef, finding: &Finding) {
         self.states.get(service).untold(finding);
         self.replan(service);
     }
 
     /// A reconcile planned: whether pods wait for their nodes (then it runs again soon), and
     /// whether its slices may differ from the plan (a write held back).
-    pub fn planned(&mut self, service: &ObjectRef<Service>, node_retry: bool, held_back: bool) {
+    pub fn planned(&mut self, service: &ServiceRef, node_retry: bool, held_back: bool) {
         self.states.get(service).node_retry = node_retry;
         if held_back {
             self.replan(service);
@@ -282,25 +280,25 @@ impl Book {
     }
 
     /// Whether the Service's last plan had pods waiting for their nodes.
-    pub fn node_retry(&self, service: &ObjectRef<Service>) -> bool {
+    pub fn node_retry(&self, service: &ServiceRef) -> bool {
         self.states.peek(service).is_some_and(|s| s.node_retry)
     }
 
     /// A reconcile failed with `error`: its next one plans everything. True when the failure
     /// is new (to be reported).
-    pub fn failed(&mut self, service: &ObjectRef<Service>, error: String) -> bool {
+    pub fn failed(&mut self, service: &ServiceRef, error: String) -> bool {
         self.replan(service);
         self.states.get(service).failed(error)
     }
 
     /// A reconcile succeeded: the failure it recovered from, if any.
-    pub fn succeeded(&mut self, service: &ObjectRef<Service>) -> Option<String> {
+    pub fn succeeded(&mut self, service: &ServiceRef) -> Option<String> {
         self.states.succeeded(service)
     }
 
     /// The Service's failures in a row (at least 1 after a failure), and whether the last
     /// repeated the one before.
-    pub fn failures(&self, service: &ObjectRef<Service>) -> (u32, bool) {
+    pub fn failures(&self, service: &ServiceRef) -> (u32, bool) {
         self.states
             .peek(service)
             .map_or((1, false), |s| (s.failures, s.is_repeat()))
@@ -308,12 +306,12 @@ impl Book {
 
     /// The Service's slices may differ from its last plan (a write failed or was held back):
     /// its next reconcile plans everything, whatever triggers it.
-    pub fn replan(&mut self, service: &ObjectRef<Service>) {
+    pub fn replan(&mut self, service: &ServiceRef) {
         self.scopes.everything_changed(service.clone());
     }
 
     /// Forgets everything about a Service that is gone or no longer managed.
-    pub fn forget(&mut self, service: &ObjectRef<Service>) {
+    pub fn forget(&mut self, service: &ServiceRef) {
         self.states.forget(service);
         self.scopes.forget(service);
         self.remembered.remove(service);
@@ -326,12 +324,12 @@ impl Book {
 /// What the recovery and the Service watch ask.
 impl Book {
     /// Services whose last reconcile failed.
-    pub fn failing(&self) -> Vec<ObjectRef<Service>> {
+    pub fn failing(&self) -> Vec<ServiceRef> {
         self.states.failing()
     }
 
     /// Services with bookkeeping for which `pick` holds.
-    pub fn known(&self, pick: impl Fn(&ObjectRef<Service>) -> bool) -> Vec<ObjectRef<Service>> {
+    pub fn known(&self, pick: impl Fn(&ServiceRef) -> bool) -> Vec<ServiceRef> {
         let mut known = self.states.known(&pick);
         known.extend(self.remembered.keys().filter(|k| pick(k)).cloned());
         known.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
@@ -357,8 +355,8 @@ mod tests {
     use super::*;
     use crate::{decide::PolicyId, scope::Scope};
 
-    fn svc(name: &str) -> ObjectRef<Service> {
-        ObjectRef::new(name).within("ns")
+    fn svc(name: &str) -> ServiceRef {
+        ServiceRef::new("ns", name)
     }
 
     fn slice(generation: i64) -> EndpointSlice {

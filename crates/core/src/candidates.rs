@@ -260,8 +260,8 @@ mod tests {
     use super::*;
     use crate::{index::NodeZones, observe::tests::target};
     use k8s_openapi::api::core::v1::Pod;
-    use kube::runtime::watcher::Event;
     use nad_model::keys::Keys;
+    use nad_model::watch::Event;
     use serde_json::json;
 
     fn pod(name: &str, ip: &str) -> Pod {
@@ -287,7 +287,7 @@ mod tests {
     fn services_of_a_network_share_its_candidates_until_a_pod_changes() {
         let mut pods = PodIndex::new(Keys::default());
         let zones = NodeZones::default();
-        pods.on_event(&Event::Apply(pod("a", "192.0.2.1")));
+        pods.on_event(Event::Apply(&pod("a", "192.0.2.1")));
         let cache = CandidateCache::default();
         let (web, mut api) = (target("team-a/macvlan"), target("team-a/macvlan"));
         api.name = "api".into();
@@ -295,7 +295,7 @@ mod tests {
         assert!(Arc::ptr_eq(&first, &cache.observe(&pods, &zones, &api)));
         assert_eq!(names(&first), ["a"]);
 
-        pods.on_event(&Event::Apply(pod("b", "192.0.2.2")));
+        pods.on_event(Event::Apply(&pod("b", "192.0.2.2")));
         let after = cache.observe(&pods, &zones, &api);
         assert!(!Arc::ptr_eq(&first, &after), "a pod joined: observed again");
         assert_eq!(names(&after), ["a", "b"]);
@@ -303,7 +303,7 @@ mod tests {
         assert!(other.candidates.is_empty(), "another network has its own");
 
         let mut zones = zones;
-        zones.on_event(&Event::Apply(node("n1")));
+        zones.on_event(Event::Apply(&node("n1")));
         let rezoned = cache.observe(&pods, &zones, &api);
         assert!(
             !Arc::ptr_eq(&after, &rezoned),
@@ -316,14 +316,14 @@ mod tests {
         let mut pods = PodIndex::new(Keys::default());
         let zones = NodeZones::default();
         let other = r#"[{"name":"team-a/other","interface":"net1","ips":["192.0.2.9"]}]"#;
-        pods.on_event(&Event::Apply(pod("a", "192.0.2.1")));
+        pods.on_event(Event::Apply(&pod("a", "192.0.2.1")));
         let mut b = pod("b", "192.0.2.2");
         b.metadata
             .annotations
             .as_mut()
             .unwrap()
             .insert("k8s.v1.cni.cncf.io/network-status".into(), other.into());
-        pods.on_event(&Event::Apply(b));
+        pods.on_event(Event::Apply(&b));
         let cache = CandidateCache::with_view_budget(1);
         let built = std::sync::atomic::AtomicUsize::new(0);
         let view = |observed: &Observed| {
@@ -414,7 +414,7 @@ mod tests {
     fn candidates_kept_up_to_date_equal_a_fresh_observation() {
         let mut pods = PodIndex::new(Keys::default());
         let mut zones = NodeZones::default();
-        zones.on_event(&Event::Apply(node("n1")));
+        zones.on_event(Event::Apply(&node("n1")));
         let cache = CandidateCache::default();
         let (macvlan, other) = (target("team-a/macvlan"), target("team-a/other"));
         let mut seed = 7_u64;
@@ -432,12 +432,11 @@ mod tests {
             for _ in 0..burst {
                 let name = format!("p{:02}", random() % 30);
                 let choice = random();
-                let event = if choice % 9 == 8 {
-                    Event::Delete(varied(&name, 0))
+                if choice % 9 == 8 {
+                    pods.on_event(Event::Delete(&varied(&name, 0)));
                 } else {
-                    Event::Apply(varied(&name, choice))
-                };
-                pods.on_event(&event);
+                    pods.on_event(Event::Apply(&varied(&name, choice)));
+                }
             }
             for target in [&macvlan, &other] {
                 let kept = cache.observe(&pods, &zones, target);
@@ -458,8 +457,8 @@ mod tests {
     fn a_few_pods_changed_are_brought_up_to_date_in_place_and_the_views_dropped() {
         let mut pods = PodIndex::new(Keys::default());
         let zones = NodeZones::default();
-        pods.on_event(&Event::Apply(pod("a", "192.0.2.1")));
-        pods.on_event(&Event::Apply(pod("c", "192.0.2.3")));
+        pods.on_event(Event::Apply(&pod("a", "192.0.2.1")));
+        pods.on_event(Event::Apply(&pod("c", "192.0.2.3")));
         let cache = CandidateCache::default();
         let web = target("team-a/macvlan");
         let observed = cache.observe(&pods, &zones, &web);
@@ -468,8 +467,8 @@ mod tests {
         let address = Arc::as_ptr(&observed);
         drop(observed);
 
-        pods.on_event(&Event::Apply(pod("b", "192.0.2.2")));
-        pods.on_event(&Event::Delete(pod("c", "192.0.2.3")));
+        pods.on_event(Event::Apply(&pod("b", "192.0.2.2")));
+        pods.on_event(Event::Delete(&pod("c", "192.0.2.3")));
         let after = cache.observe(&pods, &zones, &web);
         assert_eq!(
             Arc::as_ptr(&after),

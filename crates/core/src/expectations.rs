@@ -17,7 +17,7 @@ use std::{
 pub const CREATION_GRACE: Duration = Duration::from_secs(10);
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Expect {

@@ -278,7 +278,7 @@ mod tests {
     use super::*;
     use crate::{observe::tests::target, slices};
     use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice};
-    use kube::ResourceExt;
+    use kube_core::ResourceExt;
     use nad_model::{
         keys::Keys,
         labels::{HEADLESS_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL},

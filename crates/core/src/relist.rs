@@ -8,7 +8,7 @@
 
 use std::{collections::HashSet, hash::Hash};
 
-use kube::runtime::watcher::Event;
+use nad_model::watch::Event;
 
 /// Holds back what the events of a relist trigger until the relist is complete. What is held
 /// is a set: a relist of 150 000 pods on 100 networks holds 100 entries, not 150 000.
@@ -26,7 +26,7 @@ impl<T> Default for RelistGate<T> {
 impl<T: Eq + Hash> RelistGate<T> {
     /// What `event` triggered, passed on now or held until the relist it belongs to is done
     /// (then each once, in no particular order).
-    pub fn pass<K>(&mut self, event: &Event<K>, triggered: Vec<T>) -> Vec<T> {
+    pub fn pass<K>(&mut self, event: Event<K>, triggered: Vec<T>) -> Vec<T> {
         match event {
             Event::Init => {
                 self.held = Some(triggered.into_iter().collect());
@@ -57,21 +57,23 @@ mod tests {
     #[test]
     fn the_gate_passes_live_events_and_holds_relists() {
         let mut gate = RelistGate::default();
-        let ev = |e: Event<Node>| e;
-        assert_eq!(gate.pass(&ev(Event::Apply(node("n"))), vec![1]), vec![1]);
-        assert!(gate.pass(&ev(Event::Init), vec![]).is_empty());
+        fn ev(e: Event<&Node>) -> Event<&Node> {
+            e
+        }
+        assert_eq!(gate.pass(ev(Event::Apply(&node("n"))), vec![1]), vec![1]);
+        assert!(gate.pass(ev(Event::Init), vec![]).is_empty());
         assert!(
-            gate.pass(&ev(Event::InitApply(node("n"))), vec![2])
+            gate.pass(ev(Event::InitApply(&node("n"))), vec![2])
                 .is_empty()
         );
         assert!(
-            gate.pass(&ev(Event::InitApply(node("m"))), vec![3, 2])
+            gate.pass(ev(Event::InitApply(&node("m"))), vec![3, 2])
                 .is_empty()
         );
-        let mut released = gate.pass(&ev(Event::InitDone), vec![4]);
+        let mut released = gate.pass(ev(Event::InitDone), vec![4]);
         released.sort_unstable();
         assert_eq!(released, vec![2, 3, 4], "each held trigger once");
-        assert_eq!(gate.pass(&ev(Event::Delete(node("n"))), vec![5]), vec![5]);
+        assert_eq!(gate.pass(ev(Event::Delete(&node("n"))), vec![5]), vec![5]);
     }
 
     fn node(name: &str) -> Node {

@@ -9,8 +9,8 @@
 
 use std::collections::{BTreeSet, HashMap, hash_map::Entry};
 
-use k8s_openapi::{api::core::v1::Service, jiff::Timestamp};
-use kube::runtime::reflector::ObjectRef;
+use k8s_openapi::jiff::Timestamp;
+use nad_model::service_ref::ServiceRef;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scope {
@@ -60,12 +60,12 @@ impl Pending {
 /// The pending scope of each Service's next reconcile.
 #[derive(Debug, Default)]
 pub struct Scopes {
-    pending: HashMap<ObjectRef<Service>, Pending>,
+    pending: HashMap<ServiceRef, Pending>,
 }
 
 impl Scopes {
     /// A pod of the Service's namespace, on its network, changed at `at`.
-    pub fn pod_changed(&mut self, service: ObjectRef<Service>, pod: &str, at: Timestamp) {
+    pub fn pod_changed(&mut self, service: ServiceRef, pod: &str, at: Timestamp) {
         match self.pending.entry(service) {
             Entry::Vacant(entry) => {
                 let pods = BTreeSet::from([pod.to_owned()]);
@@ -82,21 +82,21 @@ impl Scopes {
     }
 
     /// Whether a reconcile of the Service has something to take.
-    pub fn is_pending(&self, service: &ObjectRef<Service>) -> bool {
+    pub fn is_pending(&self, service: &ServiceRef) -> bool {
         self.pending.contains_key(service)
     }
 
     /// A reconcile found the cache behind this controller's writes and took nothing: the
     /// watch event that brings the cache up to date triggers it again. Nothing pending (a
     /// timer, a retry) becomes a full plan, as the reconcile would have made.
-    pub fn wait_for_cache(&mut self, service: ObjectRef<Service>) {
+    pub fn wait_for_cache(&mut self, service: ServiceRef) {
         self.pending
             .entry(service)
             .or_insert_with(|| Pending::new(Scope::Full, None));
     }
 
     /// The Service's slices changed, not by this controller's last write.
-    pub fn slices_changed(&mut self, service: ObjectRef<Service>) {
+    pub fn slices_changed(&mut self, service: ServiceRef) {
         let pending = self
             .pending
             .entry(service)
@@ -106,7 +106,7 @@ impl Scopes {
     }
 
     /// Something other than its pods changed for the Service.
-    pub fn everything_changed(&mut self, service: ObjectRef<Service>) {
+    pub fn everything_changed(&mut self, service: ServiceRef) {
         let now = Timestamp::now();
         match self.pending.entry(service) {
             Entry::Vacant(entry) => {
@@ -121,13 +121,13 @@ impl Scopes {
     }
 
     /// The Service is gone: nothing of it stays pending.
-    pub fn forget(&mut self, service: &ObjectRef<Service>) {
+    pub fn forget(&mut self, service: &ServiceRef) {
         self.pending.remove(service);
     }
 
     /// The scope of the reconcile that starts now; a reconcile nobody asked for (a timer, a
     /// retry) plans everything.
-    pub fn take(&mut self, service: &ObjectRef<Service>) -> Taken {
+    pub fn take(&mut self, service: &ServiceRef) -> Taken {
         match self.pending.remove(service) {
             Some(p) => Taken {
                 scope: p.scope,
@@ -151,8 +151,8 @@ mod tests {
         Timestamp::from_second(1_800_000_000 + seconds).unwrap()
     }
 
-    fn svc(name: &str) -> ObjectRef<Service> {
-        ObjectRef::new(name).within("ns")
+    fn svc(name: &str) -> ServiceRef {
+        ServiceRef::new("ns", name)
     }
 
     #[test]

@@ -26,12 +26,13 @@ use std::{
     sync::Arc,
 };
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{
     api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice},
     apimachinery::pkg::apis::meta::v1::OwnerReference,
     jiff::Timestamp,
 };
-use kube::{ResourceExt, api::ObjectMeta};
+use kube_core::ResourceExt;
 
 use super::plan::{Desired, EndpointKey, PortKey, endpoint_key, port_key};
 use nad_model::input::target::{Family, ServiceTarget};

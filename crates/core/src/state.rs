@@ -10,8 +10,9 @@ use std::{
     hash::{Hash, Hasher},
 };
 
-use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
-use kube::{ResourceExt, runtime::reflector::ObjectRef};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube_core::ResourceExt;
+use nad_model::service_ref::ServiceRef;
 
 use super::findings::Finding;
 use nad_model::labels::TRIGGER_TIME_ANNOTATION;
@@ -109,36 +110,36 @@ fn fingerprint(slice: &EndpointSlice) -> u64 {
 /// Every Service's memory.
 #[derive(Debug, Default)]
 pub struct Services {
-    states: HashMap<ObjectRef<Service>, ServiceState>,
+    states: HashMap<ServiceRef, ServiceState>,
 }
 
 impl Services {
-    pub fn get(&mut self, service: &ObjectRef<Service>) -> &mut ServiceState {
+    pub fn get(&mut self, service: &ServiceRef) -> &mut ServiceState {
         self.states.entry(service.clone()).or_default()
     }
 
-    pub fn peek(&self, service: &ObjectRef<Service>) -> Option<&ServiceState> {
+    pub fn peek(&self, service: &ServiceRef) -> Option<&ServiceState> {
         self.states.get(service)
     }
 
     /// A reconcile succeeded: the failure it recovered from, if any. A Service without state
     /// (forgotten by this reconcile) gets none.
-    pub fn succeeded(&mut self, service: &ObjectRef<Service>) -> Option<String> {
+    pub fn succeeded(&mut self, service: &ServiceRef) -> Option<String> {
         self.states.get_mut(service)?.succeeded()
     }
 
     /// The Service is gone or no longer managed.
-    pub fn forget(&mut self, service: &ObjectRef<Service>) {
+    pub fn forget(&mut self, service: &ServiceRef) {
         self.states.remove(service);
     }
 
     /// The Services with state for which `pick` holds (after a relist: those deleted meanwhile).
-    pub fn known(&self, pick: impl Fn(&ObjectRef<Service>) -> bool) -> Vec<ObjectRef<Service>> {
+    pub fn known(&self, pick: impl Fn(&ServiceRef) -> bool) -> Vec<ServiceRef> {
         self.states.keys().filter(|k| pick(k)).cloned().collect()
     }
 
     /// Services whose last reconcile failed.
-    pub fn failing(&self) -> Vec<ObjectRef<Service>> {
+    pub fn failing(&self) -> Vec<ServiceRef> {
         let mut out: Vec<_> = self
             .states
             .iter()
@@ -241,8 +242,8 @@ mod tests {
     #[test]
     fn failing_services_are_listed_and_forgotten_ones_pruned() {
         let mut all = Services::default();
-        let a = ObjectRef::new("a").within("ns");
-        let b = ObjectRef::new("b").within("ns");
+        let a = ServiceRef::new("ns", "a");
+        let b = ServiceRef::new("ns", "b");
         all.get(&a).failed("x".into());
         all.get(&b);
         assert_eq!(all.failing(), vec![a.clone()]);

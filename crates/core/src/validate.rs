@@ -7,7 +7,7 @@
 //! line of defence for what the Service itself contributes (name, labels, ports).
 
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 
 use nad_model::input::address;
 

@@ -13,6 +13,8 @@
 //! - [`probe`]: the probe a Service asks the network prober for (`isim.dev/probe`);
 //! - [`labels`]: what this controller writes on EndpointSlices;
 //! - [`slice`]: one of those slices as the slice cache keeps it;
+//! - [`service_ref`]: a Service by namespace and name, the key of what is kept per Service;
+//! - [`watch`]: what a watch saw happen to an object, as the indexes take it;
 //! - [`reason`]: why a Service's slices do not follow its pods (Event reasons, metric labels).
 
 pub mod candidate;
@@ -25,4 +27,6 @@ pub mod labels;
 pub mod pod;
 pub mod probe;
 pub mod reason;
+pub mod service_ref;
 pub mod slice;
+pub mod watch;

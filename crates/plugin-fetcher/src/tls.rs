@@ -124,6 +124,14 @@ impl RegistryCas {
     }
 }
 
+/// Makes ring rustls' provider for this process, before any TLS client (kube's, the registry's)
+/// is made. rustls cannot choose on its own: the sigstore crate's backend brings aws-lc-rs into
+/// the build beside ring, and with two providers compiled in, a client made without an installed
+/// one panics. A second call changes nothing.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -182,7 +182,7 @@ impl Exchanger {
         let url = format!("{}://{registry}/v2/", request.scheme);
         let answer = super::fetch::read(
             request.http.get(&url),
-            super::MAX_TOKEN_BYTES,
+            super::limits::MAX_TOKEN_BYTES,
             request.deadline,
         )
         .await
@@ -280,7 +280,7 @@ impl Exchanger {
                 request.http.post(realm).form(&params)
             }
         };
-        let answer = super::fetch::read(call, super::MAX_TOKEN_BYTES, request.deadline)
+        let answer = super::fetch::read(call, super::limits::MAX_TOKEN_BYTES, request.deadline)
             .await
             .map_err(|e| {
                 let what = format!("a token from its token server {realm}");
@@ -288,7 +288,7 @@ impl Exchanger {
                 match e {
                     super::fetch::Failure::Request(e) => format!(
                         "cannot reach the token server {realm} of the registry {registry}: {}",
-                        super::innermost(&e)
+                        super::describe::innermost(&e)
                     ),
                     other => other.describe(registry, &what, request.untrusted, large),
                 }

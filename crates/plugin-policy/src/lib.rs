@@ -11,10 +11,13 @@ use std::{
 
 use nad_core::decide::{Pods, Policy, PolicyId};
 use nad_model::candidate::Candidate;
-use nad_model::{decision::Decision, input::target::ServiceTarget};
+use nad_model::{
+    decision::Decision,
+    input::target::{POLICY_ANNOTATION, ServiceTarget},
+};
 use nad_plugin_runtime::{
-    self as plugin, CallError, Configured, FailurePolicy, POLICY_ANNOTATION, Plugins, Rejected,
-    UnknownPlugin, conditions::CallConditions, wit,
+    self as plugin, CallError, Configured, FailurePolicy, Plugins, Rejected, UnknownPlugin,
+    conditions::CallConditions, wit,
 };
 
 /// Why the Service's policy gave no decisions; the Service's slices stay as last applied.

@@ -14,7 +14,6 @@ use super::{
 };
 use nad_model::{
     candidate::Candidate,
-    decision::{Conditions, Decision},
     input::{network_ready, target::ServiceTarget},
     pod::Phase,
 };
@@ -117,15 +116,4 @@ pub fn conditions_view<'a>(
         );
     }
     Some(view)
-}
-
-pub fn decision(d: wit::Decision) -> Decision {
-    match d {
-        wit::Decision::Include(c) => Decision::Include(Conditions {
-            ready: c.ready,
-            serving: c.serving,
-            terminating: c.terminating,
-        }),
-        wit::Decision::Exclude(reason) => Decision::Exclude(reason),
-    }
 }

@@ -21,38 +21,13 @@ mod reload;
 mod runtime;
 mod sandbox;
 
-use std::time::Duration;
-
-pub use bindings::isim::nad_endpoints::types as wit;
-pub use convert::{conditions_view, decision, pod_view, service_view};
+pub use bindings::{HOST_WIT_VERSION, WIT_PACKAGE, isim::nad_endpoints::types as wit};
+pub use convert::{conditions_view, pod_view, service_view};
 pub use errors::{CallError, GuestTrap, InvalidConfig, LoadError, Rejected};
 pub use pipeline::{
-    HOST_WIT_VERSION, Inspection, PipelineError, Step, WIT_PACKAGE, inspect, name_mismatch,
-    prepare, self_test,
+    Configured, Inspection, PipelineError, Step, inspect, name_mismatch, prepare, self_test,
 };
-pub use registry::{
-    BUILT_IN, Configured, FailurePolicy, POLICY_ANNOTATION, Plugins, SharedPlugins, UnknownPlugin,
-    annotated,
-};
+pub use registry::{BUILT_IN, FailurePolicy, Plugins, SharedPlugins, UnknownPlugin, annotated};
 pub use reload::{Component, Entry, Loader, PluginDir, Scan};
-pub use runtime::{CallStats, DecisionScope, Plugin, Runtime};
-pub use sandbox::PLUGIN_LOG_TARGET;
-
-/// The default plugin, built from `plugins/default` by the build script.
-pub const DEFAULT_PLUGIN_WASM: &[u8] = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));
-
-/// Limits every call runs under.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub deadline: Duration,
-    pub memory_bytes: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            deadline: Duration::from_millis(100),
-            memory_bytes: 64 << 20,
-        }
-    }
-}
+pub use runtime::{CallStats, DEFAULT_PLUGIN_WASM, DecisionScope, Plugin, Runtime, decision};
+pub use sandbox::{Limits, PLUGIN_LOG_TARGET};

@@ -6,15 +6,15 @@
 
 use sha2::{Digest, Sha256};
 
-use super::{CallError, Configured, LoadError, Plugin, Rejected, Runtime, diagnose, wit};
-use nad_model::{decision::Decision, fetch::MAX_PLUGIN_BYTES};
+use super::{
+    CallError, LoadError, Rejected,
+    bindings::{HOST_WIT_VERSION, WIT_PACKAGE},
+    diagnose,
+    runtime::{Plugin, Runtime},
+    wit,
+};
+use nad_model::{decision::Decision, fetch::MAX_PLUGIN_BYTES, input::target::POLICY_ANNOTATION};
 
-/// The WIT package plugins implement.
-pub const WIT_PACKAGE: &str = "isim:nad-endpoints";
-// The version of the WIT package this host was built with, read from `wit/` by the build
-// script. A plugin built for `1.y` runs here when its major version is the same and its minor
-// version is not newer.
-include!(concat!(env!("OUT_DIR"), "/wit_version.rs"));
 const POLICY_INTERFACE: &str = "isim:nad-endpoints/policy";
 
 /// The step of the pipeline a plugin failed at.
@@ -133,8 +133,7 @@ pub fn name_mismatch(selected: &str, info: &wit::PluginInfo) -> Option<String> {
         format!(
             "plugin file {selected}.wasm calls itself {:?} in info(): Services select it by \
              its file name ({}: {selected}); rename the file or change info().name",
-            info.name,
-            super::POLICY_ANNOTATION
+            info.name, POLICY_ANNOTATION
         )
     })
 }
@@ -224,6 +223,15 @@ fn world_check(exports: &[String]) -> Result<(), String> {
             }
         )),
     }
+}
+
+/// A plugin with the configuration it was validated with.
+#[derive(Debug, Clone)]
+pub struct Configured {
+    pub plugin: Plugin,
+    pub config: String,
+    /// sha256 of the component.
+    pub hash: String,
 }
 
 /// Runs a plugin file through every step. `config` is its configuration document ("" for

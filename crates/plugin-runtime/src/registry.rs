@@ -6,22 +6,17 @@ use std::{
     sync::{Arc, RwLock},
 };
 
-use super::{DEFAULT_PLUGIN_WASM, PipelineError, Plugin, Runtime, prepare};
-use nad_model::keys::{KeySet, Keys};
+use super::{
+    pipeline::{Configured, PipelineError, prepare},
+    runtime::{DEFAULT_PLUGIN_WASM, Runtime},
+};
+use nad_model::{
+    input::target::POLICY_ANNOTATION,
+    keys::{KeySet, Keys},
+};
 
-/// The Service annotation naming the plugin that decides its pods.
-pub const POLICY_ANNOTATION: &str = "isim.dev/endpoint-policy";
 /// The name of the built-in plugin.
 pub const BUILT_IN: &str = "default";
-/// A plugin with the configuration it was validated with.
-#[derive(Debug, Clone)]
-pub struct Configured {
-    pub plugin: Plugin,
-    pub config: String,
-    /// sha256 of the component.
-    pub hash: String,
-}
-
 /// What a Service gets when its plugin is missing or its call fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FailurePolicy {

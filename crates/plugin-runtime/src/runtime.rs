@@ -15,17 +15,20 @@ use wasmtime::{
 };
 
 use super::{
-    CallError, HOST_WIT_VERSION, InvalidConfig, Limits, LoadError, Rejected,
-    bindings::{self, EndpointPolicyPre},
+    CallError, InvalidConfig, LoadError, Rejected,
+    bindings::{self, EndpointPolicyPre, HOST_WIT_VERSION},
     conditions::{self, CallConditions},
-    convert, diagnose,
+    diagnose,
     sandbox::{
-        CallState, EPOCH_TICK, MAX_MEMORIES, MAX_TABLES, Sandbox, link_conditions,
+        CallState, EPOCH_TICK, Limits, MAX_MEMORIES, MAX_TABLES, Sandbox, link_conditions,
         link_minimal_wasi,
     },
     wit,
 };
-use nad_model::decision::Decision;
+use nad_model::decision::{Conditions, Decision};
+
+/// The default plugin, built from `plugins/default` by the build script.
+pub const DEFAULT_PLUGIN_WASM: &[u8] = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));
 
 /// The process-wide Wasm engine and the host functions plugins may import.
 pub struct Runtime {
@@ -140,7 +143,7 @@ impl Runtime {
     pub fn explain_link(&self, component: &Component) -> Option<String> {
         let reference = self
             .reference
-            .get_or_init(|| Component::new(&self.engine, super::DEFAULT_PLUGIN_WASM).ok())
+            .get_or_init(|| Component::new(&self.engine, DEFAULT_PLUGIN_WASM).ok())
             .as_ref()?;
         diagnose::policy_mismatch(&self.engine, reference, component, POLICY_INTERFACE).map(
             |diff| format!("its {POLICY_INTERFACE} interface differs from this host's: {diff}"),
@@ -377,7 +380,7 @@ impl Plugin {
                 got: answer.len(),
             });
         }
-        Ok(Ok(answer.into_iter().map(convert::decision).collect()))
+        Ok(Ok(answer.into_iter().map(decision).collect()))
     }
 
     /// `evaluate`, with what the call cost (for `plugin bench`): the guest's answer as it
@@ -484,4 +487,16 @@ pub struct CallStats {
     pub run: std::time::Duration,
     /// The most linear memory the instance had, in bytes.
     pub memory_peak: usize,
+}
+
+/// A plugin's answer for one pod as the host's [`Decision`].
+pub fn decision(d: wit::Decision) -> Decision {
+    match d {
+        wit::Decision::Include(c) => Decision::Include(Conditions {
+            ready: c.ready,
+            serving: c.serving,
+            terminating: c.terminating,
+        }),
+        wit::Decision::Exclude(reason) => Decision::Exclude(reason),
+    }
 }

@@ -10,10 +10,26 @@ use wasmtime::{
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView, p2::pipe::MemoryOutputPipe};
 
 use super::{
-    CallError, GuestTrap, Limits, bindings,
+    CallError, GuestTrap, bindings,
     conditions::{self, CallConditions},
     wit,
 };
+
+/// Limits every call runs under.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub deadline: Duration,
+    pub memory_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            deadline: Duration::from_millis(100),
+            memory_bytes: 64 << 20,
+        }
+    }
+}
 
 /// How often the epoch advances; deadlines are rounded up to whole ticks.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);

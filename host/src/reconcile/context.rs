@@ -7,16 +7,13 @@ use std::{
 };
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
-use kube::{
-    Client,
-    runtime::{events::Reporter, reflector::ObjectRef},
-};
+use kube::{Client, runtime::events::Reporter};
 
 use super::events::Events;
 use crate::{
     error::Error,
     metrics::Metrics,
-    watch::{Shared, read},
+    watch::shared::{Shared, read},
 };
 use nad_core::{
     book::{Begun, Book},
@@ -26,6 +23,7 @@ use nad_core::{
     slices,
     step::{Candidates, Snapshot},
 };
+use nad_model::service_ref::ServiceRef;
 use nad_model::{input::target::ServiceTarget, reason::Reason};
 use nad_plugin_runtime::{Plugins, SharedPlugins};
 
@@ -147,8 +145,8 @@ impl Context {
     }
 
     /// This controller's slices of the Service, from the cache.
-    pub fn slices_of(&self, service: &ObjectRef<Service>) -> Vec<Arc<EndpointSlice>> {
-        let namespace = service.namespace.as_deref().unwrap_or_default();
+    pub fn slices_of(&self, service: &ServiceRef) -> Vec<Arc<EndpointSlice>> {
+        let namespace = service.namespace.as_str();
         let mut slices = read(&self.shared.slices).of(namespace, &service.name);
         slices.retain(|s| slices::is_managed_slice_of(s, &service.name));
         slices
@@ -193,7 +191,7 @@ impl Context {
 
     /// Forgets a Service that is gone or no longer managed: its bookkeeping, its figures and
     /// its problems.
-    pub fn forget(&self, service: &ObjectRef<Service>) {
+    pub fn forget(&self, service: &ServiceRef) {
         self.shared.forget(service);
     }
 
@@ -221,8 +219,8 @@ impl Context {
     ) -> (Self, tokio::sync::watch::Sender<bool>) {
         let (ready, caches_ready) = tokio::sync::watch::channel(true);
         let shared = Shared::new(Arc::default());
-        *crate::watch::write(&shared.pods) = nad_core::index::PodIndex::new(plugins.keys());
-        *crate::watch::write(&shared.zones) = zones;
+        *crate::watch::shared::write(&shared.pods) = nad_core::index::PodIndex::new(plugins.keys());
+        *crate::watch::shared::write(&shared.zones) = zones;
         let settings = Settings {
             max_endpoints_per_slice: 100,
             namespace: None,

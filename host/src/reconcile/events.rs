@@ -7,6 +7,7 @@
 //! same note repeats as a series and a new note is a new Event.
 
 use nad_model::reason::Reason;
+use nad_model::service_ref::ServiceRef;
 use std::{
     collections::HashMap,
     sync::{Mutex, PoisonError},
@@ -15,10 +16,7 @@ use std::{
 use k8s_openapi::api::core::v1::Service;
 use kube::{
     Client, Resource, ResourceExt,
-    runtime::{
-        events::{Event, EventType, Recorder, Reporter},
-        reflector::ObjectRef,
-    },
+    runtime::events::{Event, EventType, Recorder, Reporter},
 };
 
 use nad_process::kube_error::describe;
@@ -29,7 +27,7 @@ const NOTE_LIMIT: usize = 1024;
 /// Event starts a new series), so Services deleted long ago do not hold memory.
 const REMEMBERED: usize = 4096;
 
-type Key = (ObjectRef<Service>, Reason);
+type Key = (ServiceRef, Reason);
 
 pub struct Events {
     client: Client,
@@ -59,7 +57,7 @@ impl Events {
         let note = truncate(note, NOTE_LIMIT);
         let recorder = {
             let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
-            let key = (ObjectRef::from_obj(service), reason);
+            let key = (ServiceRef::of(service), reason);
             match last.get(&key) {
                 Some((previous, recorder)) if *previous == note => recorder.clone(),
                 _ => {

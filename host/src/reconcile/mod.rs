@@ -25,10 +25,7 @@ use std::{
 };
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
-use kube::{
-    ResourceExt,
-    runtime::{controller::Action, reflector::ObjectRef},
-};
+use kube::{ResourceExt, runtime::controller::Action};
 use nad_core::{slices, step};
 
 use crate::{
@@ -41,9 +38,12 @@ use crate::{
     },
 };
 use nad_core::step::{Plan, Release, Snapshot, Step};
-use nad_model::{input::target::NETWORK_ANNOTATION, reason::Reason};
+use nad_model::service_ref::ServiceRef;
+use nad_model::{
+    input::target::{NETWORK_ANNOTATION, POLICY_ANNOTATION},
+    reason::Reason,
+};
 use nad_plugin_policy::{PluginPolicy, Record};
-use nad_plugin_runtime::POLICY_ANNOTATION;
 
 /// How often a Service is reconciled even when nothing seems to change.
 const RESYNC: Duration = Duration::from_secs(600);
@@ -84,10 +84,10 @@ impl Done {
 #[tracing::instrument(skip_all, fields(service = %service.name_any(), namespace = service.namespace().unwrap_or_default()))]
 pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.wait_ready().await?;
-    let key = ObjectRef::from_obj(&*service);
+    let key = ServiceRef::of(&service);
     let started = Instant::now();
     let result = reconcile_service(&service, &ctx).await;
-    let namespace = key.namespace.as_deref().unwrap_or_default();
+    let namespace = key.namespace.as_str();
     match &result {
         Ok(done) => {
             if let Some(error) = ctx.book().succeeded(&key) {
@@ -137,7 +137,7 @@ fn failure(ctx: &Context, service: &Service, error: &Error) -> Problem {
 /// Backs off per Service: one failing Service never delays the others. A failure is logged at
 /// warn when it is new for the Service, at debug while it repeats.
 pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = ObjectRef::from_obj(&*service);
+    let key = ServiceRef::of(&service);
     let (failures, repeated) = ctx.book().failures(&key);
     let delay = retry_delay(error, failures);
     let (name, namespace) = (service.name_any(), service.namespace().unwrap_or_default());
@@ -160,7 +160,7 @@ pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> 
 /// (writes, Events) do not hold it.
 async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Done, Error> {
     let turn = ctx.planning_turn().await;
-    let key = ObjectRef::from_obj(service);
+    let key = ServiceRef::of(service);
     let existing = ctx.slices_of(&key);
     let Some(begun) = ctx.book().begin(&key, &existing) else {
         // The watch events of the last writes are on their way and will trigger a reconcile.
@@ -177,7 +177,7 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Done, Err
         .iter()
         .map(|s| s.endpoints.as_ref().map_or(0, Vec::len))
         .sum();
-    let namespace = key.namespace.as_deref().unwrap_or_default();
+    let namespace = key.namespace.as_str();
     let services = &ctx.metrics().services;
     services.published(namespace, &key.name, Some(count(published)));
     let target = match step::admit(service) {
@@ -222,7 +222,7 @@ async fn reconcile_service(service: &Service, ctx: &Context) -> Result<Done, Err
 async fn released(
     ctx: &Context,
     service: &Service,
-    key: &ObjectRef<Service>,
+    key: &ServiceRef,
     existing: &[Arc<EndpointSlice>],
     release: Release,
 ) -> Result<Done, Error> {
@@ -253,7 +253,7 @@ async fn released(
 async fn told(
     ctx: &Context,
     service: &Service,
-    key: &ObjectRef<Service>,
+    key: &ServiceRef,
     mut plan: Box<Plan>,
     mut problems: BTreeSet<Problem>,
 ) -> (Box<Plan>, BTreeSet<Problem>) {
@@ -280,7 +280,7 @@ async fn told(
 async fn placed(
     ctx: &Context,
     service: &Service,
-    key: &ObjectRef<Service>,
+    key: &ServiceRef,
     existing: &[Arc<EndpointSlice>],
     plan: Box<Plan>,
     problems: BTreeSet<Problem>,
@@ -343,7 +343,7 @@ fn next_after(written: &write::Written, node_retry: bool) -> Duration {
 async fn written(
     ctx: &Context,
     service: &Service,
-    key: &ObjectRef<Service>,
+    key: &ServiceRef,
     existing: &[Arc<EndpointSlice>],
     changes: slices::Changes,
     (endpoints, changed_at): (usize, Option<k8s_openapi::jiff::Timestamp>),
@@ -372,7 +372,7 @@ fn count(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-fn next_resync(ctx: &Context, key: &ObjectRef<Service>) -> Duration {
+fn next_resync(ctx: &Context, key: &ServiceRef) -> Duration {
     if ctx.book().node_retry(key) {
         NODE_RETRY
     } else {

@@ -2,7 +2,6 @@
 //! Service's input problems, each once while it lasts.
 
 use k8s_openapi::api::core::v1::Service;
-use kube::runtime::reflector::ObjectRef;
 use nad_model::reason::Reason;
 
 use std::collections::BTreeSet;
@@ -13,6 +12,7 @@ use super::Context;
 use crate::metrics::services::Problem;
 use nad_core::findings::Finding;
 use nad_model::input::target::{NETWORK_ANNOTATION, ServiceTarget};
+use nad_model::service_ref::ServiceRef;
 
 /// Publishes what happened while the policy decided: the calls made (metrics), a load
 /// failure of the Service's plugin, a fallback to the built-in plugin. Returns the Service
@@ -46,7 +46,7 @@ pub async fn policy(ctx: &Context, service: &Service, record: &Record) -> BTreeS
 pub async fn findings(
     ctx: &Context,
     service: &Service,
-    key: &ObjectRef<Service>,
+    key: &ServiceRef,
     target: &ServiceTarget,
     findings: Vec<Finding>,
 ) {

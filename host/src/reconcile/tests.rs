@@ -14,19 +14,16 @@ use k8s_openapi::api::{
     core::v1::{Node, Pod, Service},
     discovery::v1::EndpointSlice,
 };
-use kube::{
-    Client, ResourceExt,
-    client::Body,
-    runtime::{controller::Action, reflector::ObjectRef, watcher::Event},
-};
+use kube::{Client, ResourceExt, client::Body, runtime::controller::Action};
 use nad_test_kit::metrics::Scrape;
 use serde_json::{Value, json};
 use tower_test::mock::Handle;
 
 use super::{Context, NODE_RETRY, RESYNC, STALE_RETRY, reconcile};
-use crate::{error::Error, metrics::Metrics, watch::write};
+use crate::{error::Error, metrics::Metrics, watch::shared::write};
 use nad_core::index::NodeZones;
 use nad_core::{book::Wrote, scope::Scope};
+use nad_model::{service_ref::ServiceRef, watch::Event};
 use nad_plugin_runtime::{FailurePolicy, Limits, Plugins, Runtime, prepare};
 
 const MISBEHAVING: &[u8] = include_bytes!(env!("NSC_TEST_MISBEHAVING_WASM"));
@@ -129,7 +126,7 @@ impl Harness {
     fn new(plugins: Plugins) -> Self {
         let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let mut zones = NodeZones::default();
-        zones.on_event(&Event::Apply(node("n1", "zone-a")));
+        zones.on_event(Event::Apply(&node("n1", "zone-a")));
         let (ctx, ready) = Context::for_tests(Client::new(service, "default"), plugins, zones);
         Harness {
             ctx: Arc::new(ctx),
@@ -167,7 +164,7 @@ impl Harness {
                 .unwrap(),
             );
         }
-        let change = write(&self.ctx.shared().pods).on_event(&Event::Apply(pod));
+        let change = write(&self.ctx.shared().pods).on_event(Event::Apply(&pod));
         if let Some((pod, at)) = change.pod {
             self.ctx.book().pod_changed(key(), &pod, at);
         }
@@ -190,7 +187,7 @@ impl Harness {
 
     /// A slice event as the slice watch handles it.
     fn store_slice(&mut self, slice: EndpointSlice) {
-        write(&self.ctx.shared().slices).on_event(&Event::Apply(slice));
+        write(&self.ctx.shared().slices).on_event(Event::Apply(&slice));
     }
 
     /// The watch events of `sent` as the slice watch handles them: whether any of them asks
@@ -274,8 +271,8 @@ fn metric_once(metrics: &Metrics, name: &str) -> Option<u64> {
     Scrape::new(metrics.encode()).get(name).map(|v| v as u64)
 }
 
-fn key() -> ObjectRef<Service> {
-    ObjectRef::new("web").within("ns")
+fn key() -> ServiceRef {
+    ServiceRef::new("ns", "web")
 }
 
 fn node(name: &str, zone: &str) -> Node {
@@ -738,14 +735,14 @@ async fn a_missing_network_is_warned_about_once_and_the_slices_are_kept() {
     h.store_slice(a_slice("web-ipv4-0"));
     {
         let mut definitions = write(&h.ctx.shared().definitions);
-        definitions.on_event::<Pod>(&Event::Init);
+        definitions.on_event::<Pod>(Event::Init);
         for name in ["macvlan", "sriov"] {
             let nad: Pod =
                 serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns"}}))
                     .unwrap();
-            definitions.on_event(&Event::InitApply(nad));
+            definitions.on_event(Event::InitApply(&nad));
         }
-        definitions.on_event::<Pod>(&Event::InitDone);
+        definitions.on_event::<Pod>(Event::InitDone);
     }
     let misspelt = headless(json!({"isim.dev/network": "macvlann"}));
     h.everything_changed();
@@ -770,7 +767,7 @@ async fn a_missing_network_is_warned_about_once_and_the_slices_are_kept() {
         serde_json::from_value(json!({"metadata": {"name": "macvlann", "namespace": "ns"}}))
             .unwrap();
     assert_eq!(
-        write(&h.ctx.shared().definitions).on_event(&Event::Apply(created)),
+        write(&h.ctx.shared().definitions).on_event(Event::Apply(&created)),
         ["ns/macvlann"]
     );
     h.everything_changed();

@@ -2,10 +2,11 @@
 //! what was written and what failed.
 
 use nad_model::reason::Reason;
+use nad_model::service_ref::ServiceRef;
 use std::sync::Arc;
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
-use kube::{ResourceExt, runtime::reflector::ObjectRef};
+use kube::ResourceExt;
 use nad_process::kube_error::describe;
 
 use super::Context;
@@ -25,7 +26,7 @@ use nad_core::{
 pub async fn hold_back(
     ctx: &Context,
     service: &Service,
-    key: &ObjectRef<Service>,
+    key: &ServiceRef,
     changes: &mut Changes,
 ) -> usize {
     let before = changes.apply.len();
@@ -69,11 +70,11 @@ pub struct Written {
 pub async fn write(
     ctx: &Context,
     service: &Service,
-    key: &ObjectRef<Service>,
+    key: &ServiceRef,
     changes: Changes,
     existing: &[Arc<EndpointSlice>],
 ) -> Result<Written, Error> {
-    let namespace = key.namespace.as_deref().unwrap_or_default();
+    let namespace = key.namespace.as_str();
     ctx.book().writing(key);
     let written = apply::write(ctx.client(), namespace, changes).await;
     ctx.metrics()
@@ -126,7 +127,7 @@ pub async fn write(
 pub async fn remove_all(
     ctx: &Context,
     service: &Service,
-    key: &ObjectRef<Service>,
+    key: &ServiceRef,
     existing: &[Arc<EndpointSlice>],
     why: &str,
 ) -> Result<(), Error> {
@@ -155,7 +156,7 @@ pub async fn remove_all(
 async fn report_refusal(
     ctx: &Context,
     service: &Service,
-    key: &ObjectRef<Service>,
+    key: &ServiceRef,
     sent: &EndpointSlice,
     source: &kube::Error,
     existing: &[Arc<EndpointSlice>],

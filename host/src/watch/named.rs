@@ -60,7 +60,9 @@ impl<K: Object> Named<K> {
         let api: Api<K> = Api::namespaced(client, namespace);
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         Self {
-            events: watcher(api, config).backoff(super::backoff()).boxed(),
+            events: watcher(api, config)
+                .backoff(super::health::backoff())
+                .boxed(),
             listed: None,
         }
     }

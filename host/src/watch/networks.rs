@@ -5,14 +5,17 @@
 use std::time::Duration;
 
 use futures::{Stream, StreamExt, future, stream};
-use k8s_openapi::api::core::v1::Service;
 use kube::{
     Api, Client,
     api::{DynamicObject, GroupVersionKind, PartialObjectMeta},
-    runtime::{WatchStreamExt, reflector::ObjectRef, watcher},
+    runtime::{WatchStreamExt, watcher},
 };
 
-use super::{Shared, backoff, read, write};
+use super::{
+    health::backoff,
+    shared::{Shared, read, seen, write},
+};
+use nad_model::service_ref::ServiceRef;
 
 const GROUP: &str = "k8s.cni.cncf.io";
 const VERSION: &str = "v1";
@@ -20,7 +23,7 @@ const KIND: &str = "NetworkAttachmentDefinition";
 /// How long to wait before asking the API server again whether the CRD exists.
 const DISCOVERY_RETRY: Duration = Duration::from_secs(2);
 
-pub fn watch(client: Client, shared: Shared) -> impl Stream<Item = ObjectRef<Service>> + Send {
+pub fn watch(client: Client, shared: Shared) -> impl Stream<Item = ServiceRef> + Send {
     stream::once(discover(client))
         .filter_map(future::ready)
         .flat_map(move |api| {
@@ -31,8 +34,8 @@ pub fn watch(client: Client, shared: Shared) -> impl Stream<Item = ObjectRef<Ser
                 .filter_map(move |item| {
                     let changed = health
                         .observe(item)
-                        .map_or_else(Vec::new, |event| write(&shared.definitions).on_event(&event));
-                    let services: Vec<ObjectRef<Service>> = changed
+                        .map_or_else(Vec::new, |event| write(&shared.definitions).on_event(seen(&event)));
+                    let services: Vec<ServiceRef> = changed
                         .iter()
                         .flat_map(|network| read(&shared.networks).on_network(network))
                         .collect();

@@ -4,24 +4,25 @@
 use std::collections::BTreeSet;
 
 use futures::{Stream, StreamExt, future, stream};
-use k8s_openapi::api::core::v1::{Node, Service};
-use kube::{
-    Api,
-    runtime::{reflector::ObjectRef, watcher},
-};
+use k8s_openapi::api::core::v1::Node;
+use kube::{Api, runtime::watcher};
 
-use super::{Shared, backoff, read, write};
+use super::{
+    health::backoff,
+    shared::{Shared, read, seen, write},
+};
 use kube::runtime::WatchStreamExt;
 use nad_core::index::NetworkKey;
+use nad_model::service_ref::ServiceRef;
 
-pub fn watch(api: Api<Node>, shared: Shared) -> impl Stream<Item = ObjectRef<Service>> + Send {
+pub fn watch(api: Api<Node>, shared: Shared) -> impl Stream<Item = ServiceRef> + Send {
     let mut health = shared.health("nodes");
     watcher(api, watcher::Config::default())
         .backoff(backoff())
         .filter_map(move |item| {
-            let changed = health
-                .observe(item)
-                .map_or_else(Vec::new, |event| write(&shared.zones).on_event(&event));
+            let changed = health.observe(item).map_or_else(Vec::new, |event| {
+                write(&shared.zones).on_event(seen(&event))
+            });
             let services = if changed.is_empty() {
                 Vec::new()
             } else {

@@ -10,10 +10,7 @@ use std::{
 };
 
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
-use kube::{
-    Client, ResourceExt,
-    runtime::reflector::{ObjectRef, Store},
-};
+use kube::{Client, ResourceExt, runtime::reflector::Store};
 use nad_model::fetch::Fetch;
 use tokio::sync::watch;
 
@@ -21,9 +18,8 @@ use crate::metrics::{Loaded, Metrics};
 use nad_core::book::SharedBook;
 use nad_model::input::target;
 use nad_model::keys::Keys;
-use nad_plugin_runtime::{
-    Loader, POLICY_ANNOTATION, PluginDir, Plugins, Runtime, Scan, SharedPlugins, configmap,
-};
+use nad_model::service_ref::ServiceRef;
+use nad_plugin_runtime::{Loader, PluginDir, Plugins, Runtime, Scan, SharedPlugins, configmap};
 
 use super::{
     named::{Named, Seen},
@@ -100,7 +96,7 @@ struct Publisher {
     metrics: Arc<Metrics>,
     keys: watch::Sender<Keys>,
     book: SharedBook,
-    tx: futures::channel::mpsc::UnboundedSender<ObjectRef<Service>>,
+    tx: futures::channel::mpsc::UnboundedSender<ServiceRef>,
 }
 
 impl Publisher {
@@ -118,16 +114,19 @@ impl Publisher {
                 .plugin_loaded(&failure.plugin, Loaded::Failed(failure.step));
         }
         let changed = scan.changed();
-        let refs: Vec<ObjectRef<Service>> = self
+        let refs: Vec<ServiceRef> = self
             .services
             .state()
             .iter()
             .filter(|svc| target::managed_network(svc).is_some())
             .filter(|svc| {
-                let annotation = svc.annotations().get(POLICY_ANNOTATION).map(String::as_str);
+                let annotation = svc
+                    .annotations()
+                    .get(target::POLICY_ANNOTATION)
+                    .map(String::as_str);
                 changed.iter().any(|n| n == next.name_for(annotation))
             })
-            .map(|svc| ObjectRef::from_obj(&**svc))
+            .map(|svc| ServiceRef::of(svc))
             .collect();
         let wanted = next.keys();
         self.plugins.replace(next);
@@ -158,8 +157,8 @@ pub fn watch(
     metrics: Arc<Metrics>,
     keys: watch::Sender<Keys>,
     book: SharedBook,
-) -> impl futures::Stream<Item = ObjectRef<Service>> + Send + 'static {
-    let (tx, rx) = futures::channel::mpsc::unbounded::<ObjectRef<Service>>();
+) -> impl futures::Stream<Item = ServiceRef> + Send + 'static {
+    let (tx, rx) = futures::channel::mpsc::unbounded::<ServiceRef>();
     let publisher = Arc::new(Publisher {
         plugins: source.plugins.clone(),
         services,

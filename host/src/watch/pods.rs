@@ -9,17 +9,22 @@
 use std::collections::{HashMap, hash_map::Entry};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api,
-    runtime::{WatchStreamExt, reflector::ObjectRef, watcher},
+    runtime::{WatchStreamExt, watcher},
 };
 use tokio::sync::{mpsc, watch};
 
-use super::{Shared, backoff, read, receiver_stream, screen::Screen, write};
+use super::{
+    health::backoff,
+    screen::Screen,
+    shared::{Shared, read, seen, write},
+};
 use k8s_openapi::jiff::Timestamp;
 use nad_core::index::{NetworkKey, PodChange};
 use nad_model::keys::Keys;
+use nad_model::service_ref::ServiceRef;
 
 /// Pages of the initial list when the API server cannot stream it: each page is whole pods
 /// (managed fields and all) until they are reduced to records, and the allocator keeps the
@@ -31,7 +36,7 @@ pub fn watch(
     shared: Shared,
     screen: Screen,
     mut keys: watch::Receiver<Keys>,
-) -> impl Stream<Item = ObjectRef<Service>> + Send + 'static {
+) -> impl Stream<Item = ServiceRef> + Send + 'static {
     let (tx, rx) = mpsc::unbounded_channel();
     let screening = screening(shared.clone(), screen, tx.clone());
     tokio::spawn(async move {
@@ -70,7 +75,7 @@ pub fn watch(
                             break;
                         }
                         let Some(event) = health.observe(item) else { continue };
-                        let change = write(&shared.pods).on_event(&event);
+                        let change = write(&shared.pods).on_event(seen(&event));
                         let (now, screened) = route(&shared, &change);
                         for service in now {
                             if tx.send(service).is_err() {
@@ -114,7 +119,7 @@ struct Job {
     /// The Services [`route`] asked to reconcile at once (usually none or one): the others
     /// on the networks are screened. Named here, not decided again when screening, since a
     /// Service whose reconcile is in flight remembers nothing meanwhile.
-    sent: Vec<ObjectRef<Service>>,
+    sent: Vec<ServiceRef>,
 }
 
 impl Job {
@@ -136,7 +141,7 @@ impl Job {
 fn screening(
     shared: Shared,
     screen: Screen,
-    tx: mpsc::UnboundedSender<ObjectRef<Service>>,
+    tx: mpsc::UnboundedSender<ServiceRef>,
 ) -> std::sync::mpsc::Sender<Job> {
     let (jobs, rx) = std::sync::mpsc::channel::<Job>();
     let spawned = std::thread::Builder::new()
@@ -178,7 +183,7 @@ fn coalesce(first: Job, more: impl Iterator<Item = Job>) -> Vec<Job> {
 /// The Services that must reconcile for one pod change: of those on its networks, the ones
 /// [`route`] did not ask at once whose policy the pod moves (a Service that remembers no
 /// decisions by then, its reconcile in flight, reconciles again).
-fn screen_job(shared: &Shared, screen: &Screen, job: &Job) -> Vec<ObjectRef<Service>> {
+fn screen_job(shared: &Shared, screen: &Screen, job: &Job) -> Vec<ServiceRef> {
     let candidates: Vec<_> = read(&shared.networks)
         .on(&job.networks)
         .into_iter()
@@ -189,7 +194,7 @@ fn screen_job(shared: &Shared, screen: &Screen, job: &Job) -> Vec<ObjectRef<Serv
 
 /// The Services a pod change concerns: those to reconcile now, with the change noted in their
 /// pending scopes, and the change to screen for the others (see [`super::screen`]).
-fn route(shared: &Shared, change: &PodChange) -> (Vec<ObjectRef<Service>>, Option<Job>) {
+fn route(shared: &Shared, change: &PodChange) -> (Vec<ServiceRef>, Option<Job>) {
     if let Some(((namespace, pod), error)) = &change.unreadable {
         tracing::warn!(
             %namespace, %pod, error = %error,
@@ -225,6 +230,16 @@ fn route(shared: &Shared, change: &PodChange) -> (Vec<ObjectRef<Service>>, Optio
     (now, job)
 }
 
+/// A stream of the values an unbounded channel receives.
+fn receiver_stream<T: Send + 'static>(
+    rx: tokio::sync::mpsc::UnboundedReceiver<T>,
+) -> impl futures::Stream<Item = T> + Send + 'static {
+    futures::stream::unfold(rx, |mut rx| async move {
+        let item = rx.recv().await?;
+        Some((item, rx))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,7 +250,7 @@ mod tests {
             pod: pod.into(),
             at: Timestamp::from_second(second).unwrap(),
             networks: vec![("ns".into(), format!("ns/{network}"))],
-            sent: vec![ObjectRef::new("web").within("ns")],
+            sent: vec![ServiceRef::new("ns", "web")],
         }
     }
 
@@ -249,6 +264,7 @@ mod tests {
         use super::*;
         use nad_core::decide::Remembered;
         use nad_model::decision::Conditions;
+        use nad_model::watch::Event;
         use nad_plugin_runtime::{Limits, Plugins, Runtime, SharedPlugins};
 
         fn built_in() -> Plugins {
@@ -281,8 +297,8 @@ mod tests {
             .unwrap()
         }
 
-        fn key(name: &str) -> ObjectRef<Service> {
-            ObjectRef::new(name).within("ns")
+        fn key(name: &str) -> ServiceRef {
+            ServiceRef::new("ns", name)
         }
 
         /// Services `web` and `api` on `ns/macvlan`, `web` remembering that it includes
@@ -311,7 +327,7 @@ mod tests {
         }
 
         fn change(shared: &Shared, pod: Pod) -> PodChange {
-            write(&shared.pods).on_event(&watcher::Event::Apply(pod))
+            write(&shared.pods).on_event(Event::Apply(&pod))
         }
 
         #[test]

@@ -16,8 +16,8 @@ use std::{
 };
 
 use futures::Stream;
-use k8s_openapi::api::core::v1::Service;
-use kube::{Client, runtime::reflector::ObjectRef};
+use kube::Client;
+use nad_model::service_ref::ServiceRef;
 use tokio::sync::Notify;
 
 /// How often an unreachable API server is asked whether it is ready again.
@@ -44,9 +44,9 @@ impl Recovery {
         self: Arc<Self>,
         client: Client,
         failing: F,
-    ) -> impl Stream<Item = ObjectRef<Service>> + Send + 'static
+    ) -> impl Stream<Item = ServiceRef> + Send + 'static
     where
-        F: Fn() -> Vec<ObjectRef<Service>> + Send + Sync + 'static,
+        F: Fn() -> Vec<ServiceRef> + Send + Sync + 'static,
     {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {

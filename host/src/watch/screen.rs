@@ -12,14 +12,15 @@
 use std::sync::Arc;
 
 use k8s_openapi::{api::core::v1::Service, jiff::Timestamp};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 
-use super::{Shared, read};
+use super::shared::{Shared, read, store_key};
 use nad_core::{
     decide::{self, Screened},
     observe,
 };
 use nad_model::input::target::{self, Target};
+use nad_model::service_ref::ServiceRef;
 use nad_plugin_policy::PluginPolicy;
 use nad_plugin_runtime::SharedPlugins;
 
@@ -38,8 +39,8 @@ impl Screen {
         shared: &Shared,
         pod: &str,
         at: Timestamp,
-        services: Vec<ObjectRef<Service>>,
-    ) -> Vec<ObjectRef<Service>> {
+        services: Vec<ServiceRef>,
+    ) -> Vec<ServiceRef> {
         let mut moved = Vec::new();
         for service in services {
             if let Screened::Moves(answer) = self.moves(shared, pod, &service) {
@@ -54,11 +55,11 @@ impl Screen {
     }
 
     /// Whether the change of `pod` may move an endpoint of `service`.
-    fn moves(&self, shared: &Shared, pod: &str, key: &ObjectRef<Service>) -> Screened {
+    fn moves(&self, shared: &Shared, pod: &str, key: &ServiceRef) -> Screened {
         if shared.book.lock().reconciles_at_once(key, pod) {
             return Screened::Moves(None);
         }
-        let Some(service) = self.services.get(key) else {
+        let Some(service) = self.services.get(&store_key(key)) else {
             return Screened::Moves(None);
         };
         let Target::Managed(target) = target::classify(&service) else {
@@ -83,7 +84,7 @@ impl Screen {
         if matches!(screened, Screened::Still) {
             tracing::debug!(
                 service = %key.name,
-                namespace = key.namespace.as_deref().unwrap_or_default(),
+                namespace = key.namespace.as_str(),
                 %pod,
                 "changed pods move no endpoint; nothing to plan"
             );

@@ -7,14 +7,19 @@ use kube::{
     Api,
     runtime::{
         WatchStreamExt,
-        reflector::{ObjectRef, Store, store::Writer},
+        reflector::{Store, store::Writer},
         watcher,
     },
 };
 
-use super::{Shared, backoff, strip::strip_service, write};
+use super::{
+    health::backoff,
+    shared::{Shared, seen, store_key, write},
+    strip::strip_service,
+};
 use nad_core::index::ServiceNetworks;
 use nad_core::relist::RelistGate;
+use nad_model::service_ref::ServiceRef;
 
 /// Services to reconcile, as the Controller's main stream: every Service added or changed.
 pub fn watch(
@@ -34,18 +39,18 @@ pub fn watch(
                 None => Vec::new(),
                 Some(event) => {
                     let now = on_event(&shared, &store, &event);
-                    gate.pass(&event, now)
+                    gate.pass(seen(&event), now)
                 }
             };
             // The store is current for each of them now (a relist's at its end).
             let changed: Vec<Service> = changed
                 .into_iter()
-                .filter_map(|key| store.get(&key))
+                .filter_map(|key| store.get(&store_key(&key)))
                 .map(|service| (*service).clone())
                 .collect();
             let mut book = shared.book.lock();
             for service in &changed {
-                book.input_changed(ObjectRef::from_obj(service));
+                book.input_changed(ServiceRef::of(service));
             }
             future::ready(Some(stream::iter(changed.into_iter().map(Ok))))
         })
@@ -56,14 +61,14 @@ fn on_event(
     shared: &Shared,
     store: &Store<Service>,
     event: &watcher::Event<Service>,
-) -> Vec<ObjectRef<Service>> {
+) -> Vec<ServiceRef> {
     match event {
         watcher::Event::Apply(service) | watcher::Event::InitApply(service) => {
             write(&shared.networks).apply(service);
-            vec![ObjectRef::from_obj(service)]
+            vec![ServiceRef::of(service)]
         }
         watcher::Event::Delete(service) => {
-            let key = ObjectRef::from_obj(service);
+            let key = ServiceRef::of(service);
             write(&shared.networks).remove(&key);
             shared.forget(&key);
             Vec::new()
@@ -77,7 +82,10 @@ fn on_event(
                 networks.apply(&service);
             }
             *write(&shared.networks) = networks;
-            let gone = shared.book.lock().known(|key| store.get(key).is_none());
+            let gone = shared
+                .book
+                .lock()
+                .known(|key| store.get(&store_key(key)).is_none());
             for key in &gone {
                 shared.forget(key);
             }

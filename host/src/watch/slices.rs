@@ -4,21 +4,23 @@
 //! the owner place its decisions again (no input changed, so they stand).
 
 use futures::{Stream, StreamExt, future, stream};
-use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{
     Api, ResourceExt,
-    runtime::{WatchStreamExt, reflector::ObjectRef, watcher},
+    runtime::{WatchStreamExt, watcher},
 };
 
-use super::{Shared, backoff, strip::strip_meta, write};
+use super::{
+    health::backoff,
+    shared::{Shared, seen, write},
+    strip::strip_meta,
+};
 use nad_core::book::SharedBook;
 use nad_core::relist::RelistGate;
 use nad_model::labels::{MANAGED_BY, MANAGED_BY_LABEL};
+use nad_model::service_ref::ServiceRef;
 
-pub fn watch(
-    api: Api<EndpointSlice>,
-    shared: Shared,
-) -> impl Stream<Item = ObjectRef<Service>> + Send {
+pub fn watch(api: Api<EndpointSlice>, shared: Shared) -> impl Stream<Item = ServiceRef> + Send {
     let mut health = shared.health("endpointslices");
     let mut gate = RelistGate::default();
     let ours = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
@@ -27,9 +29,9 @@ pub fn watch(
         .modify(|s: &mut EndpointSlice| strip_meta(&mut s.metadata))
         .filter_map(move |item| {
             let owners = health.observe(item).map_or_else(Vec::new, |event| {
-                write(&shared.slices).on_event(&event);
+                write(&shared.slices).on_event(seen(&event));
                 let owners = owners(&shared.book, &event);
-                gate.pass(&event, owners)
+                gate.pass(seen(&event), owners)
             });
             future::ready(Some(stream::iter(owners)))
         })
@@ -38,7 +40,7 @@ pub fn watch(
 
 /// The Services a slice event concerns (its owners) that must reconcile: not for the echo of
 /// this controller's own write, unless a reconcile waits for it.
-fn owners(book: &SharedBook, event: &watcher::Event<EndpointSlice>) -> Vec<ObjectRef<Service>> {
+fn owners(book: &SharedBook, event: &watcher::Event<EndpointSlice>) -> Vec<ServiceRef> {
     let (slice, deleted) = match event {
         watcher::Event::Apply(slice) | watcher::Event::InitApply(slice) => (slice, false),
         watcher::Event::Delete(slice) => (slice, true),
@@ -51,7 +53,7 @@ fn owners(book: &SharedBook, event: &watcher::Event<EndpointSlice>) -> Vec<Objec
         .owner_references()
         .iter()
         .filter(|o| o.kind == "Service")
-        .map(|owner| ObjectRef::new(&owner.name).within(&namespace))
+        .map(|owner| ServiceRef::new(&namespace, &owner.name))
         .filter(|service| book.slice_event(service.clone(), slice, deleted, listed))
         .collect()
 }

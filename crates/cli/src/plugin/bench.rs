@@ -5,13 +5,38 @@
 //! and the memory limit. The numbers are wall-clock times of this machine, for comparing two
 //! builds of a plugin; `make bench` measures the controller itself.
 
-use std::{io::Write, time::Duration};
+use std::{io::Write, path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, bail};
 use serde_json::json;
 
-use super::{BenchArgs, render, source, source::Loaded};
+use super::{
+    render,
+    sandbox::SandboxArgs,
+    source::{self, Loaded, PluginArg},
+};
 use nad_plugin_runtime::{CallError, wit};
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// The plugin component (`.wasm`), or `default` for the built-in plugin.
+    #[arg(long, value_parser = PluginArg::parse)]
+    pub plugin: PluginArg,
+    /// Its configuration (JSON).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Pods per call.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub pods: u32,
+    /// Calls to time.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    pub iterations: u32,
+    /// Print the figures as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
 
 /// Generated inputs: a Service whose labels and annotations are the declared keys, and `n`
 /// ready, running pods that carry them (a `*` gets a few typical keys), spread over 3 zones,

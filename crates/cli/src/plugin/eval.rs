@@ -315,7 +315,7 @@ fn warnings(loaded: &Loaded, target: &ServiceTarget) -> Vec<String> {
              decide it with {selected}.wasm",
             target.namespace,
             target.name,
-            nad_plugin_runtime::POLICY_ANNOTATION,
+            nad_model::input::target::POLICY_ANNOTATION,
             loaded.name
         ));
     }
@@ -327,7 +327,7 @@ fn plugin_selected(target: &ServiceTarget) -> Option<&str> {
     nad_plugin_runtime::annotated(
         target
             .annotations
-            .get(nad_plugin_runtime::POLICY_ANNOTATION)
+            .get(nad_model::input::target::POLICY_ANNOTATION)
             .map(String::as_str),
     )
 }

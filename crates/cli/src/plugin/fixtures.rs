@@ -16,7 +16,27 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use super::{TestArgs, eval, files, render, source};
+use super::{
+    eval, files, render,
+    sandbox::SandboxArgs,
+    source::{self, PluginArg},
+};
+
+#[derive(Debug, clap::Args)]
+pub struct TestArgs {
+    /// The plugin component (`.wasm`), or `default` for the built-in plugin.
+    #[arg(long, value_parser = PluginArg::parse)]
+    pub plugin: PluginArg,
+    /// Fixture directories: each is one case (it holds `service.yaml`) or holds cases in
+    /// its subdirectories.
+    #[arg(required = true)]
+    pub dirs: Vec<PathBuf>,
+    /// Rewrite each case's expected files from what the plugin does now.
+    #[arg(long)]
+    pub update: bool,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
 
 const SERVICE: &str = "service.yaml";
 const PODS: &str = "pods.yaml";

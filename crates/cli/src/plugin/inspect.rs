@@ -1,12 +1,27 @@
 //! `plugin inspect`: what a plugin file is and whether this host runs it.
 
-use std::io::Write;
+use std::{io::Write, path::PathBuf};
 
 use anyhow::bail;
 
-use super::{InspectArgs, source};
+use super::{
+    sandbox::SandboxArgs,
+    source::{self, PluginArg},
+};
 use nad_model::decision::Decision;
 use nad_plugin_runtime::{HOST_WIT_VERSION, Inspection, Plugin, WIT_PACKAGE};
+
+#[derive(Debug, clap::Args)]
+pub struct InspectArgs {
+    /// The plugin component (`.wasm`), or `default` for the built-in plugin.
+    #[arg(value_parser = PluginArg::parse)]
+    pub plugin: PluginArg,
+    /// Its configuration (JSON), for the config and self-test steps.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
 
 /// Prints what a plugin file is and whether this host runs it; fails when it does not.
 pub fn inspect(args: &InspectArgs, out: &mut impl Write) -> anyhow::Result<()> {

@@ -9,21 +9,29 @@ mod fixtures;
 mod inspect;
 mod push;
 mod render;
+pub(crate) mod sandbox;
 mod scaffold;
 pub(crate) mod source;
 mod verify;
 
-use std::{io::Write, path::PathBuf, time::Duration};
+use std::{io::Write, path::PathBuf};
 
 use anyhow::Context as _;
 use clap::Subcommand;
-use nad_plugin_fetcher::{LAYER_MEDIA_TYPES, OciRef};
 
 pub use render::Output;
 pub use source::PluginArg;
 
+use bench::BenchArgs;
+use fixtures::TestArgs;
+use inspect::InspectArgs;
+use push::PushArgs;
+use sandbox::SandboxArgs;
+use scaffold::{NewArgs, WIT, WIT_FILE};
+use verify::VerifyArgs;
+
 use nad_core::slices::DEFAULT_MAX_ENDPOINTS_PER_SLICE;
-use nad_plugin_runtime::{Limits, PLUGIN_LOG_TARGET, Runtime, WIT_PACKAGE};
+use nad_plugin_runtime::{PLUGIN_LOG_TARGET, WIT_PACKAGE};
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
@@ -83,41 +91,10 @@ impl PluginCommand {
     }
 }
 
-/// The sandbox a plugin runs in, as the controller's flags of the same names set it.
-#[derive(Debug, Clone, clap::Args)]
-pub struct SandboxArgs {
-    /// Deadline of one plugin call (instantiation included), e.g. 100ms or 1s.
-    #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
-    pub plugin_deadline: Duration,
-    /// Memory limit of one plugin call, in MiB.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
-    pub plugin_memory_limit_mib: u32,
-    /// Show more: the plugin's debug log lines and every wasm frame of a trap (-vv: all logs).
-    #[arg(short, long, action = clap::ArgAction::Count)]
-    pub verbose: u8,
-    /// For `--plugin oci://…`.
-    #[command(flatten)]
-    pub registry: nad_plugin_fetcher::RegistryArgs,
-}
-
-impl SandboxArgs {
-    pub fn runtime(&self) -> anyhow::Result<Runtime> {
-        Runtime::new(Limits {
-            deadline: self.plugin_deadline,
-            memory_bytes: self.plugin_memory_limit_mib as usize * 1024 * 1024,
-        })
-        .context("starting the plugin runtime")
-    }
-}
-
-fn plugin_arg(value: &str) -> Result<PluginArg, String> {
-    PluginArg::parse(value)
-}
-
 #[derive(Debug, clap::Args)]
 pub struct EvalArgs {
     /// The plugin component (`.wasm`), or `default` for the built-in plugin.
-    #[arg(long, value_parser = plugin_arg)]
+    #[arg(long, value_parser = PluginArg::parse)]
     pub plugin: PluginArg,
     /// Its configuration (JSON), as `<name>.json` beside it would be.
     #[arg(long)]
@@ -146,113 +123,12 @@ pub struct EvalArgs {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct TestArgs {
-    /// The plugin component (`.wasm`), or `default` for the built-in plugin.
-    #[arg(long, value_parser = plugin_arg)]
-    pub plugin: PluginArg,
-    /// Fixture directories: each is one case (it holds `service.yaml`) or holds cases in
-    /// its subdirectories.
-    #[arg(required = true)]
-    pub dirs: Vec<PathBuf>,
-    /// Rewrite each case's expected files from what the plugin does now.
-    #[arg(long)]
-    pub update: bool,
-    #[command(flatten)]
-    pub sandbox: SandboxArgs,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct InspectArgs {
-    /// The plugin component (`.wasm`), or `default` for the built-in plugin.
-    #[arg(value_parser = plugin_arg)]
-    pub plugin: PluginArg,
-    /// Its configuration (JSON), for the config and self-test steps.
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    #[command(flatten)]
-    pub sandbox: SandboxArgs,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct BenchArgs {
-    /// The plugin component (`.wasm`), or `default` for the built-in plugin.
-    #[arg(long, value_parser = plugin_arg)]
-    pub plugin: PluginArg,
-    /// Its configuration (JSON).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Pods per call.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    pub pods: u32,
-    /// Calls to time.
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
-    pub iterations: u32,
-    /// Print the figures as JSON.
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub sandbox: SandboxArgs,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct PushArgs {
-    /// The plugin component (`.wasm`).
-    pub file: PathBuf,
-    /// Where to publish it: oci://<registry>/<repository>[:<tag>]; without a tag it is
-    /// pushed by digest only.
-    #[arg(value_parser = oci_ref)]
-    pub reference: OciRef,
-    /// The layer's media type: the CNCF Wasm layout's (the default), wasm-to-oci's
-    /// (Kubewarden's) or Istio's compat one; the controller reads all three.
-    #[arg(long, default_value = LAYER_MEDIA_TYPES[0],
-          value_parser = clap::builder::PossibleValuesParser::new(LAYER_MEDIA_TYPES))]
-    pub layer_media_type: String,
-    #[command(flatten)]
-    pub sandbox: SandboxArgs,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct VerifyArgs {
-    /// The artifact: oci://<registry>/<repository>@sha256:<digest>.
-    #[arg(value_parser = oci_ref)]
-    pub reference: OciRef,
-    /// The verification policy (YAML: allOf, anyOf, trustRoot), as the controller's
-    /// --verification-policy or its policy ConfigMap holds it.
-    #[arg(long, value_name = "FILE")]
-    pub policy: PathBuf,
-    #[command(flatten)]
-    pub registry: nad_plugin_fetcher::RegistryArgs,
-}
-
-fn oci_ref(value: &str) -> Result<OciRef, String> {
-    OciRef::parse(value)
-}
-
-#[derive(Debug, clap::Args)]
 pub struct WitArgs {
     /// Write the package as `<DIR>/nad-endpoints.wit` (for a plugin's `wit/` directory)
     /// instead of printing it.
     #[arg(long, value_name = "DIR")]
     pub out_dir: Option<PathBuf>,
 }
-
-#[derive(Debug, clap::Args)]
-pub struct NewArgs {
-    /// The plugin's name: what Services select with isim.dev/endpoint-policy, and its file
-    /// name (`<name>.wasm`).
-    pub name: String,
-    /// The language of the project.
-    #[arg(long, value_enum, default_value_t = scaffold::Lang::Rust)]
-    pub lang: scaffold::Lang,
-    /// Where to create it (default: ./<name>); it must not exist or be empty.
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-}
-
-/// The WIT package this host was built with.
-pub const WIT: &str = include_str!("../../../../wit/nad-endpoints.wit");
-/// Its file name in a plugin's `wit/` directory.
-pub const WIT_FILE: &str = "nad-endpoints.wit";
 
 /// Runs a plugin subcommand, writing its output to `out` and its messages to `err`.
 pub fn run(

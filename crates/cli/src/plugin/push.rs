@@ -2,12 +2,33 @@
 //! `application/wasm` layer), after it passes the load pipeline, and prints the reference
 //! pinned by digest that a plugin source names.
 
-use std::{collections::BTreeMap, io::Write};
+use std::{collections::BTreeMap, io::Write, path::PathBuf};
 
 use anyhow::Context as _;
 
-use super::{PushArgs, source};
-use nad_plugin_fetcher::OciRef;
+use super::{
+    sandbox::SandboxArgs,
+    source::{self, PluginArg},
+};
+use nad_plugin_fetcher::{LAYER_MEDIA_TYPES, OciRef};
+use nad_plugin_runtime::WIT_PACKAGE;
+
+#[derive(Debug, clap::Args)]
+pub struct PushArgs {
+    /// The plugin component (`.wasm`).
+    pub file: PathBuf,
+    /// Where to publish it: oci://<registry>/<repository>[:<tag>]; without a tag it is
+    /// pushed by digest only.
+    #[arg(value_parser = OciRef::parse)]
+    pub reference: OciRef,
+    /// The layer's media type: the CNCF Wasm layout's (the default), wasm-to-oci's
+    /// (Kubewarden's) or Istio's compat one; the controller reads all three.
+    #[arg(long, default_value = LAYER_MEDIA_TYPES[0],
+          value_parser = clap::builder::PossibleValuesParser::new(LAYER_MEDIA_TYPES))]
+    pub layer_media_type: String,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
 
 pub fn push(args: &PushArgs, out: &mut impl Write) -> anyhow::Result<()> {
     if let Some(digest) = args.reference.digest() {
@@ -18,7 +39,7 @@ pub fn push(args: &PushArgs, out: &mut impl Write) -> anyhow::Result<()> {
     }
     let runtime = args.sandbox.runtime()?;
     // Only a plugin this host runs is published: the bytes read once, checked, then pushed.
-    let plugin = super::PluginArg::File(args.file.clone());
+    let plugin = PluginArg::File(args.file.clone());
     let component = plugin.bytes(&args.sandbox.registry)?;
     let loaded = source::load_bytes(
         &runtime,
@@ -41,8 +62,7 @@ pub fn push(args: &PushArgs, out: &mut impl Write) -> anyhow::Result<()> {
             "org.opencontainers.image.description".to_owned(),
             format!(
                 "nad-service-controller plugin {} ({})",
-                info.name,
-                super::WIT_PACKAGE
+                info.name, WIT_PACKAGE
             ),
         ),
     ]);

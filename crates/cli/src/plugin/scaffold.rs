@@ -9,8 +9,25 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use super::{NewArgs, WIT, WIT_FILE};
 use nad_plugin_runtime::{HOST_WIT_VERSION, WIT_PACKAGE};
+
+#[derive(Debug, clap::Args)]
+pub struct NewArgs {
+    /// The plugin's name: what Services select with isim.dev/endpoint-policy, and its file
+    /// name (`<name>.wasm`).
+    pub name: String,
+    /// The language of the project.
+    #[arg(long, value_enum, default_value_t = Lang::Rust)]
+    pub lang: Lang,
+    /// Where to create it (default: ./<name>); it must not exist or be empty.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// The WIT package this host was built with.
+pub const WIT: &str = include_str!("../../../../wit/nad-endpoints.wit");
+/// Its file name in a plugin's `wit/` directory.
+pub const WIT_FILE: &str = "nad-endpoints.wit";
 
 /// The plugin languages `plugin new` scaffolds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]

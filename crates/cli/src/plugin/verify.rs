@@ -2,10 +2,22 @@
 //! as the controller would with the same policy, so that a policy and a signing setup can be
 //! tried before rollout.
 
-use std::io::Write;
+use std::{io::Write, path::PathBuf};
 
-use super::VerifyArgs;
-use nad_plugin_fetcher::read_policy;
+use nad_plugin_fetcher::{OciRef, RegistryArgs, read_policy};
+
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// The artifact: oci://<registry>/<repository>@sha256:<digest>.
+    #[arg(value_parser = OciRef::parse)]
+    pub reference: OciRef,
+    /// The verification policy (YAML: allOf, anyOf, trustRoot), as the controller's
+    /// --verification-policy or its policy ConfigMap holds it.
+    #[arg(long, value_name = "FILE")]
+    pub policy: PathBuf,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
 
 pub fn verify(args: &VerifyArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let Some(digest) = args.reference.digest() else {

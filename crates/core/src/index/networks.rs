@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use kube::runtime::watcher;
+use nad_model::watch;
 
 /// A Service's network that names no NetworkAttachmentDefinition.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -39,30 +39,30 @@ pub struct NetworkDefinitions {
 
 impl NetworkDefinitions {
     /// Applies one watch event; returns the networks that appeared or went away.
-    pub fn on_event<K: kube::Resource>(&mut self, event: &watcher::Event<K>) -> Vec<String> {
+    pub fn on_event<K: kube_core::Resource>(&mut self, event: watch::Event<&K>) -> Vec<String> {
         match event {
-            watcher::Event::Init => {
+            watch::Event::Init => {
                 self.pending = Some(BTreeSet::new());
                 Vec::new()
             }
-            watcher::Event::InitApply(object) => {
+            watch::Event::InitApply(object) => {
                 if let Some(pending) = &mut self.pending {
                     pending.extend(key(object));
                 }
                 Vec::new()
             }
-            watcher::Event::InitDone => {
+            watch::Event::InitDone => {
                 let listed = self.pending.take().unwrap_or_default();
                 let changed = self.names.symmetric_difference(&listed).cloned().collect();
                 self.names = listed;
                 self.listed = true;
                 changed
             }
-            watcher::Event::Apply(object) => key(object)
+            watch::Event::Apply(object) => key(object)
                 .filter(|k| self.names.insert(k.clone()))
                 .into_iter()
                 .collect(),
-            watcher::Event::Delete(object) => key(object)
+            watch::Event::Delete(object) => key(object)
                 .filter(|k| self.names.remove(k))
                 .into_iter()
                 .collect(),
@@ -104,7 +104,7 @@ fn closest(network: &str, names: &BTreeSet<String>) -> Option<String> {
         })
 }
 
-fn key<K: kube::Resource>(object: &K) -> Option<String> {
+fn key<K: kube_core::Resource>(object: &K) -> Option<String> {
     let meta = object.meta();
     Some(format!(
         "{}/{}",
@@ -116,7 +116,7 @@ fn key<K: kube::Resource>(object: &K) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::ObjectMeta;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
 
@@ -133,11 +133,11 @@ mod tests {
 
     fn listed(names: &[(&str, &str)]) -> NetworkDefinitions {
         let mut definitions = NetworkDefinitions::default();
-        definitions.on_event::<ConfigMap>(&watcher::Event::Init);
+        definitions.on_event::<ConfigMap>(watch::Event::Init);
         for (ns, name) in names {
-            definitions.on_event(&watcher::Event::InitApply(nad(ns, name)));
+            definitions.on_event(watch::Event::InitApply(&nad(ns, name)));
         }
-        definitions.on_event::<ConfigMap>(&watcher::Event::InitDone);
+        definitions.on_event::<ConfigMap>(watch::Event::InitDone);
         definitions
     }
 
@@ -145,9 +145,9 @@ mod tests {
     fn nothing_is_missing_before_the_first_list() {
         let mut definitions = NetworkDefinitions::default();
         assert_eq!(definitions.missing("shop/macvlan"), None);
-        definitions.on_event::<ConfigMap>(&watcher::Event::Init);
+        definitions.on_event::<ConfigMap>(watch::Event::Init);
         assert_eq!(definitions.missing("shop/macvlan"), None);
-        definitions.on_event::<ConfigMap>(&watcher::Event::InitDone);
+        definitions.on_event::<ConfigMap>(watch::Event::InitDone);
         assert!(definitions.missing("shop/macvlan").is_some());
     }
 
@@ -179,24 +179,24 @@ mod tests {
     fn events_report_the_networks_that_appear_and_go() {
         let mut definitions = listed(&[("shop", "macvlan")]);
         assert_eq!(
-            definitions.on_event(&watcher::Event::Apply(nad("shop", "sriov"))),
+            definitions.on_event(watch::Event::Apply(&nad("shop", "sriov"))),
             ["shop/sriov"]
         );
         assert!(
             definitions
-                .on_event(&watcher::Event::Apply(nad("shop", "sriov")))
+                .on_event(watch::Event::Apply(&nad("shop", "sriov")))
                 .is_empty()
         );
         assert_eq!(
-            definitions.on_event(&watcher::Event::Delete(nad("shop", "macvlan"))),
+            definitions.on_event(watch::Event::Delete(&nad("shop", "macvlan"))),
             ["shop/macvlan"]
         );
         assert!(definitions.missing("shop/macvlan").is_some());
         // A relist reports what changed meanwhile.
-        definitions.on_event::<ConfigMap>(&watcher::Event::Init);
-        definitions.on_event(&watcher::Event::InitApply(nad("shop", "macvlan")));
+        definitions.on_event::<ConfigMap>(watch::Event::Init);
+        definitions.on_event(watch::Event::InitApply(&nad("shop", "macvlan")));
         assert_eq!(
-            definitions.on_event::<ConfigMap>(&watcher::Event::InitDone),
+            definitions.on_event::<ConfigMap>(watch::Event::InitDone),
             ["shop/macvlan", "shop/sriov"]
         );
     }

@@ -3,7 +3,8 @@
 use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::Node;
-use kube::{ResourceExt, runtime::watcher::Event};
+use kube_core::ResourceExt;
+use nad_model::watch::Event;
 
 use crate::relist::RelistGate;
 
@@ -37,7 +38,7 @@ impl NodeZones {
 
     /// Names of nodes whose pods' endpoints may have changed: a new node, a deleted one, or a
     /// changed zone (a heartbeat changes nothing).
-    pub fn on_event(&mut self, event: &Event<Node>) -> Vec<String> {
+    pub fn on_event(&mut self, event: Event<&Node>) -> Vec<String> {
         let changed = match event {
             Event::Apply(node) | Event::InitApply(node) => {
                 let name = node.name_any();
@@ -94,38 +95,38 @@ mod tests {
     fn only_new_nodes_zone_changes_and_deletions_matter() {
         let mut zones = NodeZones::default();
         assert_eq!(
-            zones.on_event(&Event::Apply(node("n", Some("z1")))),
+            zones.on_event(Event::Apply(&node("n", Some("z1")))),
             vec!["n"]
         );
         assert_eq!(zones.zone("n"), Some(Some("z1")));
         assert!(
             zones
-                .on_event(&Event::Apply(node("n", Some("z1"))))
+                .on_event(Event::Apply(&node("n", Some("z1"))))
                 .is_empty(),
             "a heartbeat"
         );
         assert_eq!(
-            zones.on_event(&Event::Apply(node("n", Some("z2")))),
+            zones.on_event(Event::Apply(&node("n", Some("z2")))),
             vec!["n"]
         );
-        assert_eq!(zones.on_event(&Event::Apply(node("n", None))), vec!["n"]);
+        assert_eq!(zones.on_event(Event::Apply(&node("n", None))), vec!["n"]);
         assert_eq!(zones.zone("n"), Some(None));
-        assert_eq!(zones.on_event(&Event::Delete(node("n", None))), vec!["n"]);
+        assert_eq!(zones.on_event(Event::Delete(&node("n", None))), vec!["n"]);
         assert_eq!(zones.zone("n"), None);
     }
 
     #[test]
     fn nodes_gone_during_a_relist_are_removed_at_its_end() {
         let mut zones = NodeZones::default();
-        zones.on_event(&Event::Apply(node("stays", None)));
-        zones.on_event(&Event::Apply(node("gone", None)));
-        zones.on_event(&Event::Init);
+        zones.on_event(Event::Apply(&node("stays", None)));
+        zones.on_event(Event::Apply(&node("gone", None)));
+        zones.on_event(Event::Init);
         assert!(
             zones
-                .on_event(&Event::InitApply(node("stays", Some("z"))))
+                .on_event(Event::InitApply(&node("stays", Some("z"))))
                 .is_empty()
         );
-        let mut released = zones.on_event(&Event::InitDone);
+        let mut released = zones.on_event(Event::InitDone);
         released.sort();
         assert_eq!(released, vec!["gone", "stays"]);
         assert_eq!(zones.zone("gone"), None);

@@ -16,7 +16,8 @@ use std::{
 };
 
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
-use kube::{ResourceExt, runtime::watcher::Event};
+use kube_core::ResourceExt;
+use nad_model::watch::Event;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
@@ -221,7 +222,7 @@ impl PodIndex {
         self.unreadable.iter().map(|(k, v)| (k, v.as_str()))
     }
 
-    pub fn on_event(&mut self, event: &Event<Pod>) -> PodChange {
+    pub fn on_event(&mut self, event: Event<&Pod>) -> PodChange {
         let mut change = PodChange::default();
         let mut affected = Vec::new();
         match event {
@@ -389,16 +390,19 @@ mod tests {
     #[test]
     fn a_pod_event_reaches_the_networks_it_is_and_was_on() {
         let mut index = PodIndex::default();
-        let mut nets = |e| index.on_event(&e).networks;
-        assert_eq!(nets(Event::Apply(pod("p", Some(ON_A)))), vec![pair("ns/a")]);
+        let mut nets = |e: Event<&Pod>| index.on_event(e).networks;
         assert_eq!(
-            nets(Event::Apply(pod("p", Some(ON_B)))),
+            nets(Event::Apply(&pod("p", Some(ON_A)))),
+            vec![pair("ns/a")]
+        );
+        assert_eq!(
+            nets(Event::Apply(&pod("p", Some(ON_B)))),
             vec![pair("ns/a"), pair("ns/b")]
         );
-        assert_eq!(nets(Event::Apply(pod("p", None))), vec![pair("ns/b")]);
-        assert!(nets(Event::Apply(pod("p", None))).is_empty());
-        nets(Event::Apply(pod("p", Some(ON_A))));
-        assert_eq!(nets(Event::Delete(pod("p", None))), vec![pair("ns/a")]);
+        assert_eq!(nets(Event::Apply(&pod("p", None))), vec![pair("ns/b")]);
+        assert!(nets(Event::Apply(&pod("p", None))).is_empty());
+        nets(Event::Apply(&pod("p", Some(ON_A))));
+        assert_eq!(nets(Event::Delete(&pod("p", None))), vec![pair("ns/a")]);
         assert!(index.is_empty());
         assert!(index.by_network.is_empty());
     }
@@ -407,15 +411,15 @@ mod tests {
     fn pods_are_found_by_network_sorted_by_name() {
         let mut index = PodIndex::default();
         for name in ["c", "a", "b"] {
-            index.on_event(&Event::Apply(pod(name, Some(ON_A))));
+            index.on_event(Event::Apply(&pod(name, Some(ON_A))));
         }
-        index.on_event(&Event::Apply(pod("x", Some(ON_B))));
+        index.on_event(Event::Apply(&pod("x", Some(ON_B))));
         assert_eq!(names(&index, "ns/a"), ["a", "b", "c"]);
         assert_eq!(names(&index, "ns/b"), ["x"]);
-        index.on_event(&Event::Apply(pod("b", Some(ON_B))));
+        index.on_event(Event::Apply(&pod("b", Some(ON_B))));
         assert_eq!(names(&index, "ns/a"), ["a", "c"]);
         assert_eq!(names(&index, "ns/b"), ["b", "x"]);
-        let change = index.on_event(&Event::Apply(pod("a", Some(ON_A))));
+        let change = index.on_event(Event::Apply(&pod("a", Some(ON_A))));
         assert_eq!(change.pod.map(|(name, _)| name).as_deref(), Some("a"));
     }
 
@@ -424,25 +428,25 @@ mod tests {
     #[test]
     fn an_unreadable_annotation_is_reported_once_per_change() {
         let mut index = PodIndex::default();
-        index.on_event(&Event::Apply(pod("p", Some(ON_A))));
-        let change = index.on_event(&Event::Apply(pod("p", Some("{oops"))));
+        index.on_event(Event::Apply(&pod("p", Some(ON_A))));
+        let change = index.on_event(Event::Apply(&pod("p", Some("{oops"))));
         assert_eq!(change.networks, vec![pair("ns/a")]);
         let (key, error) = change.unreadable.expect("reported");
         assert_eq!(key, ("ns".to_owned(), "p".to_owned()));
         assert!(matches!(error, StatusError::Unreadable(_)));
-        let again = index.on_event(&Event::Apply(pod("p", Some("{oops"))));
+        let again = index.on_event(Event::Apply(&pod("p", Some("{oops"))));
         assert!(again.unreadable.is_none() && again.networks.is_empty());
         assert!(
             index
-                .on_event(&Event::Apply(pod("p", Some("[1"))))
+                .on_event(Event::Apply(&pod("p", Some("[1"))))
                 .unreadable
                 .is_some(),
             "a different problem"
         );
-        index.on_event(&Event::Apply(pod("p", Some(ON_A))));
+        index.on_event(Event::Apply(&pod("p", Some(ON_A))));
         assert!(
             index
-                .on_event(&Event::Apply(pod("p", Some("{oops"))))
+                .on_event(Event::Apply(&pod("p", Some("{oops"))))
                 .unreadable
                 .is_some(),
             "broken again after a fix"
@@ -459,15 +463,15 @@ mod tests {
                 .map(|names| names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
         };
         assert_eq!(since(&index, 0), Some(vec![]), "a network never seen");
-        index.on_event(&Event::Apply(pod("p", Some(ON_A))));
+        index.on_event(Event::Apply(&pod("p", Some(ON_A))));
         let first = generation(&index);
-        index.on_event(&Event::Apply(pod("q", Some(ON_A))));
-        index.on_event(&Event::Apply(pod("p", Some(ON_A))));
-        index.on_event(&Event::Apply(pod("x", Some(ON_B))));
+        index.on_event(Event::Apply(&pod("q", Some(ON_A))));
+        index.on_event(Event::Apply(&pod("p", Some(ON_A))));
+        index.on_event(Event::Apply(&pod("x", Some(ON_B))));
         assert_eq!(since(&index, first), Some(vec!["p".into(), "q".into()]));
         assert_eq!(since(&index, 0), Some(vec!["p".into(), "q".into()]));
         assert_eq!(since(&index, generation(&index)), Some(vec![]));
-        index.on_event(&Event::Delete(pod("q", None)));
+        index.on_event(Event::Delete(&pod("q", None)));
         assert_eq!(
             since(&index, first),
             Some(vec!["p".into(), "q".into()]),
@@ -475,7 +479,7 @@ mod tests {
         );
         let before = generation(&index);
         for i in 0..RECENT {
-            index.on_event(&Event::Apply(pod(&format!("n{i:02}"), Some(ON_A))));
+            index.on_event(Event::Apply(&pod(&format!("n{i:02}"), Some(ON_A))));
         }
         assert_eq!(
             since(&index, first),
@@ -488,15 +492,15 @@ mod tests {
     #[test]
     fn pods_gone_during_a_relist_are_removed_and_their_networks_released_at_its_end() {
         let mut index = PodIndex::default();
-        index.on_event(&Event::Apply(pod("stays", Some(ON_A))));
-        index.on_event(&Event::Apply(pod("gone", Some(ON_B))));
-        assert!(index.on_event(&Event::Init).networks.is_empty());
-        let listed = index.on_event(&Event::InitApply(pod("stays", Some(ON_A))));
+        index.on_event(Event::Apply(&pod("stays", Some(ON_A))));
+        index.on_event(Event::Apply(&pod("gone", Some(ON_B))));
+        assert!(index.on_event(Event::Init).networks.is_empty());
+        let listed = index.on_event(Event::InitApply(&pod("stays", Some(ON_A))));
         assert!(
             listed.networks.is_empty() && listed.pod.is_none(),
             "held back"
         );
-        let done = index.on_event(&Event::InitDone);
+        let done = index.on_event(Event::InitDone);
         assert_eq!(done.networks, vec![pair("ns/a"), pair("ns/b")]);
         assert!(done.pod.is_none(), "a relist plans everything");
         assert_eq!(index.len(), 1);
@@ -504,7 +508,7 @@ mod tests {
         assert!(index.is_synced());
         assert_eq!(
             index
-                .on_event(&Event::Apply(pod("stays", Some(ON_B))))
+                .on_event(Event::Apply(&pod("stays", Some(ON_B))))
                 .networks,
             vec![pair("ns/a"), pair("ns/b")],
             "after the relist, events pass at once"

@@ -3,7 +3,8 @@
 use std::collections::{BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::Service;
-use kube::{ResourceExt, runtime::reflector::ObjectRef};
+use kube_core::ResourceExt;
+use nad_model::service_ref::ServiceRef;
 
 use super::pods::NetworkKey;
 use nad_model::input::target;
@@ -29,11 +30,8 @@ impl ServiceNetworks {
         }
     }
 
-    pub fn remove(&mut self, service: &ObjectRef<Service>) {
-        let key = (
-            service.namespace.clone().unwrap_or_default(),
-            service.name.clone(),
-        );
+    pub fn remove(&mut self, service: &ServiceRef) {
+        let key = (service.namespace.clone(), service.name.clone());
         self.remove_key(&key);
     }
 
@@ -49,7 +47,7 @@ impl ServiceNetworks {
     }
 
     /// The Services on `network` (`<namespace>/<name>`), in any namespace.
-    pub fn on_network(&self, network: &str) -> Vec<ObjectRef<Service>> {
+    pub fn on_network(&self, network: &str) -> Vec<ServiceRef> {
         let keys: Vec<NetworkKey> = self
             .services
             .keys()
@@ -60,14 +58,14 @@ impl ServiceNetworks {
     }
 
     /// The Services on any of the `(namespace, network)` pairs.
-    pub fn on(&self, networks: &[NetworkKey]) -> Vec<ObjectRef<Service>> {
-        let mut out: Vec<ObjectRef<Service>> = networks
+    pub fn on(&self, networks: &[NetworkKey]) -> Vec<ServiceRef> {
+        let mut out: Vec<ServiceRef> = networks
             .iter()
             .filter_map(|key| Some((key, self.services.get(key)?)))
             .flat_map(|((namespace, _), names)| {
                 names
                     .iter()
-                    .map(move |name| ObjectRef::new(name).within(namespace))
+                    .map(move |name| ServiceRef::new(namespace, name))
             })
             .collect();
         out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
@@ -92,7 +90,7 @@ mod tests {
         .unwrap()
     }
 
-    fn names(refs: Vec<ObjectRef<Service>>) -> Vec<String> {
+    fn names(refs: Vec<ServiceRef>) -> Vec<String> {
         refs.into_iter().map(|r| r.name).collect()
     }
 
@@ -110,7 +108,7 @@ mod tests {
         assert_eq!(names(index.on(&[a.clone(), b.clone()])), ["api", "web"]);
         index.apply(&service("web", None));
         assert!(index.on(std::slice::from_ref(&b)).is_empty());
-        index.remove(&ObjectRef::new("api").within("ns"));
+        index.remove(&ServiceRef::new("ns", "api"));
         assert!(index.on(&[a]).is_empty());
         assert!(index.services.is_empty() && index.networks.is_empty());
     }

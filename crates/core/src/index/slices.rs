@@ -7,8 +7,9 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::{ResourceExt, runtime::watcher::Event};
+use kube_core::ResourceExt;
 use nad_model::slice::{SliceInterners, SliceRecord};
+use nad_model::watch::Event;
 
 use super::pair::{Pair, PairMap};
 use nad_model::labels::SERVICE_NAME_LABEL;
@@ -106,7 +107,7 @@ fn key_of(slice: &EndpointSlice) -> (&str, &str) {
 
 impl SliceStore {
     /// Follows an event of the slice watch.
-    pub fn on_event(&mut self, event: &Event<EndpointSlice>) {
+    pub fn on_event(&mut self, event: Event<&EndpointSlice>) {
         let interners = &mut self.interners;
         match event {
             Event::Init => self.relisting = Some(Slices::default()),
@@ -181,14 +182,14 @@ mod tests {
     #[test]
     fn slices_follow_their_service_label() {
         let mut store = SliceStore::default();
-        store.on_event(&Event::Apply(slice("web-1", "web")));
-        store.on_event(&Event::Apply(slice("web-0", "web")));
-        store.on_event(&Event::Apply(slice("api-0", "api")));
+        store.on_event(Event::Apply(&slice("web-1", "web")));
+        store.on_event(Event::Apply(&slice("web-0", "web")));
+        store.on_event(Event::Apply(&slice("api-0", "api")));
         assert_eq!(of(&store, "web"), ["web-0", "web-1"]);
-        store.on_event(&Event::Apply(slice("web-1", "api")));
+        store.on_event(Event::Apply(&slice("web-1", "api")));
         assert_eq!(of(&store, "web"), ["web-0"]);
         assert_eq!(of(&store, "api"), ["api-0", "web-1"]);
-        store.on_event(&Event::Delete(slice("web-0", "web")));
+        store.on_event(Event::Delete(&slice("web-0", "web")));
         assert!(of(&store, "web").is_empty());
         assert!(
             !store
@@ -201,18 +202,18 @@ mod tests {
     #[test]
     fn a_relist_replaces_the_slices_when_it_is_done() {
         let mut store = SliceStore::default();
-        store.on_event(&Event::Apply(slice("web-0", "web")));
-        store.on_event(&Event::Apply(slice("gone-0", "gone")));
-        store.on_event(&Event::Init);
-        store.on_event(&Event::InitApply(slice("web-0", "web")));
-        store.on_event(&Event::InitApply(slice("web-1", "web")));
+        store.on_event(Event::Apply(&slice("web-0", "web")));
+        store.on_event(Event::Apply(&slice("gone-0", "gone")));
+        store.on_event(Event::Init);
+        store.on_event(Event::InitApply(&slice("web-0", "web")));
+        store.on_event(Event::InitApply(&slice("web-1", "web")));
         assert_eq!(
             of(&store, "gone"),
             ["gone-0"],
             "answers from what it had until done"
         );
         assert!(!store.is_synced());
-        store.on_event(&Event::InitDone);
+        store.on_event(Event::InitDone);
         assert!(store.is_synced());
         assert_eq!(of(&store, "web"), ["web-0", "web-1"]);
         assert!(of(&store, "gone").is_empty());
@@ -224,8 +225,8 @@ mod tests {
         let ours = slice("web-0", "web");
         let mut edited = slice("web-1", "web");
         edited.endpoints.as_mut().unwrap()[0].hints = Some(Default::default());
-        store.on_event(&Event::Apply(ours.clone()));
-        store.on_event(&Event::Apply(edited.clone()));
+        store.on_event(Event::Apply(&ours.clone()));
+        store.on_event(Event::Apply(&edited.clone()));
         assert_eq!(store.counts(), (1, 1));
         let kept: Vec<EndpointSlice> = store
             .of("ns", "web")

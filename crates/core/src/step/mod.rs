@@ -9,7 +9,7 @@ use k8s_openapi::{
     api::{core::v1::Service, discovery::v1::EndpointSlice},
     jiff::Timestamp,
 };
-use kube::Resource;
+use kube_core::Resource;
 
 use super::{
     candidates::Observed,

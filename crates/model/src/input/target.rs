@@ -10,6 +10,8 @@ use kube_core::ResourceExt;
 
 /// The opt-in annotation: `<nad>` (the Service's namespace) or `<namespace>/<nad>`.
 pub const NETWORK_ANNOTATION: &str = "isim.dev/network";
+/// The annotation naming the plugin that decides the Service's pods (the default plugin when absent).
+pub const POLICY_ANNOTATION: &str = "isim.dev/endpoint-policy";
 
 /// An IP family of EndpointSlice addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
