@@ -108,31 +108,29 @@ if out="$(python3 hack/module-graph.py 2>&1)"; then
 else
   fail "module-graph on this workspace: $out"
 fi
-graph_copy() {
+# graph_refuses WHAT EXPECTED FILE TEXT [FILE TEXT]: a copy of the controller's sources with TEXT
+# appended to each FILE (under host/src) fails the graph, saying EXPECTED.
+graph_refuses() {
+  local what="$1" expected="$2" status=0 out
+  shift 2
   rm -rf "$work/graph"
   mkdir -p "$work/graph/host" "$work/graph/crates"
   cp -r host/src host/Cargo.toml "$work/graph/host/"
+  while (($#)); do
+    printf '\n%s\n' "$2" >>"$work/graph/host/src/$1"
+    shift 2
+  done
+  out="$(python3 hack/module-graph.py --root "$work/graph" --crate host 2>&1)" || status=$?
+  if [[ "$status" == 1 && "$out" == *"$expected"* ]]; then
+    pass "module-graph refuses $what"
+  else
+    fail "module-graph with $what: exit $status, said: $out"
+  fi
 }
-graph_copy
-printf '\npub const UP: u8 = 1;\n' >>"$work/graph/host/src/watch/mod.rs"
-printf '\nconst _: u8 = super::UP;\n' >>"$work/graph/host/src/watch/nodes.rs"
-status=0
-out="$(python3 hack/module-graph.py --root "$work/graph" --crate host 2>&1)" || status=$?
-if [[ "$status" == 1 && "$out" == *"back up: host/src/watch/nodes.rs -> host/src/watch/mod.rs: UP"* ]]; then
-  pass "module-graph refuses an arrow back up"
-else
-  fail "module-graph with an arrow back up: exit $status, said: $out"
-fi
-graph_copy
-printf '\nuse super::nodes::watch as _nodes;\n' >>"$work/graph/host/src/watch/named.rs"
-printf '\nuse super::named::Named as _Named;\n' >>"$work/graph/host/src/watch/nodes.rs"
-status=0
-out="$(python3 hack/module-graph.py --root "$work/graph" --crate host 2>&1)" || status=$?
-if [[ "$status" == 1 && "$out" == *"circle: host/src/watch/named.rs, host/src/watch/nodes.rs"* ]]; then
-  pass "module-graph refuses a circle"
-else
-  fail "module-graph with a circle: exit $status, said: $out"
-fi
+graph_refuses "an arrow back up" "back up: host/src/watch/nodes.rs -> host/src/watch/mod.rs: UP" \
+  watch/mod.rs 'pub const UP: u8 = 1;' watch/nodes.rs 'const _: u8 = super::UP;'
+graph_refuses "a circle" "circle: host/src/watch/named.rs, host/src/watch/nodes.rs" \
+  watch/named.rs 'use super::nodes::watch as _nodes;' watch/nodes.rs 'use super::named::Named as _Named;'
 
 # check-clean: a /proc of made-up processes, each a symlink `exe` to where such a binary lives.
 proc="$work/proc"

@@ -2,6 +2,8 @@
 
 use std::{future::Future, sync::Arc, time::Duration};
 
+use tokio::task::{JoinError, JoinSet};
+
 use futures::{StreamExt, future};
 use k8s_openapi::api::{
     core::v1::{Node, Pod, Service},
@@ -45,6 +47,9 @@ pub async fn run(
 ) {
     let shared = Shared::new(metrics.clone());
     let (services, service_writer) = reflector::store::<Service>();
+    // Every task the controller starts, joined when it stops: none outlives it, and a panic in
+    // any of them ends it (see `supervise`).
+    let mut tasks = JoinSet::new();
     let (service_stream, triggers) = watches(
         &client,
         &plugins,
@@ -52,8 +57,9 @@ pub async fn run(
         &shared,
         settings.namespace.as_deref(),
         (services.clone(), service_writer),
+        &mut tasks,
     );
-    let caches_ready = signal_when_synced(&shared, services.clone(), ready);
+    let caches_ready = signal_when_synced(&shared, services.clone(), ready, &mut tasks);
     let api = reconcile::Api::new(client, reporter);
     let plugins = plugins.plugins.clone();
     let ctx = Arc::new(Context::new(api, shared, plugins, settings, caches_ready));
@@ -62,7 +68,7 @@ pub async fn run(
     // blocking pool. Five at once, as upstream's EndpointSlice controller, keeps two cores
     // busy at a cold start of 10 000 Services where two at once left them half idle.
     let concurrency = ctx.settings().concurrent_syncs;
-    Controller::for_stream(service_stream, services)
+    let controller = Controller::for_stream(service_stream, services)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         // No watch error reaches the trigger stream (see `watch`); bounded all the same.
         .trigger_backoff(backoff())
@@ -78,8 +84,35 @@ pub async fn run(
                 }
             }
             future::ready(())
-        })
-        .await;
+        });
+    supervise(controller, tasks).await;
+}
+
+/// Runs `main` until it ends, beside `tasks`. A task that panics ends the controller with its
+/// panic: a watch that died would leave it deaf to a kind of change, so it stops and its
+/// process is restarted rather than serve stale slices. When `main` ends (at shutdown), the
+/// tasks still running are stopped, and a panic of one of them is raised then.
+async fn supervise(main: impl Future<Output = ()>, mut tasks: JoinSet<()>) {
+    tokio::pin!(main);
+    loop {
+        tokio::select! {
+            () = &mut main => break,
+            Some(ended) = tasks.join_next() => raise(ended),
+        }
+    }
+    tasks.abort_all();
+    while let Some(ended) = tasks.join_next().await {
+        raise(ended);
+    }
+}
+
+/// A task's panic, raised where it is joined; a task that ended or was stopped is no news.
+fn raise(ended: Result<(), JoinError>) {
+    if let Err(e) = ended
+        && e.is_panic()
+    {
+        std::panic::resume_unwind(e.into_panic());
+    }
 }
 
 type Stores = (Store<Service>, reflector::store::Writer<Service>);
@@ -93,6 +126,7 @@ fn watches(
     shared: &Shared,
     namespace: Option<&str>,
     (services, service_writer): Stores,
+    tasks: &mut JoinSet<()>,
 ) -> (
     impl futures::Stream<Item = Result<Service, kube::runtime::watcher::Error>> + Send + use<>,
     impl futures::Stream<Item = ObjectRef<Service>> + Send + use<>,
@@ -122,7 +156,7 @@ fn watches(
         services: services.clone(),
         plugins: plugins.plugins.clone(),
     };
-    let pod_triggers = watch::pods::watch(pod_api, shared.clone(), screen, kept);
+    let pod_triggers = watch::pods::watch(pod_api, shared.clone(), screen, kept, tasks);
     let node_triggers = watch::nodes::watch(Api::<Node>::all(client.clone()), shared.clone());
     let network_triggers = watch::networks::watch(client.clone(), shared.clone());
     let plugin_triggers = watch::plugin_dir::watch(
@@ -132,6 +166,7 @@ fn watches(
         metrics.clone(),
         keys,
         shared.book.clone(),
+        tasks,
     );
     let recovery_triggers = {
         let book = shared.book.clone();
@@ -139,7 +174,7 @@ fn watches(
         shared
             .recovery
             .clone()
-            .run(client.clone(), move || book.lock().failing())
+            .run(client.clone(), move || book.lock().failing(), tasks)
             .inspect(move |service| everything.lock().input_changed(service.clone()))
     };
     // The Controller runs Services by its own reference.
@@ -161,6 +196,7 @@ fn signal_when_synced(
     shared: &Shared,
     services: Store<Service>,
     ready: Readiness,
+    tasks: &mut JoinSet<()>,
 ) -> tokio::sync::watch::Receiver<bool> {
     let (synced, caches_ready) = tokio::sync::watch::channel(false);
     let (pods, zones, slices) = (
@@ -168,7 +204,7 @@ fn signal_when_synced(
         shared.zones.clone(),
         shared.slices.clone(),
     );
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         if !store_ready(&services).await {
             return;
         }
@@ -200,5 +236,86 @@ where
             Ok(result) => return result.is_ok(),
             Err(_) => continue,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    /// Sets its flag when dropped: a task that holds one was stopped.
+    struct Dropped(Arc<AtomicBool>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn panic_message(e: JoinError) -> String {
+        let payload = e.into_panic();
+        payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn a_task_that_panics_ends_the_controller_with_its_panic() {
+        let mut tasks = JoinSet::new();
+        tasks.spawn(future::pending::<()>());
+        tasks.spawn(async { panic!("the pod watch broke") });
+        let ended = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::spawn(supervise(future::pending(), tasks)),
+        )
+        .await
+        .expect("the controller ends at the panic, not at shutdown")
+        .expect_err("it ends with the panic");
+        assert!(ended.is_panic());
+        assert_eq!(panic_message(ended), "the pod watch broke");
+    }
+
+    #[tokio::test]
+    async fn when_the_controller_ends_its_tasks_are_stopped_and_ended_ones_are_no_news() {
+        let stopped = Arc::new(AtomicBool::new(false));
+        let mut tasks = JoinSet::new();
+        let guard = Dropped(stopped.clone());
+        tasks.spawn(async move {
+            let _guard = guard;
+            future::pending::<()>().await;
+        });
+        tasks.spawn(async {});
+        let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+        let main = async move {
+            let _ = finished.await;
+        };
+        let supervisor = tokio::spawn(supervise(main, tasks));
+        tokio::task::yield_now().await;
+        assert!(
+            !stopped.load(Ordering::SeqCst),
+            "running while the controller runs"
+        );
+        let _ = finish.send(());
+        supervisor.await.expect("no panic");
+        assert!(
+            stopped.load(Ordering::SeqCst),
+            "stopped with the controller"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_panic_before_shutdown_is_raised_at_shutdown_too() {
+        let mut tasks = JoinSet::new();
+        tasks.spawn(async { panic!("the cache sync broke") });
+        // The task has panicked; the controller ends before the supervisor sees it.
+        tokio::task::yield_now().await;
+        let ended = tokio::spawn(supervise(future::ready(()), tasks))
+            .await
+            .expect_err("the panic is raised");
+        assert_eq!(panic_message(ended), "the cache sync broke");
     }
 }

@@ -12,7 +12,7 @@ use std::{
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::{Client, ResourceExt, runtime::reflector::Store};
 use nad_model::fetch::Fetch;
-use tokio::sync::watch;
+use tokio::{sync::watch, task::JoinSet};
 
 use crate::metrics::{Loaded, Metrics};
 use nad_core::book::SharedBook;
@@ -157,6 +157,7 @@ pub fn watch(
     metrics: Arc<Metrics>,
     keys: watch::Sender<Keys>,
     book: SharedBook,
+    tasks: &mut JoinSet<()>,
 ) -> impl futures::Stream<Item = ServiceRef> + Send + 'static {
     let (tx, rx) = futures::channel::mpsc::unbounded::<ServiceRef>();
     let publisher = Arc::new(Publisher {
@@ -168,14 +169,14 @@ pub fn watch(
         tx,
     });
     if let Some(dir) = source.dir.clone() {
-        tokio::spawn(scan_dir(source.clone(), dir, publisher.clone()));
+        tasks.spawn(scan_dir(source.clone(), dir, publisher.clone()));
     }
     if let Some(registry) = source.registry.clone() {
         let publisher = publisher.clone();
-        tokio::spawn(registry.watch(client.clone(), move || publisher.tx.is_closed()));
+        tasks.spawn(registry.watch(client.clone(), move || publisher.tx.is_closed()));
     }
     if let Some(configmap) = source.configmap.clone() {
-        tokio::spawn(watch_configmap(source, configmap, client, publisher));
+        tasks.spawn(watch_configmap(source, configmap, client, publisher));
     }
     rx
 }

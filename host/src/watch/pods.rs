@@ -14,7 +14,10 @@ use kube::{
     Api,
     runtime::{WatchStreamExt, watcher},
 };
-use tokio::sync::{mpsc, watch};
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinSet,
+};
 
 use super::{
     health::backoff,
@@ -36,10 +39,11 @@ pub fn watch(
     shared: Shared,
     screen: Screen,
     mut keys: watch::Receiver<Keys>,
+    tasks: &mut JoinSet<()>,
 ) -> impl Stream<Item = ServiceRef> + Send + 'static {
     let (tx, rx) = mpsc::unbounded_channel();
     let screening = screening(shared.clone(), screen, tx.clone());
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         let mut health = shared.health("pods");
         let mut keys_open = true;
         // The initial list as a watch stream (Kubernetes' WatchList, on by default since 1.32)

@@ -18,7 +18,7 @@ use std::{
 use futures::Stream;
 use kube::Client;
 use nad_model::service_ref::ServiceRef;
-use tokio::sync::Notify;
+use tokio::{sync::Notify, task::JoinSet};
 
 /// How often an unreachable API server is asked whether it is ready again.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
@@ -44,12 +44,13 @@ impl Recovery {
         self: Arc<Self>,
         client: Client,
         failing: F,
+        tasks: &mut JoinSet<()>,
     ) -> impl Stream<Item = ServiceRef> + Send + 'static
     where
         F: Fn() -> Vec<ServiceRef> + Send + Sync + 'static,
     {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             loop {
                 tokio::select! {
                     () = self.wake.notified() => {}
