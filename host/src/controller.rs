@@ -9,6 +9,7 @@ use k8s_openapi::api::{
     core::v1::{Node, Pod, Service},
     discovery::v1::EndpointSlice,
 };
+use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, Client,
     runtime::{
@@ -175,7 +176,7 @@ fn watches(
             .recovery
             .clone()
             .run(client.clone(), move || book.lock().failing(), tasks)
-            .inspect(move |service| everything.lock().input_changed(service.clone()))
+            .inspect(move |service| everything.lock().input_changed(service, Timestamp::now()))
     };
     // The Controller runs Services by its own reference.
     let triggers = futures::stream::select_all([

@@ -16,6 +16,7 @@
 use std::{collections::HashMap, net::Ipv4Addr, sync::Arc};
 
 use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice};
+use k8s_openapi::jiff::Timestamp;
 use nad_core::{
     index::{NodeZones, PodIndex, SliceStore},
     observe,
@@ -189,11 +190,11 @@ fn main() {
         zones.on_event(Event::Apply(&node.unwrap()));
     }
     let (bytes, blocks) = heap();
-    index.on_event(Event::Init);
+    index.on_event(Event::Init, Timestamp::UNIX_EPOCH);
     for i in 0..pods {
-        index.on_event(Event::InitApply(&pod(i)));
+        index.on_event(Event::InitApply(&pod(i)), Timestamp::UNIX_EPOCH);
     }
-    index.on_event(Event::InitDone);
+    index.on_event(Event::InitDone, Timestamp::UNIX_EPOCH);
     let (indexed_bytes, indexed_blocks) = heap();
     let observed: Vec<_> = (0..networks)
         .map(|n| observe::from_index(&index, &zones, &target(n)))

@@ -1,16 +1,20 @@
-//! The per-Service bookkeeping, in one place under one lock: why the next reconcile runs
-//! ([`Scopes`]), what the slice cache should show after this controller's writes
-//! ([`Expectations`]), failures, refusals and reported findings ([`ServiceState`]), the
+//! The per-Service bookkeeping, one page per Service under one lock: why its next reconcile
+//! runs ([`Pending`]), what the slice cache should show after this controller's writes
+//! ([`Expectations`]), its failures, refusals and reported findings ([`ServiceState`]), the
 //! policy's last decisions ([`Remembered`]) and the pod screen's answers ([`Answer`]).
 //!
 //! Its API is named after what happens: the watches tell it that a pod, a slice or anything
-//! else changed; a reconcile [`Book::begin`]s, records what it wrote, and remembers what it
-//! decided; a Service deleted or no longer managed is [`Book::forget`]-ten, so nothing of it
-//! stays behind.
+//! else changed; a reconcile [`Book::begin`]s, holds the slice events while it is
+//! [`Book::writing`], and [`Book::record`]s what it did in one call at its end; a Service
+//! deleted is [`Book::forget`]-ten, so nothing of it stays behind. It reads no clock: whoever
+//! tells it something tells it when.
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 use k8s_openapi::{api::discovery::v1::EndpointSlice, jiff::Timestamp};
@@ -21,23 +25,29 @@ use super::{
     decide::{Answer, Remembered},
     expectations::Expectations,
     findings::Finding,
-    scope::{Scopes, Taken},
+    scope::{Pending, Taken},
     slices::Changes,
-    state::Services,
+    state::ServiceState,
 };
 use crate::validate::{self, Violation};
 
 /// Every Service's bookkeeping.
 #[derive(Debug, Default)]
 pub struct Book {
-    scopes: Scopes,
-    expectations: Expectations,
-    states: Services,
-    remembered: HashMap<ServiceRef, Remembered>,
-    answered: HashMap<ServiceRef, Vec<Answer>>,
-    /// The slice events of Services whose write is in flight, held until its answer tells
-    /// its own echo from anyone else's change (the echo may come first).
-    in_flight: HashMap<ServiceRef, Vec<(EndpointSlice, bool)>>,
+    services: HashMap<ServiceRef, Page>,
+}
+
+/// All that is kept of one Service: its page.
+#[derive(Debug, Default)]
+struct Page {
+    pending: Pending,
+    expected: Expectations,
+    state: ServiceState,
+    remembered: Option<Remembered>,
+    answered: Vec<Answer>,
+    /// While a write is in flight: the slice events held until its answer tells its own echo
+    /// from anyone else's change (the echo may come first).
+    in_flight: Option<Vec<(EndpointSlice, bool)>>,
 }
 
 /// What a reconcile starts from.
@@ -50,14 +60,52 @@ pub struct Begun {
     pub answered: Vec<Answer>,
 }
 
-/// What a reconcile wrote.
+/// What one reconcile did, as the Book keeps it: recorded in one call at its end
+/// ([`Book::record`]).
 #[derive(Debug, Default)]
-pub struct Wrote<'a> {
+pub struct Entry {
+    /// The Service is no longer this controller's: nothing of it is kept.
+    pub released: bool,
+    /// The policy's decisions, for the next reconcile to start from.
+    pub remembered: Option<Remembered>,
+    /// The plan's findings (`None`: nothing was planned, what was reported stands).
+    pub findings: Option<Vec<Finding>>,
+    /// Whether pods wait for their nodes (`None`: nothing was planned, the last plan's stands).
+    pub node_retry: Option<bool>,
+    /// What the writes did (`None`: nothing was sent).
+    pub wrote: Option<Wrote>,
+    /// Slices were held back (the API would refuse them): the slices differ from the plan.
+    pub held_back: bool,
+    /// The reconcile failed, with this error.
+    pub failed: Option<String>,
+}
+
+/// What a reconcile's writes did.
+#[derive(Debug, Default)]
+pub struct Wrote {
     /// Slices applied, with the generation the API server gave them.
-    pub applied: &'a [(String, Option<i64>)],
-    pub deleted: &'a [String],
+    pub applied: Vec<(String, Option<i64>)>,
+    pub deleted: Vec<String>,
+    /// Slices the API server refused as sent (`422`): not sent again while they are the same.
+    pub refused: Vec<EndpointSlice>,
     /// Some writes were not made: their slices changed since they were planned.
     pub outdated: bool,
+}
+
+/// What the Book's record of a reconcile means for what follows it.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Recorded {
+    /// The findings not reported before: to tell.
+    pub new_findings: Vec<Finding>,
+    /// The failure this success recovered from.
+    pub recovered: Option<String>,
+    /// The failure is not the one before (to report).
+    pub new_failure: bool,
+    /// A slice event held during the write was not its echo (someone else changed the
+    /// slices): the Service must reconcile again, as nothing else will trigger it.
+    pub foreign: bool,
+    /// Pods of the Service wait for their nodes: reconcile again soon.
+    pub node_retry: bool,
 }
 
 /// What a slice event shows that tells an echo: its name, generation and uid.
@@ -75,116 +123,119 @@ fn seen(slice: &EndpointSlice) -> EndpointSlice {
     }
 }
 
-fn namespace(service: &ServiceRef) -> &str {
-    &service.namespace
+impl Book {
+    fn page(&mut self, service: &ServiceRef) -> &mut Page {
+        if !self.services.contains_key(service) {
+            self.services.insert(service.clone(), Page::default());
+        }
+        self.services
+            .get_mut(service)
+            .unwrap_or_else(|| unreachable!("inserted above"))
+    }
 }
 
 /// What the watches tell.
 impl Book {
     /// A pod of the Service's namespace, on its network, changed at `at`.
-    pub fn pod_changed(&mut self, service: ServiceRef, pod: &str, at: Timestamp) {
-        self.scopes.pod_changed(service, pod, at);
+    pub fn pod_changed(&mut self, service: &ServiceRef, pod: &str, at: Timestamp) {
+        self.page(service).pending.pod_changed(pod, at);
     }
 
-    /// The pod screen found that a change of `pod` moves the Service: with the policy's
-    /// answer when it gave one, for the reconcile to reuse.
+    /// The pod screen found that a change of `pod` at `at` moves the Service: with the
+    /// policy's answer when it gave one, for the reconcile to reuse.
     pub fn screened(
         &mut self,
-        service: ServiceRef,
+        service: &ServiceRef,
         pod: &str,
         at: Timestamp,
         answer: Option<Answer>,
     ) {
+        let page = self.page(service);
         if let Some(answer) = answer {
-            let answers = self.answered.entry(service.clone()).or_default();
-            answers.retain(|a| a.pod.name != answer.pod.name);
-            answers.push(answer);
+            page.answered.retain(|a| a.pod.name != answer.pod.name);
+            page.answered.push(answer);
         }
-        self.scopes.pod_changed(service, pod, at);
+        page.pending.pod_changed(pod, at);
     }
 
-    /// Something other than its pods changed for the Service (itself, a node, its network,
-    /// its plugin, a failure to recover from): its next reconcile plans everything.
-    pub fn input_changed(&mut self, service: ServiceRef) {
-        self.scopes.everything_changed(service);
+    /// Something other than its pods changed for the Service at `at` (itself, a node, its
+    /// network, its plugin, a failure to recover from): its next reconcile plans everything.
+    pub fn input_changed(&mut self, service: &ServiceRef, at: Timestamp) {
+        self.page(service).pending.everything_changed(at);
     }
 
-    /// A watch event of one of the Service's slices (`listed`: from a relist): whether the
-    /// Service must reconcile. The echo of this controller's own write adds nothing to check,
-    /// and only wakes a reconcile that waits for it; anything else (a hand edit, a deletion
-    /// by someone else) makes the Service place its decisions again.
+    /// A watch event of one of the Service's slices at `at` (`listed`: from a relist): whether
+    /// the Service must reconcile. The echo of this controller's own write adds nothing to
+    /// check, and only wakes a reconcile that waits for it; anything else (a hand edit, a
+    /// deletion by someone else) makes the Service place its decisions again.
     pub fn slice_event(
         &mut self,
-        service: ServiceRef,
+        service: &ServiceRef,
         slice: &EndpointSlice,
         deleted: bool,
         listed: bool,
+        at: Timestamp,
     ) -> bool {
-        if !listed && let Some(held) = self.in_flight.get_mut(&service) {
+        let page = self.page(service);
+        if !listed && let Some(held) = page.in_flight.as_mut() {
             held.push((seen(slice), deleted));
             return false;
         }
-        let own = !listed
-            && self
-                .expectations
-                .met(namespace(&service), &service.name, slice, deleted);
-        if own {
-            return self.scopes.is_pending(&service);
+        if !listed && page.expected.met(slice, deleted) {
+            return page.pending.is_pending();
         }
-        self.scopes.slices_changed(service);
+        page.pending.slices_changed(at);
         true
     }
 
     /// Whether a change of `pod` reconciles the Service at once rather than being screened:
     /// the Service includes the pod, or remembers no decisions to screen against.
     pub fn reconciles_at_once(&self, service: &ServiceRef, pod: &str) -> bool {
-        self.remembered
+        self.services
             .get(service)
+            .and_then(|p| p.remembered.as_ref())
             .is_none_or(|r| r.included.contains_key(pod))
     }
 }
 
 /// What a reconcile does.
 impl Book {
-    /// Starts a reconcile of `service` whose slices in the cache are `existing`. `None` when
-    /// the cache is behind this controller's own writes: their watch events are on their way
-    /// and trigger the reconcile again, which then takes the pending changes.
+    /// Starts a reconcile of `service` whose slices in the cache are `existing`, at `now`.
+    /// `None` when the cache is behind this controller's own writes: their watch events are on
+    /// their way and trigger the reconcile again, which then takes the pending changes.
     pub fn begin(
         &mut self,
         service: &ServiceRef,
         existing: &[Arc<EndpointSlice>],
+        now: Timestamp,
     ) -> Option<Begun> {
-        if self
-            .expectations
-            .cache_is_stale(namespace(service), &service.name, existing)
-        {
-            self.scopes.wait_for_cache(service.clone());
+        let page = self.page(service);
+        if page.expected.cache_is_stale(existing, now) {
+            page.pending.wait_for_cache();
             return None;
         }
         Some(Begun {
-            taken: self.scopes.take(service),
+            taken: page.pending.take(),
             // Taken, not copied: while the reconcile runs, every change of the Service's pods
             // reconciles it again rather than being screened, since the reconcile may have
             // read the pod before it changed.
-            remembered: self.remembered.remove(service),
-            answered: self.answered.remove(service).unwrap_or_default(),
+            remembered: page.remembered.take(),
+            answered: std::mem::take(&mut page.answered),
         })
     }
 
-    /// Keeps a reconcile's decisions for the next one.
-    pub fn remember(&mut self, service: &ServiceRef, remembered: Remembered) {
-        self.remembered.insert(service.clone(), remembered);
-    }
-
-    /// Drops from `changes` the slices that must not be sent: exactly what the API refused
-    /// before, or what this controller's own check of the API's rules refuses (returned, by
-    /// name, with the rules they break). Slices to delete need no refusal remembered.
-    pub fn hold_back(
+    /// A reconcile is about to write `changes`: drops the slices that must not be sent
+    /// (exactly what the API refused before, or what this controller's own check of the API's
+    /// rules refuses: returned, by name, with the rules they break), and holds the Service's
+    /// slice events until [`Self::record`] (see [`Self::slice_event`]) if anything is left to
+    /// send.
+    pub fn writing(
         &mut self,
         service: &ServiceRef,
         changes: &mut Changes,
     ) -> Vec<(String, Vec<Violation>)> {
-        let state = self.states.get(service);
+        let page = self.page(service);
+        let state = &mut page.state;
         let mut refused_now = Vec::new();
         changes.apply.retain(|slice| {
             if state.was_refused(slice) {
@@ -202,122 +253,105 @@ impl Book {
         for seen in &changes.delete {
             state.accepted(&seen.name);
         }
+        if !changes.is_empty() {
+            page.in_flight = Some(Vec::new());
+        }
         refused_now
     }
 
-    /// A reconcile is about to write the Service's slices: the slice events until
-    /// [`Self::wrote`] are held (see [`Self::slice_event`]).
-    pub fn writing(&mut self, service: &ServiceRef) {
-        self.in_flight.insert(service.clone(), Vec::new());
-    }
-
-    /// The writes a reconcile made over `existing`: what the cache should show next. True when
-    /// a slice event held meanwhile was not their echo (someone else changed the slices): the
-    /// Service must reconcile again, as nothing else will trigger it.
-    pub fn wrote(
+    /// Records what a reconcile of `service` over its slices `existing` did, at `at`: the one
+    /// call a reconcile ends with. A released Service is forgotten.
+    pub fn record(
         &mut self,
         service: &ServiceRef,
         existing: &[Arc<EndpointSlice>],
-        wrote: &Wrote<'_>,
-    ) -> bool {
-        let (namespace, name) = (namespace(service), service.name.as_str());
-        let seen = |slice: &str| existing.iter().find(|s| s.name_any() == slice);
-        for (slice, generation) in wrote.applied {
-            let created = seen(slice).is_none();
-            self.expectations
-                .applied(namespace, name, slice, *generation, created);
+        entry: Entry,
+        at: Timestamp,
+    ) -> Recorded {
+        if entry.released {
+            self.forget(service);
+            return Recorded::default();
         }
-        for slice in wrote.deleted {
-            let uid = seen(slice).and_then(|s| s.uid());
-            self.expectations.deleted(namespace, name, slice, uid);
+        let page = self.page(service);
+        let mut recorded = Recorded::default();
+        if let Some(remembered) = entry.remembered {
+            page.remembered = Some(remembered);
         }
-        let state = self.states.get(service);
-        for (slice, _) in wrote.applied {
-            state.accepted(slice);
+        if let Some(findings) = entry.findings {
+            recorded.new_findings = page.state.report(findings);
         }
-        if wrote.outdated {
-            self.replan(service);
+        if let Some(node_retry) = entry.node_retry {
+            page.state.node_retry = node_retry;
         }
-        let held = self.in_flight.remove(service).unwrap_or_default();
-        let mut foreign = false;
+        let mut replan = entry.held_back;
+        if let Some(wrote) = &entry.wrote {
+            replan |= page.wrote(existing, wrote, at);
+        }
+        // Events held while the write was in flight: its echo, or someone else's change.
+        let held = page.in_flight.take().unwrap_or_default();
         for (slice, deleted) in held {
-            if !self.expectations.met(namespace, name, &slice, deleted) {
-                self.scopes.slices_changed(service.clone());
-                foreign = true;
+            if !page.expected.met(&slice, deleted) {
+                page.pending.slices_changed(at);
+                recorded.foreign = true;
             }
         }
-        foreign
-    }
-
-    /// The API server refused `slice` as sent: it is not sent again while it is the same.
-    pub fn refused(&mut self, service: &ServiceRef, slice: &EndpointSlice) {
-        self.states.get(service).refused(slice);
-    }
-
-    /// The findings of this reconcile: returns those not reported before.
-    pub fn report(
-        &mut self,
-        service: &ServiceRef,
-        findings: impl IntoIterator<Item = Finding>,
-    ) -> Vec<Finding> {
-        self.states.get(service).report(findings)
-    }
-
-    /// `finding` was reported but did not reach the operator: the Service's next reconcile plans
-    /// everything (so finds it again, whatever triggers it) and reports it again.
-    pub fn untold(&mut self, service: &ServiceRef, finding: &Finding) {
-        self.states.get(service).untold(finding);
-        self.replan(service);
-    }
-
-    /// A reconcile planned: whether pods wait for their nodes (then it runs again soon), and
-    /// whether its slices may differ from the plan (a write held back).
-    pub fn planned(&mut self, service: &ServiceRef, node_retry: bool, held_back: bool) {
-        self.states.get(service).node_retry = node_retry;
-        if held_back {
-            self.replan(service);
+        match entry.failed {
+            Some(error) => {
+                replan = true;
+                recorded.new_failure = page.state.failed(error);
+            }
+            None => recorded.recovered = page.state.succeeded(),
         }
+        if replan {
+            // The slices may differ from the plan: the next reconcile plans everything,
+            // whatever triggers it.
+            page.pending.everything_changed(at);
+        }
+        recorded.node_retry = page.state.node_retry;
+        recorded
     }
 
-    /// Whether the Service's last plan had pods waiting for their nodes.
-    pub fn node_retry(&self, service: &ServiceRef) -> bool {
-        self.states.peek(service).is_some_and(|s| s.node_retry)
-    }
-
-    /// A reconcile failed with `error`: its next one plans everything. True when the failure
-    /// is new (to be reported).
-    pub fn failed(&mut self, service: &ServiceRef, error: String) -> bool {
-        self.replan(service);
-        self.states.get(service).failed(error)
-    }
-
-    /// A reconcile succeeded: the failure it recovered from, if any.
-    pub fn succeeded(&mut self, service: &ServiceRef) -> Option<String> {
-        self.states.succeeded(service)
+    /// `finding` was reported but did not reach the operator (its Event was refused) at `at`:
+    /// the Service's next reconcile plans everything (so finds it again, whatever triggers it)
+    /// and reports it again.
+    pub fn untold(&mut self, service: &ServiceRef, finding: &Finding, at: Timestamp) {
+        let page = self.page(service);
+        page.state.untold(finding);
+        page.pending.everything_changed(at);
     }
 
     /// The Service's failures in a row (at least 1 after a failure), and whether the last
     /// repeated the one before.
     pub fn failures(&self, service: &ServiceRef) -> (u32, bool) {
-        self.states
-            .peek(service)
-            .map_or((1, false), |s| (s.failures, s.is_repeat()))
-    }
-
-    /// The Service's slices may differ from its last plan (a write failed or was held back):
-    /// its next reconcile plans everything, whatever triggers it.
-    pub fn replan(&mut self, service: &ServiceRef) {
-        self.scopes.everything_changed(service.clone());
+        self.services
+            .get(service)
+            .map_or((1, false), |e| (e.state.failures, e.state.is_repeat()))
     }
 
     /// Forgets everything about a Service that is gone or no longer managed.
     pub fn forget(&mut self, service: &ServiceRef) {
-        self.states.forget(service);
-        self.scopes.forget(service);
-        self.remembered.remove(service);
-        self.answered.remove(service);
-        self.in_flight.remove(service);
-        self.expectations.forget(namespace(service), &service.name);
+        self.services.remove(service);
+    }
+}
+
+impl Page {
+    /// The writes a reconcile made over `existing` at `at`: what the cache should show next.
+    /// True when the slices may differ from the plan (a write refused or outdated).
+    fn wrote(&mut self, existing: &[Arc<EndpointSlice>], wrote: &Wrote, at: Timestamp) -> bool {
+        let seen = |slice: &str| existing.iter().find(|s| s.name_any() == slice);
+        for (slice, generation) in &wrote.applied {
+            let created = seen(slice).is_none();
+            self.expected.applied(slice, *generation, created, at);
+            self.state.accepted(slice);
+        }
+        for slice in &wrote.deleted {
+            let uid = seen(slice).and_then(|s| s.uid());
+            self.expected.deleted(slice, uid);
+        }
+        for slice in &wrote.refused {
+            self.state.refused(slice);
+        }
+        wrote.outdated || !wrote.refused.is_empty()
     }
 }
 
@@ -325,28 +359,43 @@ impl Book {
 impl Book {
     /// Services whose last reconcile failed.
     pub fn failing(&self) -> Vec<ServiceRef> {
-        self.states.failing()
+        let mut out: Vec<_> = self
+            .services
+            .iter()
+            .filter(|(_, e)| e.state.failures > 0)
+            .map(|(k, _)| k.clone())
+            .collect();
+        out.sort();
+        out
     }
 
     /// Services with bookkeeping for which `pick` holds.
     pub fn known(&self, pick: impl Fn(&ServiceRef) -> bool) -> Vec<ServiceRef> {
-        let mut known = self.states.known(&pick);
-        known.extend(self.remembered.keys().filter(|k| pick(k)).cloned());
-        known.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-        known.dedup();
+        let mut known: Vec<_> = self.services.keys().filter(|k| pick(k)).cloned().collect();
+        known.sort();
         known
     }
 }
 
-/// The shared book.
+/// The shared book, and how many times it was locked.
 #[derive(Debug, Default, Clone)]
-pub struct SharedBook(Arc<Mutex<Book>>);
+pub struct SharedBook {
+    book: Arc<Mutex<Book>>,
+    locked: Arc<AtomicU64>,
+}
 
 impl SharedBook {
     /// A poisoned lock is still used: every update of the book is complete before it can
     /// panic, so what it holds is consistent.
     pub fn lock(&self) -> MutexGuard<'_, Book> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.locked.fetch_add(1, Ordering::Relaxed);
+        self.book.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many times the book was locked: what a change costs in turns at the one lock every
+    /// watch and reconcile shares.
+    pub fn times_locked(&self) -> u64 {
+        self.locked.load(Ordering::Relaxed)
     }
 }
 
@@ -359,6 +408,10 @@ mod tests {
         ServiceRef::new("ns", name)
     }
 
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+    }
+
     fn slice(generation: i64) -> EndpointSlice {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": "web-ipv4-0", "generation": generation, "uid": "u"},
@@ -366,29 +419,47 @@ mod tests {
         .unwrap()
     }
 
+    fn applied(generation: i64) -> Entry {
+        Entry {
+            wrote: Some(Wrote {
+                applied: vec![("web-ipv4-0".to_owned(), Some(generation))],
+                ..Wrote::default()
+            }),
+            ..Entry::default()
+        }
+    }
+
     fn wrote_web_ipv4_0(book: &mut Book) {
-        let applied = [("web-ipv4-0".to_owned(), Some(2))];
-        let wrote = Wrote {
-            applied: &applied,
-            ..Wrote::default()
+        book.record(&svc("web"), &[Arc::new(slice(1))], applied(2), at(0));
+    }
+
+    fn remembered(included: &[&str]) -> Remembered {
+        let ready = nad_model::decision::Conditions {
+            ready: true,
+            serving: true,
+            terminating: false,
         };
-        book.wrote(&svc("web"), &[Arc::new(slice(1))], &wrote);
+        Remembered {
+            by: None,
+            included: included.iter().map(|p| ((*p).to_owned(), ready)).collect(),
+        }
     }
 
     #[test]
     fn a_stale_cache_leaves_the_pending_changes_for_later() {
         let mut book = Book::default();
         wrote_web_ipv4_0(&mut book);
-        book.input_changed(svc("web"));
+        book.input_changed(&svc("web"), at(1));
         let stored = Arc::new(slice(1));
         assert!(
-            book.begin(&svc("web"), std::slice::from_ref(&stored))
+            book.begin(&svc("web"), std::slice::from_ref(&stored), at(1))
                 .is_none()
         );
         let begun = book
-            .begin(&svc("web"), &[])
+            .begin(&svc("web"), &[], at(1))
             .expect("the slice is gone: go on");
         assert_eq!(begun.taken.scope, Scope::Full);
+        assert_eq!(begun.taken.changed_at, Some(at(1)));
     }
 
     #[test]
@@ -396,26 +467,30 @@ mod tests {
         let mut book = Book::default();
         wrote_web_ipv4_0(&mut book);
         assert!(
-            !book.slice_event(svc("web"), &slice(2), false, false),
+            !book.slice_event(&svc("web"), &slice(2), false, false, at(1)),
             "nothing waits: the echo costs no reconcile"
         );
         assert!(
-            book.begin(&svc("web"), &[Arc::new(slice(2))]).is_some(),
+            book.begin(&svc("web"), &[Arc::new(slice(2))], at(1))
+                .is_some(),
             "the echo met the expectation"
         );
 
         wrote_web_ipv4_0(&mut book);
-        assert!(book.begin(&svc("web"), &[Arc::new(slice(1))]).is_none());
         assert!(
-            book.slice_event(svc("web"), &slice(2), false, false),
+            book.begin(&svc("web"), &[Arc::new(slice(1))], at(1))
+                .is_none()
+        );
+        assert!(
+            book.slice_event(&svc("web"), &slice(2), false, false, at(1)),
             "a reconcile waits for this echo"
         );
         assert!(
-            book.slice_event(svc("web"), &slice(3), false, false),
+            book.slice_event(&svc("web"), &slice(3), false, false, at(1)),
             "someone else's write"
         );
         assert!(
-            book.slice_event(svc("web"), &slice(2), false, true),
+            book.slice_event(&svc("web"), &slice(2), false, true, at(1)),
             "a relist shows it: no one can tell whose it is"
         );
     }
@@ -423,38 +498,105 @@ mod tests {
     #[test]
     fn an_echo_that_comes_before_the_writes_answer_costs_no_reconcile() {
         let mut book = Book::default();
-        book.writing(&svc("web"));
+        let mut changes = Changes {
+            apply: vec![slice(1)],
+            ..Changes::default()
+        };
+        assert!(book.writing(&svc("web"), &mut changes).is_empty());
         assert!(
-            !book.slice_event(svc("web"), &slice(2), false, false),
+            !book.slice_event(&svc("web"), &slice(2), false, false, at(1)),
             "held"
         );
-        let applied = [("web-ipv4-0".to_owned(), Some(2))];
-        let wrote = Wrote {
-            applied: &applied,
-            ..Wrote::default()
-        };
-        assert!(
-            !book.wrote(&svc("web"), &[Arc::new(slice(1))], &wrote),
-            "it was the write's own echo"
-        );
-        assert!(!book.scopes.is_pending(&svc("web")));
+        let recorded = book.record(&svc("web"), &[Arc::new(slice(1))], applied(2), at(1));
+        assert!(!recorded.foreign, "it was the write's own echo");
+        assert!(!book.services[&svc("web")].pending.is_pending());
 
-        book.writing(&svc("web"));
+        book.writing(&svc("web"), &mut changes);
         assert!(
-            !book.slice_event(svc("web"), &slice(9), false, false),
+            !book.slice_event(&svc("web"), &slice(9), false, false, at(2)),
             "held"
         );
-        let applied = [("web-ipv4-0".to_owned(), Some(3))];
-        let wrote = Wrote {
-            applied: &applied,
-            ..Wrote::default()
-        };
+        let recorded = book.record(&svc("web"), &[Arc::new(slice(2))], applied(3), at(3));
         assert!(
-            book.wrote(&svc("web"), &[Arc::new(slice(2))], &wrote),
+            recorded.foreign,
             "someone else's change came meanwhile: reconcile again"
         );
-        let begun = book.begin(&svc("web"), &[Arc::new(slice(9))]).unwrap();
+        let begun = book
+            .begin(&svc("web"), &[Arc::new(slice(9))], at(4))
+            .unwrap();
         assert!(begun.taken.slices_changed);
+        assert_eq!(begun.taken.changed_at, Some(at(3)));
+    }
+
+    #[test]
+    fn a_write_with_nothing_left_to_send_holds_no_event() {
+        let mut book = Book::default();
+        assert!(
+            book.writing(&svc("web"), &mut Changes::default())
+                .is_empty()
+        );
+        assert!(
+            book.slice_event(&svc("web"), &slice(9), false, false, at(1)),
+            "not held: nothing is in flight"
+        );
+    }
+
+    #[test]
+    fn a_slice_the_api_would_refuse_is_held_back_and_replanned() {
+        let mut book = Book::default();
+        let mut bad = slice(1);
+        bad.endpoints = Some(vec![k8s_openapi::api::discovery::v1::Endpoint {
+            addresses: vec!["not-an-ip".into()],
+            ..Default::default()
+        }]);
+        let mut changes = Changes {
+            apply: vec![bad.clone()],
+            ..Changes::default()
+        };
+        let refused = book.writing(&svc("web"), &mut changes);
+        assert_eq!(refused.len(), 1);
+        assert!(changes.is_empty());
+        let held_back = Entry {
+            held_back: true,
+            ..Entry::default()
+        };
+        book.record(&svc("web"), &[], held_back, at(1));
+        assert_eq!(
+            book.begin(&svc("web"), &[], at(2)).unwrap().taken.scope,
+            Scope::Full
+        );
+        let mut again = Changes {
+            apply: vec![bad],
+            ..Changes::default()
+        };
+        assert!(
+            book.writing(&svc("web"), &mut again).is_empty(),
+            "the same content is not checked (nor told) again"
+        );
+        assert!(again.is_empty(), "and not sent either");
+    }
+
+    #[test]
+    fn a_slice_the_api_server_refused_is_not_sent_again_while_it_is_the_same() {
+        let mut book = Book::default();
+        let refused = Entry {
+            wrote: Some(Wrote {
+                refused: vec![slice(1)],
+                ..Wrote::default()
+            }),
+            ..Entry::default()
+        };
+        book.record(&svc("web"), &[], refused, at(1));
+        assert_eq!(
+            book.begin(&svc("web"), &[], at(2)).unwrap().taken.scope,
+            Scope::Full
+        );
+        let mut changes = Changes {
+            apply: vec![slice(1)],
+            ..Changes::default()
+        };
+        book.writing(&svc("web"), &mut changes);
+        assert!(changes.is_empty());
     }
 
     #[test]
@@ -464,29 +606,19 @@ mod tests {
             book.reconciles_at_once(&svc("web"), "a"),
             "nothing remembered"
         );
-        let included = [(
-            "a".to_owned(),
-            nad_model::decision::Conditions {
-                ready: true,
-                serving: true,
-                terminating: false,
-            },
-        )];
-        book.remember(
-            &svc("web"),
-            Remembered {
-                by: None,
-                included: included.into_iter().collect(),
-            },
-        );
+        let remember = |r| Entry {
+            remembered: Some(r),
+            ..Entry::default()
+        };
+        book.record(&svc("web"), &[], remember(remembered(&["a"])), at(0));
         assert!(book.reconciles_at_once(&svc("web"), "a"), "included");
         assert!(!book.reconciles_at_once(&svc("web"), "b"), "screened");
-        let begun = book.begin(&svc("web"), &[]).unwrap();
+        let begun = book.begin(&svc("web"), &[], at(1)).unwrap();
         assert!(
             book.reconciles_at_once(&svc("web"), "b"),
             "the reconcile may have read b before it changed"
         );
-        book.remember(&svc("web"), begun.remembered.unwrap());
+        book.record(&svc("web"), &[], remember(begun.remembered.unwrap()), at(1));
         assert!(!book.reconciles_at_once(&svc("web"), "b"));
     }
 
@@ -503,25 +635,97 @@ mod tests {
             },
             decision: nad_model::decision::Decision::Exclude(String::new()),
         };
-        book.screened(svc("web"), "a", Timestamp::UNIX_EPOCH, Some(answer));
-        let begun = book.begin(&svc("web"), &[]).unwrap();
+        book.screened(&svc("web"), "a", at(0), Some(answer));
+        let begun = book.begin(&svc("web"), &[], at(1)).unwrap();
         assert_eq!(begun.answered.len(), 1);
         assert_eq!(begun.taken.scope, Scope::Pods(["a".to_owned()].into()));
-        assert!(book.begin(&svc("web"), &[]).unwrap().answered.is_empty());
+        assert!(
+            book.begin(&svc("web"), &[], at(1))
+                .unwrap()
+                .answered
+                .is_empty()
+        );
     }
 
     #[test]
-    fn a_forgotten_service_leaves_nothing_behind() {
+    fn a_failure_is_recorded_new_once_then_recovered_from() {
         let mut book = Book::default();
-        book.failed(&svc("web"), "x".into());
-        book.remember(&svc("web"), Remembered::default());
-        book.expectations
-            .deleted("ns", "web", "web-ipv4-0", Some("u".into()));
-        assert_eq!(book.known(|_| true), vec![svc("web")]);
+        let failed = || Entry {
+            failed: Some("503".into()),
+            ..Entry::default()
+        };
+        assert!(book.record(&svc("web"), &[], failed(), at(0)).new_failure);
+        assert!(!book.record(&svc("web"), &[], failed(), at(0)).new_failure);
+        assert_eq!(book.failures(&svc("web")), (2, true));
+        assert_eq!(book.failing(), vec![svc("web")]);
+        assert_eq!(
+            book.begin(&svc("web"), &[], at(1)).unwrap().taken.scope,
+            Scope::Full,
+            "a failure plans everything next"
+        );
+        let recorded = book.record(&svc("web"), &[], Entry::default(), at(1));
+        assert_eq!(recorded.recovered.as_deref(), Some("503"));
+        assert!(book.failing().is_empty());
+    }
+
+    #[test]
+    fn findings_are_new_once_and_untold_ones_come_back() {
+        let mut book = Book::default();
+        let finding = Finding::PodSkipped {
+            pod: "a".into(),
+            reason: "no IPs".into(),
+        };
+        let planned = || Entry {
+            findings: Some(vec![finding.clone()]),
+            node_retry: Some(true),
+            ..Entry::default()
+        };
+        let recorded = book.record(&svc("web"), &[], planned(), at(0));
+        assert_eq!(recorded.new_findings, vec![finding.clone()]);
+        assert!(recorded.node_retry);
+        assert!(
+            book.record(&svc("web"), &[], planned(), at(0))
+                .new_findings
+                .is_empty()
+        );
+        assert!(
+            book.record(&svc("web"), &[], Entry::default(), at(0))
+                .node_retry,
+            "nothing planned: the last plan's stands"
+        );
+        book.untold(&svc("web"), &finding, at(1));
+        assert_eq!(
+            book.begin(&svc("web"), &[], at(2)).unwrap().taken.scope,
+            Scope::Full
+        );
+        assert_eq!(
+            book.record(&svc("web"), &[], planned(), at(2)).new_findings,
+            vec![finding]
+        );
+    }
+
+    #[test]
+    fn a_released_or_forgotten_service_leaves_nothing_behind() {
+        let mut book = Book::default();
+        let failed = Entry {
+            failed: Some("x".into()),
+            remembered: Some(Remembered::default()),
+            ..Entry::default()
+        };
+        book.record(&svc("web"), &[], failed, at(0));
+        book.record(&svc("api"), &[Arc::new(slice(1))], applied(2), at(0));
+        assert_eq!(book.known(|_| true), vec![svc("api"), svc("web")]);
         book.forget(&svc("web"));
+        let released = Entry {
+            released: true,
+            ..Entry::default()
+        };
+        book.record(&svc("api"), &[], released, at(0));
         assert!(book.known(|_| true).is_empty());
         assert!(book.failing().is_empty());
-        let begun = book.begin(&svc("web"), &[]).expect("no expectations left");
+        let begun = book
+            .begin(&svc("api"), &[Arc::new(slice(1))], at(0))
+            .expect("no expectations left");
         assert!(begun.remembered.is_none());
         assert_eq!(begun.taken.changed_at, None, "nothing pending");
     }

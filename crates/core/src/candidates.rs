@@ -260,6 +260,7 @@ mod tests {
     use super::*;
     use crate::{index::NodeZones, observe::tests::target};
     use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::jiff::Timestamp;
     use nad_model::keys::Keys;
     use nad_model::watch::Event;
     use serde_json::json;
@@ -287,7 +288,7 @@ mod tests {
     fn services_of_a_network_share_its_candidates_until_a_pod_changes() {
         let mut pods = PodIndex::new(Keys::default());
         let zones = NodeZones::default();
-        pods.on_event(Event::Apply(&pod("a", "192.0.2.1")));
+        pods.on_event(Event::Apply(&pod("a", "192.0.2.1")), Timestamp::UNIX_EPOCH);
         let cache = CandidateCache::default();
         let (web, mut api) = (target("team-a/macvlan"), target("team-a/macvlan"));
         api.name = "api".into();
@@ -295,7 +296,7 @@ mod tests {
         assert!(Arc::ptr_eq(&first, &cache.observe(&pods, &zones, &api)));
         assert_eq!(names(&first), ["a"]);
 
-        pods.on_event(Event::Apply(&pod("b", "192.0.2.2")));
+        pods.on_event(Event::Apply(&pod("b", "192.0.2.2")), Timestamp::UNIX_EPOCH);
         let after = cache.observe(&pods, &zones, &api);
         assert!(!Arc::ptr_eq(&first, &after), "a pod joined: observed again");
         assert_eq!(names(&after), ["a", "b"]);
@@ -316,14 +317,14 @@ mod tests {
         let mut pods = PodIndex::new(Keys::default());
         let zones = NodeZones::default();
         let other = r#"[{"name":"team-a/other","interface":"net1","ips":["192.0.2.9"]}]"#;
-        pods.on_event(Event::Apply(&pod("a", "192.0.2.1")));
+        pods.on_event(Event::Apply(&pod("a", "192.0.2.1")), Timestamp::UNIX_EPOCH);
         let mut b = pod("b", "192.0.2.2");
         b.metadata
             .annotations
             .as_mut()
             .unwrap()
             .insert("k8s.v1.cni.cncf.io/network-status".into(), other.into());
-        pods.on_event(Event::Apply(&b));
+        pods.on_event(Event::Apply(&b), Timestamp::UNIX_EPOCH);
         let cache = CandidateCache::with_view_budget(1);
         let built = std::sync::atomic::AtomicUsize::new(0);
         let view = |observed: &Observed| {
@@ -433,9 +434,9 @@ mod tests {
                 let name = format!("p{:02}", random() % 30);
                 let choice = random();
                 if choice % 9 == 8 {
-                    pods.on_event(Event::Delete(&varied(&name, 0)));
+                    pods.on_event(Event::Delete(&varied(&name, 0)), Timestamp::UNIX_EPOCH);
                 } else {
-                    pods.on_event(Event::Apply(&varied(&name, choice)));
+                    pods.on_event(Event::Apply(&varied(&name, choice)), Timestamp::UNIX_EPOCH);
                 }
             }
             for target in [&macvlan, &other] {
@@ -457,8 +458,8 @@ mod tests {
     fn a_few_pods_changed_are_brought_up_to_date_in_place_and_the_views_dropped() {
         let mut pods = PodIndex::new(Keys::default());
         let zones = NodeZones::default();
-        pods.on_event(Event::Apply(&pod("a", "192.0.2.1")));
-        pods.on_event(Event::Apply(&pod("c", "192.0.2.3")));
+        pods.on_event(Event::Apply(&pod("a", "192.0.2.1")), Timestamp::UNIX_EPOCH);
+        pods.on_event(Event::Apply(&pod("c", "192.0.2.3")), Timestamp::UNIX_EPOCH);
         let cache = CandidateCache::default();
         let web = target("team-a/macvlan");
         let observed = cache.observe(&pods, &zones, &web);
@@ -467,8 +468,8 @@ mod tests {
         let address = Arc::as_ptr(&observed);
         drop(observed);
 
-        pods.on_event(Event::Apply(&pod("b", "192.0.2.2")));
-        pods.on_event(Event::Delete(&pod("c", "192.0.2.3")));
+        pods.on_event(Event::Apply(&pod("b", "192.0.2.2")), Timestamp::UNIX_EPOCH);
+        pods.on_event(Event::Delete(&pod("c", "192.0.2.3")), Timestamp::UNIX_EPOCH);
         let after = cache.observe(&pods, &zones, &web);
         assert_eq!(
             Arc::as_ptr(&after),

@@ -7,10 +7,9 @@
 //! first asks the policy about just those pods (one small call) and skips the full plan when
 //! none of them is published or becomes included.
 
-use std::collections::{BTreeSet, HashMap, hash_map::Entry};
+use std::collections::BTreeSet;
 
 use k8s_openapi::jiff::Timestamp;
-use nad_model::service_ref::ServiceRef;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scope {
@@ -33,16 +32,21 @@ pub struct Taken {
     pub changed_at: Option<Timestamp>,
 }
 
+/// What waits for a Service's next reconcile: nothing (no one asked for it), or a scope, since
+/// when, and whether its slices changed.
+#[derive(Debug, Default)]
+pub struct Pending(Option<Waiting>);
+
 #[derive(Debug)]
-struct Pending {
+struct Waiting {
     scope: Scope,
     slices_changed: bool,
     changed_at: Option<Timestamp>,
 }
 
-impl Pending {
+impl Waiting {
     fn new(scope: Scope, changed_at: Option<Timestamp>) -> Self {
-        Pending {
+        Waiting {
             scope,
             slices_changed: false,
             changed_at,
@@ -57,24 +61,17 @@ impl Pending {
     }
 }
 
-/// The pending scope of each Service's next reconcile.
-#[derive(Debug, Default)]
-pub struct Scopes {
-    pending: HashMap<ServiceRef, Pending>,
-}
-
-impl Scopes {
+impl Pending {
     /// A pod of the Service's namespace, on its network, changed at `at`.
-    pub fn pod_changed(&mut self, service: ServiceRef, pod: &str, at: Timestamp) {
-        match self.pending.entry(service) {
-            Entry::Vacant(entry) => {
+    pub fn pod_changed(&mut self, pod: &str, at: Timestamp) {
+        match &mut self.0 {
+            None => {
                 let pods = BTreeSet::from([pod.to_owned()]);
-                entry.insert(Pending::new(Scope::Pods(pods), Some(at)));
+                self.0 = Some(Waiting::new(Scope::Pods(pods), Some(at)));
             }
-            Entry::Occupied(mut entry) => {
-                let pending = entry.get_mut();
-                pending.changed(Some(at));
-                if let Scope::Pods(pods) = &mut pending.scope {
+            Some(waiting) => {
+                waiting.changed(Some(at));
+                if let Scope::Pods(pods) = &mut waiting.scope {
                     pods.insert(pod.to_owned());
                 }
             }
@@ -82,57 +79,46 @@ impl Scopes {
     }
 
     /// Whether a reconcile of the Service has something to take.
-    pub fn is_pending(&self, service: &ServiceRef) -> bool {
-        self.pending.contains_key(service)
+    pub fn is_pending(&self) -> bool {
+        self.0.is_some()
     }
 
     /// A reconcile found the cache behind this controller's writes and took nothing: the
     /// watch event that brings the cache up to date triggers it again. Nothing pending (a
     /// timer, a retry) becomes a full plan, as the reconcile would have made.
-    pub fn wait_for_cache(&mut self, service: ServiceRef) {
-        self.pending
-            .entry(service)
-            .or_insert_with(|| Pending::new(Scope::Full, None));
+    pub fn wait_for_cache(&mut self) {
+        self.0
+            .get_or_insert_with(|| Waiting::new(Scope::Full, None));
     }
 
-    /// The Service's slices changed, not by this controller's last write.
-    pub fn slices_changed(&mut self, service: ServiceRef) {
-        let pending = self
-            .pending
-            .entry(service)
-            .or_insert_with(|| Pending::new(Scope::Pods(BTreeSet::new()), None));
-        pending.slices_changed = true;
-        pending.changed(Some(Timestamp::now()));
+    /// The Service's slices changed at `at`, not by this controller's last write.
+    pub fn slices_changed(&mut self, at: Timestamp) {
+        let waiting = self
+            .0
+            .get_or_insert_with(|| Waiting::new(Scope::Pods(BTreeSet::new()), None));
+        waiting.slices_changed = true;
+        waiting.changed(Some(at));
     }
 
-    /// Something other than its pods changed for the Service.
-    pub fn everything_changed(&mut self, service: ServiceRef) {
-        let now = Timestamp::now();
-        match self.pending.entry(service) {
-            Entry::Vacant(entry) => {
-                entry.insert(Pending::new(Scope::Full, Some(now)));
-            }
-            Entry::Occupied(mut entry) => {
-                let pending = entry.get_mut();
-                pending.scope = Scope::Full;
-                pending.changed(Some(now));
+    /// Something other than its pods changed for the Service at `at`.
+    pub fn everything_changed(&mut self, at: Timestamp) {
+        match &mut self.0 {
+            None => self.0 = Some(Waiting::new(Scope::Full, Some(at))),
+            Some(waiting) => {
+                waiting.scope = Scope::Full;
+                waiting.changed(Some(at));
             }
         }
     }
 
-    /// The Service is gone: nothing of it stays pending.
-    pub fn forget(&mut self, service: &ServiceRef) {
-        self.pending.remove(service);
-    }
-
     /// The scope of the reconcile that starts now; a reconcile nobody asked for (a timer, a
     /// retry) plans everything.
-    pub fn take(&mut self, service: &ServiceRef) -> Taken {
-        match self.pending.remove(service) {
-            Some(p) => Taken {
-                scope: p.scope,
-                slices_changed: p.slices_changed,
-                changed_at: p.changed_at,
+    pub fn take(&mut self) -> Taken {
+        match self.0.take() {
+            Some(w) => Taken {
+                scope: w.scope,
+                slices_changed: w.slices_changed,
+                changed_at: w.changed_at,
             },
             None => Taken {
                 scope: Scope::Full,
@@ -151,92 +137,78 @@ mod tests {
         Timestamp::from_second(1_800_000_000 + seconds).unwrap()
     }
 
-    fn svc(name: &str) -> ServiceRef {
-        ServiceRef::new("ns", name)
-    }
-
     #[test]
     fn pod_changes_add_up_until_the_reconcile_takes_them() {
-        let mut scopes = Scopes::default();
-        scopes.pod_changed(svc("web"), "a", at(0));
-        scopes.pod_changed(svc("web"), "b", at(0));
-        scopes.pod_changed(svc("web"), "a", at(0));
-        scopes.pod_changed(svc("other"), "c", at(0));
+        let mut web = Pending::default();
+        web.pod_changed("a", at(0));
+        web.pod_changed("b", at(0));
+        web.pod_changed("a", at(0));
         assert_eq!(
-            scopes.take(&svc("web")).scope,
+            web.take().scope,
             Scope::Pods(BTreeSet::from(["a".to_owned(), "b".to_owned()]))
         );
         assert_eq!(
-            scopes.take(&svc("web")).scope,
+            web.take().scope,
             Scope::Full,
             "nothing pending: a timer or retry"
-        );
-        assert_eq!(
-            scopes.take(&svc("other")).scope,
-            Scope::Pods(BTreeSet::from(["c".to_owned()]))
         );
     }
 
     #[test]
     fn any_other_change_makes_the_next_reconcile_full() {
-        let mut scopes = Scopes::default();
-        scopes.pod_changed(svc("web"), "a", at(0));
-        scopes.everything_changed(svc("web"));
-        scopes.pod_changed(svc("web"), "b", at(0));
-        assert_eq!(scopes.take(&svc("web")).scope, Scope::Full);
-    }
-
-    #[test]
-    fn a_forgotten_service_has_nothing_pending() {
-        let mut scopes = Scopes::default();
-        scopes.pod_changed(svc("web"), "a", at(0));
-        scopes.forget(&svc("web"));
-        assert!(scopes.pending.is_empty());
+        let mut web = Pending::default();
+        web.pod_changed("a", at(0));
+        web.everything_changed(at(1));
+        web.pod_changed("b", at(2));
+        let taken = web.take();
+        assert_eq!(taken.scope, Scope::Full);
+        assert_eq!(taken.changed_at, Some(at(0)), "the earliest change");
     }
 
     #[test]
     fn a_reconcile_waiting_for_the_cache_keeps_what_is_pending_or_plans_in_full() {
-        let mut scopes = Scopes::default();
-        assert!(!scopes.is_pending(&svc("web")));
-        scopes.wait_for_cache(svc("web"));
-        assert!(scopes.is_pending(&svc("web")));
-        let taken = scopes.take(&svc("web"));
+        let mut web = Pending::default();
+        assert!(!web.is_pending());
+        web.wait_for_cache();
+        assert!(web.is_pending());
+        let taken = web.take();
         assert_eq!(taken.scope, Scope::Full);
         assert_eq!(taken.changed_at, None, "no input changed");
-        scopes.pod_changed(svc("web"), "a", at(0));
-        scopes.wait_for_cache(svc("web"));
+        web.pod_changed("a", at(0));
+        web.wait_for_cache();
         assert_eq!(
-            scopes.take(&svc("web")).scope,
+            web.take().scope,
             Scope::Pods(BTreeSet::from(["a".to_owned()]))
         );
     }
 
     #[test]
     fn a_slice_changed_by_someone_else_keeps_the_pod_scope() {
-        let mut scopes = Scopes::default();
-        scopes.slices_changed(svc("web"));
-        let taken = scopes.take(&svc("web"));
+        let mut web = Pending::default();
+        web.slices_changed(at(4));
+        let taken = web.take();
         assert_eq!(taken.scope, Scope::Pods(BTreeSet::new()));
-        assert!(taken.slices_changed && taken.changed_at.is_some());
-        scopes.pod_changed(svc("web"), "a", at(0));
-        scopes.slices_changed(svc("web"));
-        let taken = scopes.take(&svc("web"));
+        assert!(taken.slices_changed);
+        assert_eq!(taken.changed_at, Some(at(4)));
+        web.pod_changed("a", at(0));
+        web.slices_changed(at(4));
+        let taken = web.take();
         assert_eq!(taken.scope, Scope::Pods(BTreeSet::from(["a".to_owned()])));
         assert!(taken.slices_changed);
-        assert!(!scopes.take(&svc("web")).slices_changed, "a timer");
+        assert!(!web.take().slices_changed, "a timer");
     }
 
     #[test]
     fn the_earliest_change_is_the_trigger_time() {
-        let mut scopes = Scopes::default();
-        scopes.pod_changed(svc("web"), "a", at(5));
-        scopes.pod_changed(svc("web"), "b", at(3));
-        scopes.pod_changed(svc("web"), "c", at(9));
-        assert_eq!(scopes.take(&svc("web")).changed_at, Some(at(3)));
-        assert_eq!(scopes.take(&svc("web")).changed_at, None, "a timer");
-        scopes.everything_changed(svc("web"));
-        let taken = scopes.take(&svc("web"));
+        let mut web = Pending::default();
+        web.pod_changed("a", at(5));
+        web.pod_changed("b", at(3));
+        web.pod_changed("c", at(9));
+        assert_eq!(web.take().changed_at, Some(at(3)));
+        assert_eq!(web.take().changed_at, None, "a timer");
+        web.everything_changed(at(7));
+        let taken = web.take();
         assert_eq!(taken.scope, Scope::Full, "not only pods");
-        assert!(taken.changed_at.is_some());
+        assert_eq!(taken.changed_at, Some(at(7)));
     }
 }

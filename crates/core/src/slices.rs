@@ -63,6 +63,18 @@ impl Changes {
     pub fn is_empty(&self) -> bool {
         self.apply.is_empty() && self.delete.is_empty()
     }
+
+    /// The deletion of every one of `existing` (a Service no longer this controller's).
+    pub fn remove_all(existing: &[Arc<EndpointSlice>]) -> Self {
+        Changes {
+            delete: existing.iter().map(|s| Seen::of(s)).collect(),
+            removed: existing
+                .iter()
+                .map(|s| s.endpoints.as_ref().map_or(0, Vec::len))
+                .sum(),
+            ..Changes::default()
+        }
+    }
 }
 
 /// A slice as this controller last saw it: a write or delete of it is conditional on it being

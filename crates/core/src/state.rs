@@ -2,8 +2,7 @@
 //! and for logging each problem once), whether its slices are as last planned, what the API
 //! refused, and which input problems its operator has already been told about.
 //!
-//! Pure state; the controller holds one [`Services`] behind a lock and prunes it when a
-//! Service is deleted or stops being managed.
+//! Pure state, one per Service in the [`crate::book::Book`].
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -12,7 +11,6 @@ use std::{
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_core::ResourceExt;
-use nad_model::service_ref::ServiceRef;
 
 use super::findings::Finding;
 use nad_model::labels::TRIGGER_TIME_ANNOTATION;
@@ -107,50 +105,6 @@ fn fingerprint(slice: &EndpointSlice) -> u64 {
     hasher.finish()
 }
 
-/// Every Service's memory.
-#[derive(Debug, Default)]
-pub struct Services {
-    states: HashMap<ServiceRef, ServiceState>,
-}
-
-impl Services {
-    pub fn get(&mut self, service: &ServiceRef) -> &mut ServiceState {
-        self.states.entry(service.clone()).or_default()
-    }
-
-    pub fn peek(&self, service: &ServiceRef) -> Option<&ServiceState> {
-        self.states.get(service)
-    }
-
-    /// A reconcile succeeded: the failure it recovered from, if any. A Service without state
-    /// (forgotten by this reconcile) gets none.
-    pub fn succeeded(&mut self, service: &ServiceRef) -> Option<String> {
-        self.states.get_mut(service)?.succeeded()
-    }
-
-    /// The Service is gone or no longer managed.
-    pub fn forget(&mut self, service: &ServiceRef) {
-        self.states.remove(service);
-    }
-
-    /// The Services with state for which `pick` holds (after a relist: those deleted meanwhile).
-    pub fn known(&self, pick: impl Fn(&ServiceRef) -> bool) -> Vec<ServiceRef> {
-        self.states.keys().filter(|k| pick(k)).cloned().collect()
-    }
-
-    /// Services whose last reconcile failed.
-    pub fn failing(&self) -> Vec<ServiceRef> {
-        let mut out: Vec<_> = self
-            .states
-            .iter()
-            .filter(|(_, s)| s.failures > 0)
-            .map(|(k, _)| k.clone())
-            .collect();
-        out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-        out
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,22 +191,5 @@ mod tests {
         );
         s.accepted("web-ipv4-0");
         assert!(!s.was_refused(&slice("10.0.0.1")));
-    }
-
-    #[test]
-    fn failing_services_are_listed_and_forgotten_ones_pruned() {
-        let mut all = Services::default();
-        let a = ServiceRef::new("ns", "a");
-        let b = ServiceRef::new("ns", "b");
-        all.get(&a).failed("x".into());
-        all.get(&b);
-        assert_eq!(all.failing(), vec![a.clone()]);
-        for gone in all.known(|s| *s != b) {
-            all.forget(&gone);
-        }
-        assert!(all.failing().is_empty());
-        assert!(all.peek(&a).is_none() && all.peek(&b).is_some());
-        all.forget(&b);
-        assert!(all.peek(&b).is_none());
     }
 }

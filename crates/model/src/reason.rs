@@ -94,6 +94,46 @@ impl fmt::Display for Reason {
     }
 }
 
+/// What was being done when the reason arose: an Event's `action` (what
+/// `kubectl get events -o wide` shows beside the reason).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Action {
+    /// Loading a plugin.
+    Load,
+    /// Reading a Service's annotations and its network.
+    Validate,
+    /// Asking a Service's plugin about its pods.
+    Evaluate,
+    /// Turning the decisions into endpoints.
+    Plan,
+    /// Writing a Service's EndpointSlices.
+    Apply,
+    /// The network prober probing a pod on its network.
+    Probe,
+    /// The network prober checking the admission policy that confines its writes.
+    CheckAdmissionPolicy,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Load => "Load",
+            Action::Validate => "Validate",
+            Action::Evaluate => "Evaluate",
+            Action::Plan => "Plan",
+            Action::Apply => "Apply",
+            Action::Probe => "Probe",
+            Action::CheckAdmissionPolicy => "CheckAdmissionPolicy",
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,7 +24,7 @@ use kube::{
 };
 
 use super::metrics::ProbeMetrics;
-use nad_model::reason::Reason;
+use nad_model::reason::{Action, Reason};
 
 /// The policy and binding to find, by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,7 +171,7 @@ pub async fn watch(
         };
         told = Some(now);
         let Some(pod) = &own_pod else { continue };
-        let event = super::run::event(type_, reason, &note, "CheckAdmissionPolicy");
+        let event = super::run::event(type_, reason, &note, Action::CheckAdmissionPolicy);
         if let Err(e) = recorder.publish(&event, pod).await {
             tracing::warn!(%reason, error = %nad_process::kube_error::describe(&e), "could not publish an Event on the prober's own pod");
         }

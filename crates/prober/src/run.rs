@@ -46,7 +46,7 @@ use nad_model::{
     keys::Keys,
     labels::{MANAGED_BY, MANAGED_BY_LABEL},
     pod::PodRecord,
-    reason::Reason,
+    reason::{Action, Reason},
 };
 
 /// The condition's reasons.
@@ -73,12 +73,12 @@ pub struct Gates {
 }
 
 /// An Event of the prober's: its note cut to the 1024 bytes the API allows.
-pub fn event(type_: EventType, reason: Reason, note: &str, action: &str) -> KubeEvent {
+pub fn event(type_: EventType, reason: Reason, note: &str, action: Action) -> KubeEvent {
     KubeEvent {
         type_,
         reason: reason.as_str().to_owned(),
         note: Some(note.chars().take(1024).collect()),
-        action: action.to_owned(),
+        action: action.as_str().to_owned(),
         secondary: None,
     }
 }
@@ -433,7 +433,7 @@ async fn publish(
         uid: Some(uid.to_owned()),
         ..ObjectReference::default()
     };
-    let event = event(type_, reason, &note, "Probe");
+    let event = event(type_, reason, &note, Action::Probe);
     if let Err(e) = shared.recorder.publish(&event, &reference).await {
         tracing::debug!(pod = %format!("{namespace}/{name}"), %reason, error = %e, "could not publish an Event");
     }

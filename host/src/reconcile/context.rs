@@ -24,7 +24,10 @@ use nad_core::{
     step::{Candidates, Snapshot},
 };
 use nad_model::service_ref::ServiceRef;
-use nad_model::{input::target::ServiceTarget, reason::Reason};
+use nad_model::{
+    input::target::ServiceTarget,
+    reason::{Action, Reason},
+};
 use nad_plugin_runtime::{Plugins, SharedPlugins};
 
 /// The name this controller reports Events under.
@@ -189,19 +192,13 @@ impl Context {
         )
     }
 
-    /// Forgets a Service that is gone or no longer managed: its bookkeeping, its figures and
-    /// its problems.
-    pub fn forget(&self, service: &ServiceRef) {
-        self.shared.forget(service);
-    }
-
     /// Publishes a Warning Event on the Service; a failure to publish is logged, not fatal.
     /// Returns whether it was published.
     pub async fn warn(
         &self,
         service: &Service,
         reason: Reason,
-        action: &str,
+        action: Action,
         note: String,
     ) -> bool {
         self.api.events.warn(service, reason, action, note).await

@@ -6,7 +6,7 @@
 //! Here a Service's reason gets a recorder of its own, replaced when the note changes, so the
 //! same note repeats as a series and a new note is a new Event.
 
-use nad_model::reason::Reason;
+use nad_model::reason::{Action, Reason};
 use nad_model::service_ref::ServiceRef;
 use std::{
     collections::HashMap,
@@ -51,7 +51,7 @@ impl Events {
         &self,
         service: &Service,
         reason: Reason,
-        action: &str,
+        action: Action,
         note: String,
     ) -> bool {
         let note = truncate(note, NOTE_LIMIT);
@@ -74,7 +74,7 @@ impl Events {
             type_: EventType::Warning,
             reason: reason.as_str().to_owned(),
             note: Some(note),
-            action: action.to_owned(),
+            action: action.as_str().to_owned(),
             secondary: None,
         };
         match recorder.publish(&event, &service.object_ref(&())).await {

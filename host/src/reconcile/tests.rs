@@ -19,10 +19,18 @@ use nad_test_kit::metrics::Scrape;
 use serde_json::{Value, json};
 use tower_test::mock::Handle;
 
-use super::{Context, NODE_RETRY, RESYNC, STALE_RETRY, reconcile};
+use super::{
+    Context,
+    publish::{NODE_RETRY, RESYNC, STALE_RETRY},
+    reconcile,
+};
 use crate::{error::Error, metrics::Metrics, watch::shared::write};
+use k8s_openapi::jiff::Timestamp;
 use nad_core::index::NodeZones;
-use nad_core::{book::Wrote, scope::Scope};
+use nad_core::{
+    book::{Entry, Wrote},
+    scope::Scope,
+};
 use nad_model::{service_ref::ServiceRef, watch::Event};
 use nad_plugin_runtime::{FailurePolicy, Limits, Plugins, Runtime, prepare};
 
@@ -164,14 +172,14 @@ impl Harness {
                 .unwrap(),
             );
         }
-        let change = write(&self.ctx.shared().pods).on_event(Event::Apply(&pod));
+        let change = write(&self.ctx.shared().pods).on_event(Event::Apply(&pod), Timestamp::now());
         if let Some((pod, at)) = change.pod {
-            self.ctx.book().pod_changed(key(), &pod, at);
+            self.ctx.book().pod_changed(&key(), &pod, at);
         }
     }
 
     fn everything_changed(&self) {
-        self.ctx.book().input_changed(key());
+        self.ctx.book().input_changed(&key(), Timestamp::now());
     }
 
     /// The slices as the watch would show them after `sent` applies.
@@ -200,7 +208,10 @@ impl Harness {
             slice.metadata.uid = Some(format!("uid-{}", slice.name_any()));
             slice.metadata.resource_version = Some("1".into());
             self.store_slice(slice.clone());
-            reconciles |= self.ctx.book().slice_event(key(), &slice, false, false);
+            reconciles |=
+                self.ctx
+                    .book()
+                    .slice_event(&key(), &slice, false, false, Timestamp::now());
         }
         reconciles
     }
@@ -350,14 +361,14 @@ async fn an_invalid_service_is_warned_about_and_its_slices_removed() {
     let (result, sent) = h
         .reconcile(
             &with_selector,
-            vec![Call::Event("InvalidService"), Call::Delete("web-ipv4-0")],
+            vec![Call::Delete("web-ipv4-0"), Call::Event("InvalidService")],
         )
         .await;
     assert_eq!(result.unwrap(), Action::await_change());
     assert!(
-        sent[0]["note"].as_str().unwrap().contains("selector"),
+        sent[1]["note"].as_str().unwrap().contains("selector"),
         "{}",
-        sent[0]
+        sent[1]
     );
     assert_eq!(h.problems(), ["InvalidService"]);
     let (result, _) = h
@@ -387,13 +398,18 @@ async fn a_deleting_service_is_left_to_the_garbage_collector() {
 async fn a_cache_behind_this_controllers_writes_is_waited_for() {
     let mut h = Harness::new(built_in());
     h.store_slice(a_slice("web-ipv4-0"));
-    let applied = [("web-ipv4-0".to_owned(), Some(2))];
     let wrote = Wrote {
-        applied: &applied,
+        applied: vec![("web-ipv4-0".to_owned(), Some(2))],
         ..Wrote::default()
     };
+    let entry = Entry {
+        wrote: Some(wrote),
+        ..Entry::default()
+    };
     let existing = h.ctx.slices_of(&key());
-    h.ctx.book().wrote(&key(), &existing, &wrote);
+    h.ctx
+        .book()
+        .record(&key(), &existing, entry, Timestamp::now());
     h.pod("web-a", "web", true, "n1");
     let (result, _) = h.reconcile(&headless(json!({})), vec![]).await;
     assert_eq!(result.unwrap(), Action::requeue(STALE_RETRY));
@@ -402,7 +418,12 @@ async fn a_cache_behind_this_controllers_writes_is_waited_for() {
         1
     );
     assert_eq!(
-        h.ctx.book().begin(&key(), &[]).unwrap().taken.scope,
+        h.ctx
+            .book()
+            .begin(&key(), &[], Timestamp::now())
+            .unwrap()
+            .taken
+            .scope,
         Scope::Pods(["web-a".to_owned()].into()),
         "the pod change stays pending for the reconcile that sees the cache current"
     );
@@ -439,8 +460,14 @@ async fn a_pod_change_asks_about_that_pod_alone_and_writes_one_slice() {
     );
 
     h.pod("web-b", "web", false, "n1");
+    let locked = h.ctx.shared().book.times_locked();
     let (result, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
     result.unwrap();
+    assert_eq!(
+        h.ctx.shared().book.times_locked() - locked,
+        3,
+        "a flip's reconcile takes the Book three times: to begin, to write, to record"
+    );
     assert_eq!(
         h.metric("nad_service_controller_plugin_evaluated_pods_total"),
         4,
@@ -609,12 +636,12 @@ async fn an_unknown_plugin_under_fallback_is_replaced_by_the_built_in_one() {
     let (result, sent) = h
         .reconcile(
             &headless(json!({"isim.dev/endpoint-policy": "nope"})),
-            vec![Call::Event("PluginFallback"), Call::Apply("web-ipv4-0")],
+            vec![Call::Apply("web-ipv4-0"), Call::Event("PluginFallback")],
         )
         .await;
     result.unwrap();
     assert_eq!(
-        addresses(&sent[1]),
+        addresses(&sent[0]),
         BTreeMap::from([("web-a".into(), true)])
     );
     assert_eq!(
@@ -634,7 +661,7 @@ async fn a_trapping_plugin_under_each_policy() {
         ),
         (
             FailurePolicy::Fallback,
-            vec![Call::Event("PluginFallback"), Call::Apply("web-ipv4-0")],
+            vec![Call::Apply("web-ipv4-0"), Call::Event("PluginFallback")],
             true,
         ),
     ] {
@@ -686,7 +713,11 @@ async fn a_slice_edited_by_hand_is_restored_without_asking_the_plugin() {
     edited.endpoints.as_mut().unwrap().truncate(1);
     edited.metadata.generation = Some(2);
     h.store_slice(edited.clone());
-    assert!(h.ctx.book().slice_event(key(), &edited, false, false));
+    assert!(
+        h.ctx
+            .book()
+            .slice_event(&key(), &edited, false, false, Timestamp::now())
+    );
     let (result, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
     result.unwrap();
     assert_eq!(

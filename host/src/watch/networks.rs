@@ -2,6 +2,7 @@
 //! that a Service naming one that does not gets told, and is reconciled again when it appears
 //! (or goes). A cluster without the CRD (no Multus) is reported once, and nothing is checked.
 
+use k8s_openapi::jiff::Timestamp;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt, future, stream};
@@ -41,9 +42,9 @@ pub fn watch(client: Client, shared: Shared) -> impl Stream<Item = ServiceRef> +
                         .collect();
                     if !services.is_empty() {
                         tracing::info!(networks = ?changed, services = services.len(), "NetworkAttachmentDefinitions changed; reconciling the Services on them");
-                        let mut book = shared.book.lock();
+                        let (mut book, now) = (shared.book.lock(), Timestamp::now());
                         for service in &services {
-                            book.input_changed(service.clone());
+                            book.input_changed(service, now);
                         }
                     }
                     future::ready(Some(stream::iter(services)))

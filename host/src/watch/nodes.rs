@@ -1,6 +1,7 @@
 //! The node watch: keeps the node zones, and asks the Services with pods on a node that
 //! appeared, went away or changed zone to plan again.
 
+use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeSet;
 
 use futures::{Stream, StreamExt, future, stream};
@@ -37,9 +38,9 @@ pub fn watch(api: Api<Node>, shared: Shared) -> impl Stream<Item = ServiceRef> +
                     .collect();
                 let networks: Vec<NetworkKey> = networks.into_iter().collect();
                 let services = read(&shared.networks).on(&networks);
-                let mut book = shared.book.lock();
+                let (mut book, now) = (shared.book.lock(), Timestamp::now());
                 for service in &services {
-                    book.input_changed(service.clone());
+                    book.input_changed(service, now);
                 }
                 services
             };

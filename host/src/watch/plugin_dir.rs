@@ -4,6 +4,7 @@
 //! widens the pod keys the index keeps when a plugin reads new ones, and asks every Service
 //! whose plugin changed to plan again.
 
+use k8s_openapi::jiff::Timestamp;
 use std::{
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
@@ -139,9 +140,9 @@ impl Publisher {
         });
         tracing::info!(plugins = ?changed, services = refs.len(), "plugins changed; reconciling their Services");
         {
-            let mut book = self.book.lock();
+            let (mut book, now) = (self.book.lock(), Timestamp::now());
             for r in &refs {
-                book.input_changed(r.clone());
+                book.input_changed(r, now);
             }
         }
         refs.into_iter().all(|r| self.tx.unbounded_send(r).is_ok())

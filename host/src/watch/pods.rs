@@ -79,7 +79,7 @@ pub fn watch(
                             break;
                         }
                         let Some(event) = health.observe(item) else { continue };
-                        let change = write(&shared.pods).on_event(seen(&event));
+                        let change = write(&shared.pods).on_event(seen(&event), Timestamp::now());
                         let (now, screened) = route(&shared, &change);
                         for service in now {
                             if tx.send(service).is_err() {
@@ -211,8 +211,9 @@ fn route(shared: &Shared, change: &PodChange) -> (Vec<ServiceRef>, Option<Job>) 
     let services = read(&shared.networks).on(&change.networks);
     let mut book = shared.book.lock();
     let Some((pod, at)) = &change.pod else {
+        let now = Timestamp::now();
         for service in &services {
-            book.input_changed(service.clone());
+            book.input_changed(service, now);
         }
         return (services, None);
     };
@@ -222,7 +223,7 @@ fn route(shared: &Shared, change: &PodChange) -> (Vec<ServiceRef>, Option<Job>) 
         .filter(|service| book.reconciles_at_once(service, pod))
         .collect();
     for service in &now {
-        book.pod_changed(service.clone(), pod, *at);
+        book.pod_changed(service, pod, *at);
     }
     let job = (now.len() < total).then(|| Job {
         namespace: change.networks[0].0.clone(),
@@ -266,7 +267,7 @@ mod tests {
         use serde_json::json;
 
         use super::*;
-        use nad_core::decide::Remembered;
+        use nad_core::{book::Entry, decide::Remembered};
         use nad_model::decision::Conditions;
         use nad_model::watch::Event;
         use nad_plugin_runtime::{Limits, Plugins, Runtime, SharedPlugins};
@@ -323,15 +324,23 @@ mod tests {
             };
             let mut book = shared.book.lock();
             let included = [("web-a".to_owned(), ready)].into_iter().collect();
-            book.remember(&key("web"), Remembered { by: None, included });
-            book.remember(&key("api"), Remembered::default());
+            for (service, remembered) in [
+                ("web", Remembered { by: None, included }),
+                ("api", Remembered::default()),
+            ] {
+                let entry = Entry {
+                    remembered: Some(remembered),
+                    ..Entry::default()
+                };
+                book.record(&key(service), &[], entry, Timestamp::now());
+            }
             drop(book);
             let plugins = Arc::new(SharedPlugins::new(built_in()));
             (shared, Screen { services, plugins })
         }
 
         fn change(shared: &Shared, pod: Pod) -> PodChange {
-            write(&shared.pods).on_event(Event::Apply(&pod))
+            write(&shared.pods).on_event(Event::Apply(&pod), Timestamp::now())
         }
 
         #[test]
@@ -362,14 +371,18 @@ mod tests {
             assert!(now.is_empty(), "neither includes api-b yet");
             let moved = screen_job(&shared, &screen, &job.unwrap());
             assert_eq!(moved, [key("api")], "api's policy includes api-b");
-            let begun = shared.book.lock().begin(&key("api"), &[]).unwrap();
+            let begun = shared
+                .book
+                .lock()
+                .begin(&key("api"), &[], Timestamp::now())
+                .unwrap();
             assert_eq!(begun.answered.len(), 1, "the reconcile reuses the answer");
             assert_eq!(&*begun.answered[0].pod.name, "api-b");
             assert!(
                 shared
                     .book
                     .lock()
-                    .begin(&key("web"), &[])
+                    .begin(&key("web"), &[], Timestamp::now())
                     .unwrap()
                     .answered
                     .is_empty()
@@ -379,7 +392,7 @@ mod tests {
         #[test]
         fn a_service_whose_reconcile_is_in_flight_reconciles_again_unscreened() {
             let (shared, _) = setup();
-            let begun = shared.book.lock().begin(&key("api"), &[]);
+            let begun = shared.book.lock().begin(&key("api"), &[], Timestamp::now());
             assert!(begun.is_some());
             let change = change(&shared, pod("web-c", "web"));
             let (now, _) = route(&shared, &change);

@@ -44,10 +44,7 @@ impl Screen {
         let mut moved = Vec::new();
         for service in services {
             if let Screened::Moves(answer) = self.moves(shared, pod, &service) {
-                shared
-                    .book
-                    .lock()
-                    .screened(service.clone(), pod, at, answer);
+                shared.book.lock().screened(&service, pod, at, answer);
                 moved.push(service);
             }
         }

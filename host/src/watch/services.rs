@@ -3,6 +3,7 @@
 
 use futures::{Stream, StreamExt, future, stream};
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api,
     runtime::{
@@ -48,9 +49,9 @@ pub fn watch(
                 .filter_map(|key| store.get(&store_key(&key)))
                 .map(|service| (*service).clone())
                 .collect();
-            let mut book = shared.book.lock();
+            let (mut book, now) = (shared.book.lock(), Timestamp::now());
             for service in &changed {
-                book.input_changed(ServiceRef::of(service));
+                book.input_changed(&ServiceRef::of(service), now);
             }
             future::ready(Some(stream::iter(changed.into_iter().map(Ok))))
         })

@@ -5,6 +5,7 @@
 
 use futures::{Stream, StreamExt, future, stream};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, ResourceExt,
     runtime::{WatchStreamExt, watcher},
@@ -48,12 +49,12 @@ fn owners(book: &SharedBook, event: &watcher::Event<EndpointSlice>) -> Vec<Servi
     };
     let listed = matches!(event, watcher::Event::InitApply(_));
     let namespace = slice.namespace().unwrap_or_default();
-    let mut book = book.lock();
+    let (mut book, now) = (book.lock(), Timestamp::now());
     slice
         .owner_references()
         .iter()
         .filter(|o| o.kind == "Service")
         .map(|owner| ServiceRef::new(&namespace, &owner.name))
-        .filter(|service| book.slice_event(service.clone(), slice, deleted, listed))
+        .filter(|service| book.slice_event(service, slice, deleted, listed, now))
         .collect()
 }

@@ -222,7 +222,8 @@ impl PodIndex {
         self.unreadable.iter().map(|(k, v)| (k, v.as_str()))
     }
 
-    pub fn on_event(&mut self, event: Event<&Pod>) -> PodChange {
+    /// Takes a pod watch event seen at `now` (the time of a change whose pod carries none).
+    pub fn on_event(&mut self, event: Event<&Pod>, now: Timestamp) -> PodChange {
         let mut change = PodChange::default();
         let mut affected = Vec::new();
         match event {
@@ -233,7 +234,6 @@ impl PodIndex {
                 if let (Event::InitApply(_), Some(seen)) = (event, self.relisting.as_mut()) {
                     seen.insert(address(&record));
                 }
-                let now = Timestamp::now();
                 let before = self.insert(record.clone());
                 let at = match (&before, record.changed_at.get()) {
                     (Some(before), Some(at)) if before.changed_at != record.changed_at => at,
@@ -248,7 +248,7 @@ impl PodIndex {
                 self.unreadable.remove(&key);
                 let before = self.remove(&key.0, &key.1);
                 affected.extend(networks_of(&key.0, before.as_deref(), None));
-                change.pod = Some((key.1, Timestamp::now()));
+                change.pod = Some((key.1, now));
             }
             Event::Init => self.relisting = Some(HashSet::new()),
             Event::InitDone => {
@@ -373,6 +373,10 @@ mod tests {
         .unwrap()
     }
 
+    fn at() -> Timestamp {
+        Timestamp::from_second(1_800_000_000).unwrap()
+    }
+
     fn pair(net: &str) -> NetworkKey {
         ("ns".to_string(), net.to_string())
     }
@@ -390,7 +394,7 @@ mod tests {
     #[test]
     fn a_pod_event_reaches_the_networks_it_is_and_was_on() {
         let mut index = PodIndex::default();
-        let mut nets = |e: Event<&Pod>| index.on_event(e).networks;
+        let mut nets = |e: Event<&Pod>| index.on_event(e, at()).networks;
         assert_eq!(
             nets(Event::Apply(&pod("p", Some(ON_A)))),
             vec![pair("ns/a")]
@@ -411,15 +415,15 @@ mod tests {
     fn pods_are_found_by_network_sorted_by_name() {
         let mut index = PodIndex::default();
         for name in ["c", "a", "b"] {
-            index.on_event(Event::Apply(&pod(name, Some(ON_A))));
+            index.on_event(Event::Apply(&pod(name, Some(ON_A))), at());
         }
-        index.on_event(Event::Apply(&pod("x", Some(ON_B))));
+        index.on_event(Event::Apply(&pod("x", Some(ON_B))), at());
         assert_eq!(names(&index, "ns/a"), ["a", "b", "c"]);
         assert_eq!(names(&index, "ns/b"), ["x"]);
-        index.on_event(Event::Apply(&pod("b", Some(ON_B))));
+        index.on_event(Event::Apply(&pod("b", Some(ON_B))), at());
         assert_eq!(names(&index, "ns/a"), ["a", "c"]);
         assert_eq!(names(&index, "ns/b"), ["b", "x"]);
-        let change = index.on_event(Event::Apply(&pod("a", Some(ON_A))));
+        let change = index.on_event(Event::Apply(&pod("a", Some(ON_A))), at());
         assert_eq!(change.pod.map(|(name, _)| name).as_deref(), Some("a"));
     }
 
@@ -428,25 +432,25 @@ mod tests {
     #[test]
     fn an_unreadable_annotation_is_reported_once_per_change() {
         let mut index = PodIndex::default();
-        index.on_event(Event::Apply(&pod("p", Some(ON_A))));
-        let change = index.on_event(Event::Apply(&pod("p", Some("{oops"))));
+        index.on_event(Event::Apply(&pod("p", Some(ON_A))), at());
+        let change = index.on_event(Event::Apply(&pod("p", Some("{oops"))), at());
         assert_eq!(change.networks, vec![pair("ns/a")]);
         let (key, error) = change.unreadable.expect("reported");
         assert_eq!(key, ("ns".to_owned(), "p".to_owned()));
         assert!(matches!(error, StatusError::Unreadable(_)));
-        let again = index.on_event(Event::Apply(&pod("p", Some("{oops"))));
+        let again = index.on_event(Event::Apply(&pod("p", Some("{oops"))), at());
         assert!(again.unreadable.is_none() && again.networks.is_empty());
         assert!(
             index
-                .on_event(Event::Apply(&pod("p", Some("[1"))))
+                .on_event(Event::Apply(&pod("p", Some("[1"))), at())
                 .unreadable
                 .is_some(),
             "a different problem"
         );
-        index.on_event(Event::Apply(&pod("p", Some(ON_A))));
+        index.on_event(Event::Apply(&pod("p", Some(ON_A))), at());
         assert!(
             index
-                .on_event(Event::Apply(&pod("p", Some("{oops"))))
+                .on_event(Event::Apply(&pod("p", Some("{oops"))), at())
                 .unreadable
                 .is_some(),
             "broken again after a fix"
@@ -463,15 +467,15 @@ mod tests {
                 .map(|names| names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
         };
         assert_eq!(since(&index, 0), Some(vec![]), "a network never seen");
-        index.on_event(Event::Apply(&pod("p", Some(ON_A))));
+        index.on_event(Event::Apply(&pod("p", Some(ON_A))), at());
         let first = generation(&index);
-        index.on_event(Event::Apply(&pod("q", Some(ON_A))));
-        index.on_event(Event::Apply(&pod("p", Some(ON_A))));
-        index.on_event(Event::Apply(&pod("x", Some(ON_B))));
+        index.on_event(Event::Apply(&pod("q", Some(ON_A))), at());
+        index.on_event(Event::Apply(&pod("p", Some(ON_A))), at());
+        index.on_event(Event::Apply(&pod("x", Some(ON_B))), at());
         assert_eq!(since(&index, first), Some(vec!["p".into(), "q".into()]));
         assert_eq!(since(&index, 0), Some(vec!["p".into(), "q".into()]));
         assert_eq!(since(&index, generation(&index)), Some(vec![]));
-        index.on_event(Event::Delete(&pod("q", None)));
+        index.on_event(Event::Delete(&pod("q", None)), at());
         assert_eq!(
             since(&index, first),
             Some(vec!["p".into(), "q".into()]),
@@ -479,7 +483,7 @@ mod tests {
         );
         let before = generation(&index);
         for i in 0..RECENT {
-            index.on_event(Event::Apply(&pod(&format!("n{i:02}"), Some(ON_A))));
+            index.on_event(Event::Apply(&pod(&format!("n{i:02}"), Some(ON_A))), at());
         }
         assert_eq!(
             since(&index, first),
@@ -492,15 +496,15 @@ mod tests {
     #[test]
     fn pods_gone_during_a_relist_are_removed_and_their_networks_released_at_its_end() {
         let mut index = PodIndex::default();
-        index.on_event(Event::Apply(&pod("stays", Some(ON_A))));
-        index.on_event(Event::Apply(&pod("gone", Some(ON_B))));
-        assert!(index.on_event(Event::Init).networks.is_empty());
-        let listed = index.on_event(Event::InitApply(&pod("stays", Some(ON_A))));
+        index.on_event(Event::Apply(&pod("stays", Some(ON_A))), at());
+        index.on_event(Event::Apply(&pod("gone", Some(ON_B))), at());
+        assert!(index.on_event(Event::Init, at()).networks.is_empty());
+        let listed = index.on_event(Event::InitApply(&pod("stays", Some(ON_A))), at());
         assert!(
             listed.networks.is_empty() && listed.pod.is_none(),
             "held back"
         );
-        let done = index.on_event(Event::InitDone);
+        let done = index.on_event(Event::InitDone, at());
         assert_eq!(done.networks, vec![pair("ns/a"), pair("ns/b")]);
         assert!(done.pod.is_none(), "a relist plans everything");
         assert_eq!(index.len(), 1);
@@ -508,7 +512,7 @@ mod tests {
         assert!(index.is_synced());
         assert_eq!(
             index
-                .on_event(Event::Apply(&pod("stays", Some(ON_B))))
+                .on_event(Event::Apply(&pod("stays", Some(ON_B))), at())
                 .networks,
             vec![pair("ns/a"), pair("ns/b")],
             "after the relist, events pass at once"
