@@ -19,11 +19,14 @@ CHECK_LAYERS_TREES a directory of `<crate>.txt` files of `cargo tree --prefix no
                          parts (sigstore's TLS backend aws-lc among them)
     nad-service-controller  the controller, and the binary's main that dispatches to the CLI
 
-Program rules: no crate depends on the controller (testing/ harnesses aside), and of the
-controller's sources only its binary's main.rs names the CLI crate.
+Program rules: no crate depends on the controller (testing/ harnesses aside), of the
+controller's sources only its binary's main.rs names the CLI crate, and nad-model and nad-core
+read no clock (whoever calls them says when: `Timestamp::now()`, `Instant::now()` and
+`SystemTime::now()` appear in their tests only, after `#[cfg(test)]`).
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -80,6 +83,32 @@ def program_rules(meta) -> list:
     return failures
 
 
+CLOCKLESS = {"nad-model", "nad-core"}
+CLOCK = re.compile(r"\b(Timestamp|Instant|SystemTime|Utc|Zoned)::now\(\)")
+
+
+def clock_rules(meta) -> list:
+    """nad-model and nad-core read no clock outside their tests (a file's `#[cfg(test)]` and
+    what follows it)."""
+    failures = []
+    for package in meta["packages"]:
+        if package["name"] not in CLOCKLESS:
+            continue
+        src = os.path.join(os.path.dirname(package["manifest_path"]), "src")
+        for root, _, files in os.walk(src):
+            for name in sorted(files):
+                path = os.path.join(root, name)
+                if not name.endswith(".rs") or name == "tests.rs":
+                    continue
+                with open(path, encoding="utf-8") as f:
+                    text = f.read().split("#[cfg(test)]")[0]
+                for number, line in enumerate(text.splitlines(), 1):
+                    if CLOCK.search(line):
+                        failures.append(f"{package['name']}'s {os.path.relpath(path, src)}:{number} reads the clock: "
+                                        "take the time from the caller")
+    return failures
+
+
 def main() -> int:
     given = os.environ.get("CHECK_LAYERS_METADATA")
     if given:
@@ -113,12 +142,14 @@ def main() -> int:
         elif "nad-service-controller" in deps and not package["manifest_path"].split("/")[-3] == "testing":
             failures.append(f"{name} depends on the controller crate")
     failures += program_rules(meta)
+    failures += clock_rules(meta)
     for failure in failures:
         print(f"check-layers: {failure}", file=sys.stderr)
     if not failures:
         print("check-layers: nad-model < nad-core, nad-plugin-runtime, nad-plugin-fetcher < "
               "nad-plugin-policy < nad-cli < the binary; nad-core, nad-plugin-* < nad-service-controller; "
-              "nad-model, nad-process < nad-prober; the controller names no nad_cli: ok")
+              "nad-model, nad-process < nad-prober; the controller names no nad_cli; nad-model and "
+              "nad-core read no clock: ok")
     return 1 if failures else 0
 
 

@@ -3,7 +3,8 @@
 # checker that cannot fail guards nothing); hack/test-scripts.sh runs it:
 # - hack/check-layers.py, on `cargo metadata` of this workspace with one crate given a crate
 #   above it, on copies of its crates' `cargo tree` with a part a floor keeps out reached deep
-#   down, and on a copy of the controller's sources that imports the CLI;
+#   down, on a copy of the controller's sources that imports the CLI, and on a copy of nad-core
+#   whose Book reads the clock;
 # - hack/module-graph.py, on a copy of the controller's sources given an arrow back up (a watch
 #   naming a constant of watch/mod.rs) and one given a circle (two watches importing each other);
 # - hack/check-clean.sh, on a made-up /proc (CHECK_CLEAN_PROC) of the processes it must name: the
@@ -98,6 +99,29 @@ if [[ "$status" == 1 && "$out" == *"the controller's watch/sideways.rs names nad
   pass "check-layers refuses the controller importing the CLI"
 else
   fail "check-layers with the controller importing the CLI: exit $status, said: $out"
+fi
+
+# check-layers' clock rule: a copy of nad-core's sources whose Book reads the clock.
+mkdir -p "$work/core"
+cp -r crates/core/src "$work/core/src"
+{
+  printf 'pub fn stamp() -> k8s_openapi::jiff::Timestamp {\n    k8s_openapi::jiff::Timestamp::now()\n}\n'
+  cat crates/core/src/book.rs
+} >"$work/core/src/book.rs"
+python3 - "$work/metadata.json" "$work/core/Cargo.toml" >"$work/broken.json" <<'PY'
+import json, sys
+meta = json.load(open(sys.argv[1]))
+for package in meta["packages"]:
+    if package["name"] == "nad-core":
+        package["manifest_path"] = sys.argv[2]
+json.dump(meta, sys.stdout)
+PY
+status=0
+out="$(CHECK_LAYERS_METADATA="$work/broken.json" python3 hack/check-layers.py 2>&1)" || status=$?
+if [[ "$status" == 1 && "$out" == *"nad-core's book.rs:"*"reads the clock"* ]]; then
+  pass "check-layers refuses nad-core reading the clock"
+else
+  fail "check-layers with nad-core reading the clock: exit $status, said: $out"
 fi
 
 # module-graph: the workspace passes; a copy of the controller's sources with a watch naming a
