@@ -61,9 +61,17 @@ pub async fn run(
         &mut tasks,
     );
     let caches_ready = signal_when_synced(&shared, services.clone(), ready, &mut tasks);
+    // The stop, told to the reconciles too: one waiting for the caches ends rather than hold
+    // up the graceful shutdown, which waits for every reconcile in flight.
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    };
     let api = reconcile::Api::new(client, reporter);
     let plugins = plugins.plugins.clone();
-    let ctx = Arc::new(Context::new(api, shared, plugins, settings, caches_ready));
+    let gates = (caches_ready, stopping);
+    let ctx = Arc::new(Context::new(api, shared, plugins, settings, gates));
 
     // A reconcile mostly waits for its slice write; the plugin calls and planning run on the
     // blocking pool. Five at once, as upstream's EndpointSlice controller, keeps two cores

@@ -2701,3 +2701,14 @@ async fn a_controller_that_panicked_fails_the_test_when_stopped() {
         .await;
     assert!(stopped.is_err(), "a panic was swallowed");
 }
+
+/// `Controller::stop` fails the test when the controller does not stop within its bound
+/// (10 s): a shutdown held up by a reconcile must not pass for one that stopped.
+#[tokio::test]
+async fn a_controller_that_does_not_stop_fails_the_test() {
+    let mut stuck = support::Controller::of_task(tokio::spawn(std::future::pending()));
+    let stopped = std::panic::AssertUnwindSafe(stuck.stop())
+        .catch_unwind()
+        .await;
+    assert!(stopped.is_err(), "a stop slower than the bound passed");
+}

@@ -67,6 +67,8 @@ pub struct Context {
     api: Api,
     settings: Settings,
     caches_ready: tokio::sync::watch::Receiver<bool>,
+    /// Turns true when the controller is told to stop.
+    stopping: tokio::sync::watch::Receiver<bool>,
     /// Steps (snapshot, plugin calls, planning) that run at once: no more than the cores,
     /// whatever `concurrent_syncs` is. A step is CPU-bound and holds its working set (the
     /// plugin's instance and records, the plan), so more at once would only add memory; the
@@ -87,7 +89,10 @@ impl Context {
         shared: Shared,
         plugins: Arc<SharedPlugins>,
         settings: Settings,
-        caches_ready: tokio::sync::watch::Receiver<bool>,
+        (caches_ready, stopping): (
+            tokio::sync::watch::Receiver<bool>,
+            tokio::sync::watch::Receiver<bool>,
+        ),
     ) -> Self {
         Context {
             shared,
@@ -99,6 +104,7 @@ impl Context {
             ))),
             settings,
             caches_ready,
+            stopping,
         }
     }
 
@@ -133,18 +139,21 @@ impl Context {
         self.shared.recovery.unreachable();
     }
 
-    /// Waits until every cache has its initial list.
+    /// Waits until every cache has its initial list: `true` then, `false` when the controller
+    /// is told to stop first (a reconcile that waits must not hold up its graceful shutdown,
+    /// which waits for the reconciles in flight).
     ///
     /// Only one task awaits the stores themselves: `Store::wait_until_ready` keeps the waker
     /// of its last poller only, so concurrent reconciles waiting on it directly could sleep
     /// forever. Reconciles wait on this watch channel instead.
-    pub async fn wait_ready(&self) -> Result<(), Error> {
-        let mut ready = self.caches_ready.clone();
-        ready
-            .wait_for(|ready| *ready)
-            .await
-            .map(|_| ())
-            .map_err(|_| Error::CachesNotReady)
+    pub async fn wait_ready(&self) -> Result<bool, Error> {
+        let (mut ready, mut stopping) = (self.caches_ready.clone(), self.stopping.clone());
+        tokio::select! {
+            synced = ready.wait_for(|ready| *ready) => {
+                synced.map(|_| true).map_err(|_| Error::CachesNotReady)
+            }
+            Ok(_) = stopping.wait_for(|stopping| *stopping) => Ok(false),
+        }
     }
 
     /// This controller's slices of the Service, from the cache.
@@ -207,14 +216,15 @@ impl Context {
 
 #[cfg(test)]
 impl Context {
-    /// A context over empty caches, writing to `client`; the sender of the caches' readiness
-    /// (true) comes with it.
+    /// A context over empty caches, writing to `client`; the senders of the caches' readiness
+    /// (true) and of the stop (false) come with it.
     pub fn for_tests(
         client: Client,
         plugins: Plugins,
         zones: nad_core::index::NodeZones,
-    ) -> (Self, tokio::sync::watch::Sender<bool>) {
+    ) -> (Self, TestGates) {
         let (ready, caches_ready) = tokio::sync::watch::channel(true);
+        let (stop, stopping) = tokio::sync::watch::channel(false);
         let shared = Shared::new(Arc::default());
         *crate::watch::shared::write(&shared.pods) = nad_core::index::PodIndex::new(plugins.keys());
         *crate::watch::shared::write(&shared.zones) = zones;
@@ -225,8 +235,8 @@ impl Context {
         };
         let plugins = Arc::new(SharedPlugins::new(plugins));
         let api = Api::new(client, test_reporter());
-        let ctx = Context::new(api, shared, plugins, settings, caches_ready);
-        (ctx, ready)
+        let ctx = Context::new(api, shared, plugins, settings, (caches_ready, stopping));
+        (ctx, TestGates { ready, stop })
     }
 
     pub fn shared(&self) -> &Shared {
@@ -237,6 +247,13 @@ impl Context {
     pub fn set_client(&mut self, client: Client) {
         self.api = Api::new(client, test_reporter());
     }
+}
+
+/// What a test turns: the caches' readiness, and the stop.
+#[cfg(test)]
+pub struct TestGates {
+    pub ready: tokio::sync::watch::Sender<bool>,
+    pub stop: tokio::sync::watch::Sender<bool>,
 }
 
 #[cfg(test)]

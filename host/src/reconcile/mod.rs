@@ -41,7 +41,10 @@ use outcome::Outcome;
 /// plan cannot be made.
 #[tracing::instrument(skip_all, fields(service = %service.name_any(), namespace = service.namespace().unwrap_or_default()))]
 pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.wait_ready().await?;
+    if !ctx.wait_ready().await? {
+        // Told to stop before the caches synced: nothing was read, nothing to do.
+        return Ok(Action::await_change());
+    }
     let key = ServiceRef::of(&service);
     let started = Instant::now();
     let turn = ctx.planning_turn().await;

@@ -127,7 +127,7 @@ async fn verify(mut handle: Handle<Request<Body>, Response<Body>>, calls: Vec<Ca
 struct Harness {
     ctx: Arc<Context>,
     handle: Option<Handle<Request<Body>, Response<Body>>>,
-    _ready: tokio::sync::watch::Sender<bool>,
+    gates: super::context::TestGates,
 }
 
 impl Harness {
@@ -135,11 +135,11 @@ impl Harness {
         let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let mut zones = NodeZones::default();
         zones.on_event(Event::Apply(&node("n1", "zone-a")));
-        let (ctx, ready) = Context::for_tests(Client::new(service, "default"), plugins, zones);
+        let (ctx, gates) = Context::for_tests(Client::new(service, "default"), plugins, zones);
         Harness {
             ctx: Arc::new(ctx),
             handle: Some(handle),
-            _ready: ready,
+            gates,
         }
     }
 
@@ -391,6 +391,23 @@ async fn a_deleting_service_is_left_to_the_garbage_collector() {
             k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
         ));
     let (result, _) = h.reconcile(&deleting, vec![]).await;
+    assert_eq!(result.unwrap(), Action::await_change());
+}
+
+/// The graceful shutdown waits for every reconcile in flight: one waiting for caches that have
+/// not synced (right after a start, say) ends at the stop rather than hold it up.
+#[tokio::test]
+async fn a_reconcile_waiting_for_the_caches_ends_at_the_stop() {
+    let h = Harness::new(built_in());
+    h.gates.ready.send_replace(false);
+    let waiting = tokio::spawn(reconcile(Arc::new(headless(json!({}))), h.ctx.clone()));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "it waits for the caches");
+    h.gates.stop.send_replace(true);
+    let result = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("it ends at the stop, without the caches")
+        .unwrap();
     assert_eq!(result.unwrap(), Action::await_change());
 }
 

@@ -239,10 +239,8 @@ impl Controller {
             Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             Ok(Err(e)) => panic!("the controller task ended abnormally: {e}"),
             Err(_) => {
-                // Seen under load, in a test whose controller had just started: noted, not a
-                // failure of the test at hand.
-                eprintln!("the controller did not stop within 10 s of being told to; aborted");
                 self.task.abort();
+                panic!("the controller did not stop within 10 s of being told to");
             }
         }
     }
