@@ -341,6 +341,12 @@ impl Env {
             .unwrap();
     }
 
+    /// Waits until the controller has seen this test's changes and is idle after them
+    /// ([`support::Controller::settled`]).
+    async fn settled(&self) {
+        self.controller.settled(&self.client, &[&self.ns]).await;
+    }
+
     /// Waits until the reconcile count passes `count`.
     async fn reconciled_after(&self, count: u64) {
         eventually("a reconcile", || async {
@@ -817,7 +823,7 @@ async fn with_nothing_changing_a_reconcile_writes_nothing() {
     let before = env
         .wait_slices("web", "two endpoints", |s| endpoint_count(s) == 2)
         .await;
-    env.controller.settled().await;
+    env.settled().await;
     let before = env
         .slices("web")
         .await
@@ -1803,7 +1809,7 @@ async fn a_network_that_does_not_exist_is_warned_about_and_cleared_when_it_is_cr
     )
     .await;
     env.reconciled_after(before).await;
-    env.controller.settled().await;
+    env.settled().await;
     assert_eq!(pod_names(&env.slices("web").await), ["web-a"]);
     node_sim::define_networks(&env.client, ns, &["macvlann"])
         .await
@@ -2289,7 +2295,7 @@ async fn a_refused_slice_is_reported_once_and_not_sent_again() {
     })
     .await;
     // The pod's start is two changes (attached, then Ready): at most one refusal each.
-    env.controller.settled().await;
+    env.settled().await;
     let refusals = refused();
     assert!(refusals <= 2, "{refusals} refusals for two contents");
     let slices = env.slices("web").await;
@@ -2666,7 +2672,7 @@ async fn a_service_without_ports_is_written_once_also_across_a_restart() {
         .await;
     env.wait_slices("web", "one endpoint", |s| endpoint_count(s) == 1)
         .await;
-    env.controller.settled().await;
+    env.settled().await;
     let before = env.slices("web").await;
     assert_eq!(before.len(), 1);
     assert!(
@@ -2681,7 +2687,7 @@ async fn a_service_without_ports_is_written_once_also_across_a_restart() {
 
     env.restart().await;
     env.reconciled_after(0).await;
-    env.controller.settled().await;
+    env.settled().await;
     let after = env.slices("web").await;
     assert_eq!(
         (after[0].uid(), after[0].resource_version()),
@@ -2700,6 +2706,31 @@ async fn a_controller_that_panicked_fails_the_test_when_stopped() {
         .catch_unwind()
         .await;
     assert!(stopped.is_err(), "a panic was swallowed");
+}
+
+/// `Controller::settled` waits for the test's own change to be seen: a controller whose watches
+/// saw nothing of the pod the test created is not settled, however quiet it is; once its pod
+/// watch shows that version, it is.
+#[tokio::test]
+async fn settled_waits_for_the_tests_own_change_to_be_seen() {
+    let client = support::client().await;
+    let ns = namespace(&client, "settled").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web-a"},
+        "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]},
+    }))
+    .unwrap();
+    let created = pods.create(&PostParams::default(), &pod).await.unwrap();
+    let deaf = support::Controller::of_task(tokio::spawn(std::future::pending()));
+    let early = tokio::time::timeout(Duration::from_secs(3), deaf.settled(&client, &[&ns])).await;
+    assert!(early.is_err(), "settled before its watches saw the pod");
+    let progress = deaf.metrics.watch.progress("pods");
+    progress.saw(created.metadata.resource_version.as_deref());
+    tokio::time::timeout(Duration::from_secs(10), deaf.settled(&client, &[&ns]))
+        .await
+        .expect("settled once the pod's version was seen");
+    node_sim::delete_test_namespace(&client, &ns).await;
 }
 
 /// `Controller::stop` fails the test when the controller does not stop within its bound

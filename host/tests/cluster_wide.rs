@@ -94,7 +94,7 @@ async fn pods_in_other_namespaces_are_never_published() {
         },
     )
     .await;
-    controller.settled().await;
+    controller.settled(&client, &[&a, &b]).await;
     assert_eq!(published(&client, &a).await, own(&a));
     assert_eq!(published(&client, &b).await, own(&b));
     controller.stop().await;

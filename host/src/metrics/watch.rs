@@ -7,7 +7,13 @@
 //! 2 s ([`crate::watch::health`]) and every attempt that fails is an error, so errors that keep
 //! coming mean the watch is not progressing, and a healthy watch, quiet or busy, adds none.
 
-use std::sync::atomic::AtomicU64;
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
+};
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
@@ -29,6 +35,8 @@ pub struct WatchMetrics {
     events: Family<ResourceLabels, Counter>,
     errors: Family<ResourceLabels, Counter>,
     listed: Family<ResourceLabels, UnixTime>,
+    /// Per resource, the newest resourceVersion its watch delivered (see [`Self::seen`]).
+    seen: Mutex<HashMap<String, Arc<AtomicU64>>>,
 }
 
 /// One watch's handles: looked up once, so counting an event is an atomic increment.
@@ -37,6 +45,7 @@ pub struct WatchProgress {
     events: Counter,
     errors: Counter,
     listed: UnixTime,
+    seen: Arc<AtomicU64>,
 }
 
 impl WatchMetrics {
@@ -45,6 +54,7 @@ impl WatchMetrics {
             events: Family::default(),
             errors: Family::default(),
             listed: Family::default(),
+            seen: Mutex::default(),
         };
         registry.register(
             "watch_events",
@@ -74,11 +84,29 @@ impl WatchMetrics {
         let labels = ResourceLabels {
             resource: resource.to_owned(),
         };
+        let seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(labels.resource.clone())
+            .or_default()
+            .clone();
         WatchProgress {
             events: self.events.get_or_create(&labels).clone(),
             errors: self.errors.get_or_create(&labels).clone(),
             listed: self.listed.get_or_create(&labels).clone(),
+            seen,
         }
+    }
+
+    /// The newest resourceVersion of an object the watch of `resource` delivered, read as the
+    /// number kube-apiserver's etcd store makes it (0 before any, or for one that is not a
+    /// number). Not a metric, resource versions being opaque to clients; what a test reads to
+    /// know that the controller saw its change.
+    pub fn seen(&self, resource: &str) -> u64 {
+        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.get(resource)
+            .map_or(0, |version| version.load(Ordering::Relaxed))
     }
 }
 
@@ -86,6 +114,13 @@ impl WatchProgress {
     /// The watch delivered an event.
     pub fn event(&self) {
         self.events.inc();
+    }
+
+    /// The watch delivered an object at `resource_version`.
+    pub fn saw(&self, resource_version: Option<&str>) {
+        if let Some(version) = resource_version.and_then(|v| v.parse().ok()) {
+            self.seen.fetch_max(version, Ordering::Relaxed);
+        }
     }
 
     /// The watch completed a (re)list at unix time `at` (seconds).

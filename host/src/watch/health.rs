@@ -14,7 +14,10 @@
 
 use std::time::{Duration, Instant};
 
-use kube::runtime::{utils::Backoff, watcher};
+use kube::{
+    Resource,
+    runtime::{utils::Backoff, watcher},
+};
 
 use nad_process::kube_error::describe_watch;
 
@@ -52,12 +55,21 @@ fn expired(error: &watcher::Error) -> bool {
 
 /// Counts one item of a watch stream in `progress`: an event (and, for the end of a list, the
 /// list's time), or an error; a `410` is routine and not counted.
-pub(crate) fn count<K>(progress: &WatchProgress, item: &Result<watcher::Event<K>, watcher::Error>) {
+pub(crate) fn count<K: Resource>(
+    progress: &WatchProgress,
+    item: &Result<watcher::Event<K>, watcher::Error>,
+) {
     match item {
         Ok(event) => {
             progress.event();
-            if matches!(event, watcher::Event::InitDone) {
-                progress.listed(unix_now());
+            match event {
+                watcher::Event::InitDone => progress.listed(unix_now()),
+                watcher::Event::Apply(object)
+                | watcher::Event::InitApply(object)
+                | watcher::Event::Delete(object) => {
+                    progress.saw(object.meta().resource_version.as_deref());
+                }
+                watcher::Event::Init => {}
             }
         }
         Err(e) if expired(e) => {}
@@ -88,7 +100,7 @@ impl Health {
     }
 
     /// One item of a watch stream: the event, or `None` for an error (logged and reported).
-    pub fn observe<K>(
+    pub fn observe<K: Resource>(
         &mut self,
         item: Result<watcher::Event<K>, watcher::Error>,
     ) -> Option<watcher::Event<K>> {

@@ -19,6 +19,25 @@ pub const WAIT: Duration = Duration::from_secs(60);
 /// How long a controller's reconcile count must hold to count as idle ([`Controller::settled`]).
 pub const QUIET: Duration = Duration::from_millis(300);
 
+/// The newest resourceVersion of the objects of kind `K` in `namespace` (0 with none): the
+/// last change made to one of them, as kube-apiserver's etcd store numbers it.
+async fn newest<K>(client: &Client, namespace: &str) -> u64
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: kube::Api<K> = kube::Api::namespaced(client.clone(), namespace);
+    let list = api.list(&Default::default()).await.unwrap();
+    list.items
+        .iter()
+        .filter_map(|object| object.meta().resource_version.as_deref()?.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
 /// The kubeconfig of the local control plane (`make local-up` writes it).
 pub fn kubeconfig_path() -> PathBuf {
     let path = std::env::var_os("KUBECONFIG")
@@ -197,25 +216,51 @@ impl Controller {
         }
     }
 
-    /// Waits until the controller is idle, from its own counters: its slice watch has
-    /// delivered an event for each of its writes (its cache shows what it wrote), and no
-    /// reconcile has ended for [`QUIET`]. What a test checks next is then not the echo of an
-    /// earlier change.
-    pub async fn settled(&self) {
-        let last = std::cell::Cell::new((0.0, std::time::Instant::now()));
-        eventually("the controller to settle", || {
-            let scrape = nad_test_kit::metrics::Scrape::new(self.metrics.encode());
-            let writes = scrape.sum("nad_service_controller_endpointslice_writes_total");
-            let seen = scrape
-                .value("nad_service_controller_watch_events_total{resource=\"endpointslices\"}");
-            let reconciles = scrape.sum("nad_service_controller_reconciles_total");
-            let (before, since) = last.get();
-            if reconciles != before {
-                last.set((reconciles, std::time::Instant::now()));
+    /// Waits until the controller has seen the test's changes in `namespaces` and is idle
+    /// after them: each of its watches of pods, Services and slices has delivered the newest
+    /// version of those objects there (the test's last change of each kind), its slice watch
+    /// has delivered an event for each of its writes, and no reconcile has ended for [`QUIET`]
+    /// since. What a test checks next is then not the echo of an earlier change, nor a state
+    /// from before its own.
+    pub async fn settled(&self, client: &Client, namespaces: &[&str]) {
+        let mut wanted = [("pods", 0), ("services", 0), ("endpointslices", 0)];
+        for namespace in namespaces {
+            for (resource, version) in &mut wanted {
+                let newest = match *resource {
+                    "pods" => newest::<k8s_openapi::api::core::v1::Pod>(client, namespace).await,
+                    "services" => {
+                        newest::<k8s_openapi::api::core::v1::Service>(client, namespace).await
+                    }
+                    _ => {
+                        newest::<k8s_openapi::api::discovery::v1::EndpointSlice>(client, namespace)
+                            .await
+                    }
+                };
+                *version = (*version).max(newest);
             }
-            let quiet = reconciles == before && since.elapsed() >= QUIET;
-            std::future::ready((seen >= writes && quiet).then_some(()))
-        })
+        }
+        let last = std::cell::Cell::new((None, std::time::Instant::now()));
+        eventually(
+            "the controller to see the test's changes and settle",
+            || {
+                let watch = &self.metrics.watch;
+                let seen_all = wanted.iter().all(|(r, version)| watch.seen(r) >= *version);
+                let scrape = nad_test_kit::metrics::Scrape::new(self.metrics.encode());
+                let writes = scrape.sum("nad_service_controller_endpointslice_writes_total");
+                let seen = scrape.value(
+                    "nad_service_controller_watch_events_total{resource=\"endpointslices\"}",
+                );
+                let reconciles = scrape.sum("nad_service_controller_reconciles_total");
+                // Quiet counts from when the changes were seen and the reconciles stopped ending.
+                let now = seen_all.then_some(reconciles);
+                let (before, since) = last.get();
+                if now != before {
+                    last.set((now, std::time::Instant::now()));
+                }
+                let quiet = now.is_some() && now == before && since.elapsed() >= QUIET;
+                std::future::ready((seen >= writes && quiet).then_some(()))
+            },
+        )
         .await;
     }
 
