@@ -434,6 +434,109 @@ async fn etcd_paused_and_resumed() {
     scene.finish().await;
 }
 
+/// How many failed attempts of a Service's write to wait for while etcd is paused: after the
+/// sixth in a row its backoff is 8 s (`retry_delay`), so only the recovery can bring it in step
+/// within [`ONLY_RECOVERY_BOUND`] of the API server being ready.
+const FAILURES_BEFORE_RESUME: f64 = 6.0;
+const ONLY_RECOVERY_BOUND: Duration = Duration::from_secs(6);
+
+/// The retry after an outage where nothing else can retry it. etcd is paused (the API server
+/// stays up, so no watch breaks and nothing relists) while a change waits to be written; the
+/// fault plane's API server answers a request it cannot finish in 3 s (its
+/// `--request-timeout`) with `504`, so each write fails and the Service backs off. etcd is
+/// resumed once its backoff is 8 s: the Service is in step again within 6 s of the API server
+/// being ready, which only the recovery (`retrying=1` on `/readyz`) can do; no watch listed
+/// again, and no leader election adds a term's full reconcile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_failed_while_etcd_was_paused_is_retried_by_the_recovery_alone() {
+    let scene = Scene::new("etcd-pause-retry").await;
+    let (pods, mut expected) = ready_pods(&scene, 3).await;
+    let controller = Controller::start(&scene.plane, scene.options("a", false));
+    scene
+        .converge("before the pause", &expected, Duration::from_secs(60))
+        .await;
+    let listed = |controller: &Controller| -> Vec<f64> {
+        ["pods", "services", "endpointslices"]
+            .iter()
+            .map(|r| {
+                let name = format!(
+                    "nad_service_controller_watch_last_list_timestamp_seconds{{resource=\"{r}\"}}"
+                );
+                controller.metric(&name).unwrap()
+            })
+            .collect()
+    };
+    let listed_before = listed(&controller);
+    let failed_before = controller.metric(FAILED_APPLIES).unwrap();
+    let recoveries_before = lines_with(&controller.log(), RETRIED).len();
+
+    // A change the controller only gets to act on once etcd is paused.
+    controller.freeze(true);
+    scene.set_ready("web-01", false).await;
+    expected.remove(&endpoint(&pods[1], true));
+    expected.insert(endpoint(&pods[1], false));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let paused = scene.plane.pause_etcd();
+    let since = Instant::now();
+    controller.freeze(false);
+    eventually(
+        "the Service's write to fail six times in a row",
+        Duration::from_secs(60),
+        || async {
+            let failed = controller.metric(FAILED_APPLIES)? - failed_before;
+            (failed >= FAILURES_BEFORE_RESUME).then_some(())
+        },
+    )
+    .await;
+    let paused_for = since.elapsed();
+    paused.resume();
+    let ready_after = scene.plane.wait_ready(&scene.client).await;
+    let in_step = scene
+        .converge(
+            "the change from before the pause, retried by the recovery",
+            &expected,
+            ONLY_RECOVERY_BOUND,
+        )
+        .await;
+    let log = controller.log();
+    let recoveries = lines_with(&log, RETRIED);
+    let recovery = recoveries
+        .get(recoveries_before)
+        .unwrap_or_else(|| panic!("no recovery after the pause:\n{log}"));
+    assert!(
+        retrying(recovery) >= 1,
+        "the recovery retried no Service:\n{log}"
+    );
+    let success = lines_with(&log, SUCCEEDED_AGAIN)
+        .into_iter()
+        .find(|l| l.contains("service=web"))
+        .unwrap_or_else(|| panic!("the Service never succeeded again:\n{log}"));
+    assert!(
+        logged_at(success) >= logged_at(recovery),
+        "the Service succeeded before the recovery retried it:\n{log}"
+    );
+    assert_eq!(
+        listed(&controller),
+        listed_before,
+        "a watch listed again: the retry was not the recovery's alone\n{log}"
+    );
+    report(
+        "etcd-pause-retry",
+        &[
+            ("etcd_paused", ms(paused_for)),
+            ("api_ready_after_resume", ms(ready_after)),
+            ("in_step_after_api_ready", ms(in_step)),
+            (
+                "failed_writes",
+                (controller.metric(FAILED_APPLIES).unwrap() - failed_before).to_string(),
+            ),
+            ("retried_by", "recovery".to_owned()),
+        ],
+    );
+    assert_clean_log(&controller.stop());
+    scene.finish().await;
+}
+
 /// SIGKILLed in the middle of a burst of changes: the next process writes exactly the slices
 /// that are behind, and recreates none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
