@@ -19,6 +19,7 @@
 
 pub mod candidate;
 pub mod decision;
+pub mod digest;
 pub mod fetch;
 pub mod input;
 pub mod intern;

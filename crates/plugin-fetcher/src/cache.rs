@@ -9,7 +9,7 @@ use std::{
 };
 
 use super::reference::check_digest;
-use crate::sha256_hex;
+use nad_model::digest::sha256_hex;
 
 #[derive(Debug, Clone)]
 pub struct Cache {

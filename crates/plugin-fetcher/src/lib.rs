@@ -23,7 +23,6 @@ mod auth;
 mod cache;
 mod credentials;
 mod describe;
-mod digest;
 mod fetch;
 mod limits;
 mod loader;
@@ -41,7 +40,6 @@ pub use artifact::{
 };
 pub use cache::Cache;
 pub use credentials::{Credential, Credentials, CredentialsError};
-pub use digest::sha256_hex;
 pub use limits::{
     MAX_MANIFEST_BYTES, MAX_REFERRERS, MAX_SIGNATURE_LAYER_BYTES, MAX_SIGNATURE_LAYERS,
     MAX_TOKEN_BYTES,

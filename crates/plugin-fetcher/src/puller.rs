@@ -17,13 +17,14 @@ use oci_client::{
     },
 };
 
+use nad_model::digest::sha256_hex;
+
 use super::{
     artifact::{self, Layer, PUSH_CONFIG_MEDIA_TYPE, wasm_layer},
     auth::Auth,
     cache::Cache,
     credentials::Credentials,
     describe::describe,
-    digest::sha256_hex,
     fetch,
     options::RegistryOptions,
     reference::OciRef,

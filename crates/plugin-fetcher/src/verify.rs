@@ -419,7 +419,7 @@ fn constraint(field: &str, signer: &Signer) -> Result<Constraint, String> {
                 name: format!("{field} (public key)"),
                 check: Check::Key {
                     verifier,
-                    id: super::sha256_hex(der.as_ref()),
+                    id: nad_model::digest::sha256_hex(der.as_ref()),
                 },
             })
         }
@@ -460,7 +460,7 @@ fn trust_root(root: &TrustRoot) -> Result<(Vec<Vec<u8>>, BTreeMap<String, Vec<u8
         let der = SubjectPublicKeyInfoDer::from_pem_slice(pem.as_bytes())
             .map_err(|e| format!("rekorKeys[{i}]: not a PEM public key: {e:?}"))?;
         // Rekor names a key by the sha256 of its DER.
-        let id = super::sha256_hex(der.as_ref());
+        let id = nad_model::digest::sha256_hex(der.as_ref());
         keys.insert(id, der.as_ref().to_vec());
     }
     Ok((certificates, keys))

@@ -4,7 +4,7 @@
 //! The same pipeline serves the controller's plugin directory and the `plugin eval` and
 //! `plugin inspect` commands, so what an author tests offline is what the controller runs.
 
-use sha2::{Digest, Sha256};
+use nad_model::digest::sha256_hex;
 
 use super::{
     CallError, LoadError, Rejected,
@@ -136,10 +136,6 @@ pub fn name_mismatch(selected: &str, info: &wit::PluginInfo) -> Option<String> {
             info.name, POLICY_ANNOTATION
         )
     })
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    format!("{:x}", Sha256::digest(bytes))
 }
 
 /// `isim:nad-endpoints/policy@1.2.3` -> `(1, 2, 3)`.
@@ -379,13 +375,5 @@ mod tests {
         assert!(!supported((1, HOST_WIT_VERSION.1 + 1, 0)));
         assert!(!supported((2, 0, 0)));
         assert!(!supported((0, 9, 0)));
-    }
-
-    #[test]
-    fn hashes_are_sha256_hex() {
-        assert_eq!(
-            sha256_hex(b"abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
     }
 }

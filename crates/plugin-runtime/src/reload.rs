@@ -22,7 +22,9 @@ pub const FETCH_RETRY: Duration = Duration::from_secs(30);
 
 use nad_model::fetch::{Fetch, FetchFailure, Fetched};
 
-use super::{PipelineError, Plugins, Runtime, name_mismatch, pipeline::sha256_hex, prepare};
+use nad_model::digest::sha256_hex;
+
+use super::{PipelineError, Plugins, Runtime, name_mismatch, prepare};
 
 /// Identity of a file as the filesystem reports it: resolved path, size and mtime.
 #[derive(Debug, Clone, PartialEq, Eq)]

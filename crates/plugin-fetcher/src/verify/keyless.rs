@@ -168,7 +168,7 @@ fn check(
         );
     }
     let payload = signed_payload(layer)?;
-    if super::super::sha256_hex(payload) != entry.payload_sha256 {
+    if nad_model::digest::sha256_hex(payload) != entry.payload_sha256 {
         return Err(
             "its Rekor bundle records another payload than the layer's: sign it again".to_owned(),
         );
