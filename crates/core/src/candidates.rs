@@ -121,7 +121,7 @@ impl Default for CandidateCache {
 }
 
 /// What the cache holds of a network, for a generation.
-enum Kept {
+enum Cached {
     /// Its observation, up to date.
     Current(Arc<Observed>),
     /// An observation a reconcile holds, and the pods changed since.
@@ -166,18 +166,18 @@ impl CandidateCache {
             .ticks
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let observation = match self.kept(key, generation, tick, pods, zones, target) {
-            Kept::Current(observed) => {
+            Cached::Current(observed) => {
                 self.keep_views_within_budget(key);
                 return observed;
             }
             // Copied and observed outside the lock: two Services of one network may both do
             // it after a change, but Services of other networks never wait for it.
-            Kept::Held(held, changed) => {
+            Cached::Held(held, changed) => {
                 let mut observation = held.observation.clone();
                 observe::refresh(&mut observation, &changed, pods, zones, target);
                 observation
             }
-            Kept::Stale => observe::from_index(pods, zones, target),
+            Cached::Stale => observe::from_index(pods, zones, target),
         };
         let observed = Observed::new(observation);
         let entry = Entry {
@@ -199,20 +199,20 @@ impl CandidateCache {
         pods: &PodIndex,
         zones: &NodeZones,
         target: &ServiceTarget,
-    ) -> Kept {
+    ) -> Cached {
         let mut entries = self.entries();
         let Some(entry) = entries.get_mut(&key) else {
-            return Kept::Stale;
+            return Cached::Stale;
         };
         if entry.made_at != generation {
             let changed = (entry.made_at.1 == generation.1)
                 .then(|| pods.changed_since(&target.namespace, &target.network, entry.made_at.0))
                 .flatten();
             let Some(changed) = changed else {
-                return Kept::Stale;
+                return Cached::Stale;
             };
             let Some(observed) = Arc::get_mut(&mut entry.observed) else {
-                return Kept::Held(entry.observed.clone(), changed);
+                return Cached::Held(entry.observed.clone(), changed);
             };
             // No reconcile holds it: a few pods' rows replaced, under the lock.
             observe::refresh(&mut observed.observation, &changed, pods, zones, target);
@@ -220,7 +220,7 @@ impl CandidateCache {
             entry.made_at = generation;
         }
         entry.used = tick;
-        Kept::Current(entry.observed.clone())
+        Cached::Current(entry.observed.clone())
     }
 
     /// Drops the views of the least recently observed networks (never `current`'s) until the

@@ -62,7 +62,7 @@ impl KeySet {
 ///
 /// A list, not a map: a pod keeps one or two entries, and a `BTreeMap` node holds room for
 /// eleven (about 540 bytes a pod, 80 MB at 150 000 pods).
-pub type Kept = Box<[(Name, Name)]>;
+pub type Entries = Box<[(Name, Name)]>;
 
 /// The label and annotation keys, and the condition types, the index keeps of each pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

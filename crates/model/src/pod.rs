@@ -18,7 +18,7 @@ use crate::input::{
     network_status::{self, Attachment, StatusError},
 };
 use crate::intern::{Interner, Name};
-use crate::keys::{Kept, KeySet, Keys};
+use crate::keys::{Entries, KeySet, Keys};
 
 /// A pod's attachment to each network (`<namespace>/<name>`) it is on, or why its annotation
 /// cannot be read at all (then it is on no network).
@@ -180,9 +180,9 @@ impl std::fmt::Debug for Stamp {
 #[derive(Debug, Default, PartialEq, Eq, Hash)]
 pub struct Shared {
     /// Only the keys the loaded plugins read.
-    pub labels: Kept,
+    pub labels: Entries,
     /// Only the keys the loaded plugins read.
-    pub annotations: Kept,
+    pub annotations: Entries,
     /// Only the named ports.
     pub ports: Box<[NamedPort]>,
 }
@@ -198,7 +198,7 @@ pub struct Extras {
     pub conditions: Box<[KeptCondition]>,
 }
 
-/// What the controller knows of one pod. Kept for every pod in the cluster, so kept small:
+/// What the controller knows of one pod. Entries for every pod in the cluster, so kept small:
 /// shared values are [`Name`]s from the index's [`Interners`], what a template's pods have in
 /// common is [`Shared`] whole, and what few pods have is boxed ([`Extras`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -414,7 +414,7 @@ fn kept(
     map: Option<&BTreeMap<String, String>>,
     interners: &mut Interners,
     shared_values: bool,
-) -> Kept {
+) -> Entries {
     let entries: Vec<(Name, Name)> = map
         .into_iter()
         .flatten()

@@ -20,7 +20,7 @@ use kube_core::ObjectMeta;
 
 use crate::{
     intern::{Interner, Name},
-    keys::Kept,
+    keys::Entries,
     pod::{Stamp, Uid},
 };
 
@@ -45,7 +45,7 @@ pub struct SliceRecord {
     /// Shared by the slices of a Service.
     labels: std::sync::Arc<[(Name, Name)]>,
     /// The annotations (this controller writes one: the last change's trigger time).
-    annotations: Kept,
+    annotations: Entries,
     owner: Owner,
     ports: Box<[EndpointPort]>,
     endpoints: Box<[EndpointRecord]>,
@@ -134,7 +134,7 @@ impl SliceRecord {
                 )
             })
             .collect();
-        let annotations: Kept = meta
+        let annotations: Entries = meta
             .annotations
             .iter()
             .flatten()

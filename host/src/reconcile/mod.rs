@@ -114,7 +114,7 @@ async fn reconcile_service(
     let plan = match step {
         Err(error) => return outcome.failed(error),
         Ok(Step::Unchanged { remembered }) => return outcome.unchanged(remembered, evaluated),
-        Ok(Step::Kept(plan)) => return outcome.kept(*plan),
+        Ok(Step::NetworkMissing(plan)) => return outcome.network_missing(*plan),
         Ok(Step::Write(plan)) => plan,
     };
     let changes = outcome.planned(*plan, max);

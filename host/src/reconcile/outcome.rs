@@ -250,9 +250,9 @@ impl Outcome {
         changes
     }
 
-    /// The step kept the slices as they are: the network names no NetworkAttachmentDefinition
-    /// and has no endpoint (better the slices of the network it had than none).
-    pub fn kept(mut self, plan: Plan) -> Self {
+    /// The network names no NetworkAttachmentDefinition and has no endpoint: the slices stay
+    /// as they are (better the slices of the network it had than none).
+    pub fn network_missing(mut self, plan: Plan) -> Self {
         tracing::debug!(
             "no NetworkAttachmentDefinition for the network and no endpoint on it; slices kept"
         );

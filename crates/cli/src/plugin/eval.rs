@@ -196,7 +196,7 @@ pub fn evaluate(loaded: &Loaded, case: &Case, max_endpoints: usize) -> anyhow::R
     let name = plugin_selected(target).unwrap_or(&loaded.name);
     let mut policy = PluginPolicy::only(name, loaded.configured.clone());
     let plan = match step::step(full(target, observed), &mut policy, max_endpoints) {
-        Ok(Step::Write(plan) | Step::Kept(plan)) => plan,
+        Ok(Step::Write(plan) | Step::NetworkMissing(plan)) => plan,
         Ok(Step::Unchanged { .. }) => bail!("a full plan of {} planned nothing", target.name),
         Err(e) => bail!("{e}"),
     };

@@ -84,9 +84,9 @@ pub enum Step {
     /// Nothing to plan: only this controller's own writes changed, or the changed pods move
     /// no endpoint.
     Unchanged { remembered: Option<Remembered> },
-    /// The network names no NetworkAttachmentDefinition and has no endpoint: the slices are
-    /// kept (better the slices of the network it had than none). No changes.
-    Kept(Box<Plan>),
+    /// The network names no NetworkAttachmentDefinition and has no endpoint: the slices stay
+    /// as they are (better the slices of the network it had than none). No changes.
+    NetworkMissing(Box<Plan>),
     /// The writes that make the slices as planned (none when they are).
     Write(Box<Plan>),
 }
@@ -179,7 +179,7 @@ pub fn step<P: Policy + ?Sized>(
         target,
     });
     Ok(if kept {
-        Step::Kept(plan)
+        Step::NetworkMissing(plan)
     } else {
         Step::Write(plan)
     })

@@ -406,7 +406,7 @@ fn a_missing_network_keeps_the_slices_it_had_when_nothing_is_on_it() {
     };
     let mut snap = snapshot(&[], published(&["a"]), taken(Scope::Full));
     snap.missing = Some(missing.clone());
-    let Ok(Step::Kept(plan)) = step(snap, &mut Table::per_pod(&["a"]), 100) else {
+    let Ok(Step::NetworkMissing(plan)) = step(snap, &mut Table::per_pod(&["a"]), 100) else {
         panic!()
     };
     assert!(plan.changes.is_empty());
