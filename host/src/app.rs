@@ -44,9 +44,7 @@ fn identity() -> String {
 
 /// Runs the controller until SIGTERM or Ctrl-C.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let client = Client::try_default()
-        .await
-        .context("connecting to Kubernetes (in-cluster config, KUBECONFIG or ~/.kube/config)")?;
+    let client = nad_process::kube_client().await?;
     let version = client.apiserver_version().await.map_err(|e| {
         anyhow::anyhow!(
             "reaching the Kubernetes API server: {}",

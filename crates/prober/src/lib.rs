@@ -35,7 +35,6 @@ use std::sync::{Arc, atomic::AtomicBool};
 
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Client;
 
 pub use args::ProbeArgs;
 use server::Served;
@@ -45,9 +44,7 @@ pub async fn main(
     args: ProbeArgs,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let client = Client::try_default()
-        .await
-        .context("connecting to Kubernetes (in-cluster config, KUBECONFIG or ~/.kube/config)")?;
+    let client = nad_process::kube_client().await?;
     let metrics = Arc::new(metrics::ProbeMetrics::default());
     let ready = Arc::new(AtomicBool::new(false));
     let listener = tokio::net::TcpListener::bind(args.address)

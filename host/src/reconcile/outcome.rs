@@ -75,6 +75,55 @@ pub struct Counts {
     pub held_back: usize,
 }
 
+/// The log line a reconcile's writes get.
+#[derive(Debug, PartialEq, Eq)]
+pub enum WritesLine {
+    /// A plan's slices written: the endpoints planned, the slices applied, deleted, refused.
+    Updated {
+        endpoints: usize,
+        applied: usize,
+        deleted: usize,
+        refused: usize,
+    },
+    /// The slices of a Service released: deleted, and whether it was invalid.
+    Removed { deleted: usize, invalid: bool },
+    /// A plan with nothing to write.
+    UpToDate { endpoints: usize },
+}
+
+impl Counts {
+    /// The log line of the writes of a reconcile that ended as `ended`: none when it failed
+    /// (its failure is what is logged) or planned nothing.
+    pub fn writes_line(&self, ended: &Ended) -> Option<WritesLine> {
+        let endpoints = self.planned.as_ref().map_or(0, |p| p.endpoints);
+        match (&self.written, ended) {
+            (_, Ended::Failed(_)) => None,
+            (Some(written), Ended::Released { invalid }) => Some(WritesLine::Removed {
+                deleted: written.deleted,
+                invalid: *invalid,
+            }),
+            (Some(written), _) => Some(WritesLine::Updated {
+                endpoints,
+                applied: written.applied,
+                deleted: written.deleted,
+                refused: written.refused,
+            }),
+            (None, _) if self.planned.is_some() => Some(WritesLine::UpToDate { endpoints }),
+            (None, _) => None,
+        }
+    }
+
+    /// When the change the writes published happened, for the flip latency: only for writes
+    /// that moved something, in a reconcile that did not fail.
+    pub fn flipped_at(&self, ended: &Ended) -> Option<Timestamp> {
+        let written = self.written.as_ref()?;
+        if matches!(ended, Ended::Failed(_)) || written.applied + written.deleted == 0 {
+            return None;
+        }
+        self.planned.as_ref()?.changed_at
+    }
+}
+
 /// The figures of a plan.
 #[derive(Debug, Default)]
 pub struct Planned {
@@ -398,4 +447,79 @@ pub fn failure(error: &Error, plugin: &str) -> Problem {
 
 pub fn count(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written_one(changed_at: Option<Timestamp>) -> Counts {
+        Counts {
+            planned: Some(Planned {
+                endpoints: 3,
+                changed_at,
+                ..Planned::default()
+            }),
+            written: Some(Writes {
+                applied: 1,
+                ..Writes::default()
+            }),
+            ..Counts::default()
+        }
+    }
+
+    fn failed() -> Ended {
+        Ended::Failed(Error::CachesNotReady)
+    }
+
+    #[test]
+    fn a_failed_reconcile_logs_no_update_and_times_no_flip() {
+        let at = Timestamp::UNIX_EPOCH;
+        let counts = written_one(Some(at));
+        let planned = Ended::Planned { outdated: false };
+        assert_eq!(
+            counts.writes_line(&planned),
+            Some(WritesLine::Updated {
+                endpoints: 3,
+                applied: 1,
+                deleted: 0,
+                refused: 0
+            })
+        );
+        assert_eq!(counts.flipped_at(&planned), Some(at));
+        assert_eq!(counts.writes_line(&failed()), None, "its failure is logged");
+        assert_eq!(counts.flipped_at(&failed()), None);
+    }
+
+    #[test]
+    fn a_released_service_logs_its_slices_removed_and_a_plan_without_writes_is_up_to_date() {
+        let removed = Counts {
+            written: Some(Writes {
+                deleted: 2,
+                ..Writes::default()
+            }),
+            ..Counts::default()
+        };
+        let released = Ended::Released { invalid: true };
+        assert_eq!(
+            removed.writes_line(&released),
+            Some(WritesLine::Removed {
+                deleted: 2,
+                invalid: true
+            })
+        );
+        assert_eq!(
+            removed.flipped_at(&released),
+            None,
+            "no plan, no change time"
+        );
+        let mut nothing = written_one(None);
+        nothing.written = None;
+        let planned = Ended::Planned { outdated: false };
+        assert_eq!(
+            nothing.writes_line(&planned),
+            Some(WritesLine::UpToDate { endpoints: 3 })
+        );
+        assert_eq!(Counts::default().writes_line(&Ended::Unchanged), None);
+    }
 }

@@ -14,7 +14,7 @@ use nad_model::{
 
 use super::{
     Context,
-    outcome::{Counts, Ended, Notice, Outcome, count, failure},
+    outcome::{Counts, Ended, Notice, Outcome, WritesLine, count, failure},
 };
 use crate::{
     error::Error,
@@ -154,43 +154,42 @@ fn figures(ctx: &Context, key: &ServiceRef, counts: &Counts, ended: &Ended) {
     for _ in 0..counts.held_back {
         metrics.slice_refused(RefusedBy::Precheck);
     }
-    let endpoints = counts.planned.as_ref().map_or(0, |p| p.endpoints);
-    match &counts.written {
-        Some(written) => {
-            metrics.slices_written(written.applied, written.deleted);
-            metrics.sync.changed(Changed {
-                created: written.created,
-                updated: written.applied - written.created,
-                deleted: written.deleted,
-            });
-            for _ in 0..written.refused {
-                metrics.slice_refused(RefusedBy::Api);
-            }
-            let moved = written.applied + written.deleted > 0;
-            let at = counts.planned.as_ref().and_then(|p| p.changed_at);
-            if let Some(at) = at.filter(|_| moved) {
-                metrics.flipped(at.as_millisecond() as f64 / 1000.0, unix_now());
-            }
-            if let Ended::Released { invalid } = ended {
-                let why = if *invalid {
-                    "the Service is invalid"
-                } else {
-                    "the Service is not annotated"
-                };
-                tracing::info!(deleted = written.deleted, why, "EndpointSlices removed");
+    if let Some(written) = &counts.written {
+        metrics.slices_written(written.applied, written.deleted);
+        metrics.sync.changed(Changed {
+            created: written.created,
+            updated: written.applied - written.created,
+            deleted: written.deleted,
+        });
+        for _ in 0..written.refused {
+            metrics.slice_refused(RefusedBy::Api);
+        }
+    }
+    if let Some(at) = counts.flipped_at(ended) {
+        metrics.flipped(at.as_millisecond() as f64 / 1000.0, unix_now());
+    }
+    match counts.writes_line(ended) {
+        Some(WritesLine::Updated {
+            endpoints,
+            applied,
+            deleted,
+            refused,
+        }) => tracing::info!(
+            endpoints,
+            applied,
+            deleted,
+            refused,
+            "EndpointSlices updated"
+        ),
+        Some(WritesLine::Removed { deleted, invalid }) => {
+            let why = if invalid {
+                "the Service is invalid"
             } else {
-                tracing::info!(
-                    endpoints,
-                    applied = written.applied,
-                    deleted = written.deleted,
-                    refused = written.refused,
-                    "EndpointSlices updated"
-                );
-            }
+                "the Service is not annotated"
+            };
+            tracing::info!(deleted, why, "EndpointSlices removed");
         }
-        None if counts.planned.is_some() => {
-            tracing::debug!(endpoints, "up to date");
-        }
+        Some(WritesLine::UpToDate { endpoints }) => tracing::debug!(endpoints, "up to date"),
         None => {}
     }
     if let (Some(planned), false) = (&counts.planned, matches!(ended, Ended::Failed(_))) {

@@ -97,7 +97,8 @@ pub async fn client_for(path: &std::path::Path) -> Client {
         .await
         .unwrap();
     nad_process::install_crypto_provider();
-    let client = Client::try_from(config).unwrap();
+    // As the programs make theirs: no retries behind the controller's back.
+    let client = Client::try_from(nad_process::client_config(config)).unwrap();
     client.apiserver_version().await.unwrap_or_else(|e| {
         panic!(
             "the control plane in {} does not answer ({e}); run `make local-up`",
