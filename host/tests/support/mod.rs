@@ -19,9 +19,10 @@ pub const WAIT: Duration = Duration::from_secs(60);
 /// How long a controller's reconcile count must hold to count as idle ([`Controller::settled`]).
 pub const QUIET: Duration = Duration::from_millis(300);
 
-/// The newest resourceVersion of the objects of kind `K` in `namespace` (0 with none): the
-/// last change made to one of them, as kube-apiserver's etcd store numbers it.
-async fn newest<K>(client: &Client, namespace: &str) -> u64
+/// The newest resourceVersion of the objects of kind `K` in `namespace` with the `labels`
+/// (a selector; empty: all), 0 with none: the last change made to one of them, as
+/// kube-apiserver's etcd store numbers it.
+async fn newest<K>(client: &Client, namespace: &str, labels: &str) -> u64
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -30,7 +31,10 @@ where
     K::DynamicType: Default,
 {
     let api: kube::Api<K> = kube::Api::namespaced(client.clone(), namespace);
-    let list = api.list(&Default::default()).await.unwrap();
+    let list = api
+        .list(&kube::api::ListParams::default().labels(labels))
+        .await
+        .unwrap();
     list.items
         .iter()
         .filter_map(|object| object.meta().resource_version.as_deref()?.parse().ok())
@@ -227,14 +231,24 @@ impl Controller {
         let mut wanted = [("pods", 0), ("services", 0), ("endpointslices", 0)];
         for namespace in namespaces {
             for (resource, version) in &mut wanted {
+                // The slice watch sees this controller's slices only.
+                let ours = format!(
+                    "{}={}",
+                    nad_model::labels::MANAGED_BY_LABEL,
+                    nad_model::labels::MANAGED_BY
+                );
                 let newest = match *resource {
-                    "pods" => newest::<k8s_openapi::api::core::v1::Pod>(client, namespace).await,
+                    "pods" => {
+                        newest::<k8s_openapi::api::core::v1::Pod>(client, namespace, "").await
+                    }
                     "services" => {
-                        newest::<k8s_openapi::api::core::v1::Service>(client, namespace).await
+                        newest::<k8s_openapi::api::core::v1::Service>(client, namespace, "").await
                     }
                     _ => {
-                        newest::<k8s_openapi::api::discovery::v1::EndpointSlice>(client, namespace)
-                            .await
+                        newest::<k8s_openapi::api::discovery::v1::EndpointSlice>(
+                            client, namespace, &ours,
+                        )
+                        .await
                     }
                 };
                 *version = (*version).max(newest);
