@@ -80,19 +80,25 @@ for case in "nad-core tokio" "nad-model kube-client" "nad-prober wasmtime" \
   fi
 done
 
-# check-layers' program rule: a copy of the controller's sources with a module that imports the
-# CLI, the metadata pointing at the copy.
-mkdir -p "$work/host"
-cp -r host/src "$work/host/src"
-printf 'use nad_cli::plugin::PluginCommand;\n' >"$work/host/src/watch/sideways.rs"
-python3 - "$work/metadata.json" "$work/host/Cargo.toml" >"$work/broken.json" <<'PY'
+# A copy of crate $1's sources (in $2) at $work/$3, and $work/broken.json: the metadata with
+# that crate pointing at the copy.
+copy_crate() {
+  mkdir -p "$work/$3"
+  cp -r "$2/src" "$work/$3/src"
+  python3 - "$work/metadata.json" "$1" "$work/$3/Cargo.toml" >"$work/broken.json" <<'PY'
 import json, sys
 meta = json.load(open(sys.argv[1]))
 for package in meta["packages"]:
-    if package["name"] == "nad-service-controller":
-        package["manifest_path"] = sys.argv[2]
+    if package["name"] == sys.argv[2]:
+        package["manifest_path"] = sys.argv[3]
 json.dump(meta, sys.stdout)
 PY
+}
+
+# check-layers' program rule: a copy of the controller's sources with a module that imports the
+# CLI.
+copy_crate nad-service-controller host host
+printf 'use nad_cli::plugin::PluginCommand;\n' >"$work/host/src/watch/sideways.rs"
 status=0
 out="$(CHECK_LAYERS_METADATA="$work/broken.json" python3 hack/check-layers.py 2>&1)" || status=$?
 if [[ "$status" == 1 && "$out" == *"the controller's watch/sideways.rs names nad_cli"* ]]; then
@@ -102,20 +108,11 @@ else
 fi
 
 # check-layers' clock rule: a copy of nad-core's sources whose Book reads the clock.
-mkdir -p "$work/core"
-cp -r crates/core/src "$work/core/src"
+copy_crate nad-core crates/core core
 {
   printf 'pub fn stamp() -> k8s_openapi::jiff::Timestamp {\n    k8s_openapi::jiff::Timestamp::now()\n}\n'
   cat crates/core/src/book.rs
 } >"$work/core/src/book.rs"
-python3 - "$work/metadata.json" "$work/core/Cargo.toml" >"$work/broken.json" <<'PY'
-import json, sys
-meta = json.load(open(sys.argv[1]))
-for package in meta["packages"]:
-    if package["name"] == "nad-core":
-        package["manifest_path"] = sys.argv[2]
-json.dump(meta, sys.stdout)
-PY
 status=0
 out="$(CHECK_LAYERS_METADATA="$work/broken.json" python3 hack/check-layers.py 2>&1)" || status=$?
 if [[ "$status" == 1 && "$out" == *"nad-core's book.rs:"*"reads the clock"* ]]; then
