@@ -248,12 +248,6 @@ wait_for etcd "etcd to become healthy" etcd_healthy
 
 # --- kube-apiserver ------------------------------------------------------------------------------
 
-# NAD_APISERVER_REQUEST_TIMEOUT (the fault plane's: hack/test-faults.sh) bounds how long the API
-# server works on a request before it answers 504: a write while etcd is paused then fails in
-# seconds rather than a minute.
-apiserver_extra=()
-[[ -n "${NAD_APISERVER_REQUEST_TIMEOUT:-}" ]] \
-  && apiserver_extra+=("--request-timeout=$NAD_APISERVER_REQUEST_TIMEOUT")
 start kube-apiserver "${bin[kube-apiserver]}" \
   --etcd-servers="$etcd_url" \
   --bind-address=127.0.0.1 \
@@ -268,8 +262,7 @@ start kube-apiserver "${bin[kube-apiserver]}" \
   --service-account-key-file="$pki/sa.pub" \
   --service-account-signing-key-file="$pki/sa.key" \
   --allow-privileged=true \
-  --profiling=false \
-  ${apiserver_extra[@]+"${apiserver_extra[@]}"}
+  --profiling=false
 wait_for kube-apiserver "the API server's /readyz" apiserver_ready
 write_kubeconfig "$kubeconfig" admin "$pki/admin.crt" "$pki/admin.key"
 

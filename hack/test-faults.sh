@@ -19,9 +19,6 @@ target="${CARGO_TARGET_DIR:-$repo/target}"
 
 export NAD_LOCAL_DIR="${NAD_FAULTS_DIR:-$repo/.local-faults}"
 export NAD_ETCD_CLIENT_PORT=23792 NAD_ETCD_PEER_PORT=23802 NAD_APISERVER_PORT=16444 NAD_KCM_PORT=16258
-# A write the API server cannot finish (etcd paused) is answered 504 after 3 s, not 60 s
-# (faults.rs a_write_failed_while_etcd_was_paused_is_retried_by_the_recovery_alone).
-export NAD_APISERVER_REQUEST_TIMEOUT=3s
 export NSC_FAULT_REPORT="${NSC_FAULT_REPORT:-$target/fault-report.md}"
 export NSC_FAULT_LOGS="${NSC_FAULT_LOGS:-$target/fault-logs}"
 rm -rf "$NSC_FAULT_LOGS" && mkdir -p "$NSC_FAULT_LOGS"

@@ -28,6 +28,7 @@ use std::{
 };
 
 use k8s_openapi::api::{
+    admissionregistration::v1::ValidatingWebhookConfiguration,
     coordination::v1::Lease,
     core::v1::{Pod, Service},
     discovery::v1::EndpointSlice,
@@ -609,6 +610,54 @@ impl Scene {
             .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .unwrap();
+    }
+
+    /// Makes the API server refuse (`500`, at once) every write of this controller's slices in
+    /// the scene's namespace: a validating webhook it must call, on a loopback port nothing
+    /// listens on, with failure policy `Fail`. Returns its name, once a write is refused.
+    pub async fn refuse_slice_writes(&self) -> String {
+        let name = format!("{}-refuse-slices", self.ns);
+        let port = free_port();
+        let webhook: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "webhooks": [{
+                "name": "refuse.slices.isim.dev",
+                "clientConfig": {"url": format!("https://127.0.0.1:{port}/refuse")},
+                "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["discovery.k8s.io"],
+                    "apiVersions": ["v1"], "resources": ["endpointslices"]}],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": self.ns}},
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 1,
+            }],
+        }))
+        .unwrap();
+        let api: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
+        api.create(&PostParams::default(), &webhook).await.unwrap();
+        // In force once a slice write of the test's own is refused.
+        let slices: Api<EndpointSlice> = self.api();
+        let probe: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": "refused-probe"}, "addressType": "IPv4", "endpoints": [],
+        }))
+        .unwrap();
+        eventually("the webhook in force", Duration::from_secs(30), || async {
+            match slices.create(&PostParams::default(), &probe).await {
+                Err(_) => Some(()),
+                Ok(_) => {
+                    let _ = slices.delete("refused-probe", &Default::default()).await;
+                    None
+                }
+            }
+        })
+        .await;
+        name
+    }
+
+    /// Takes slice writes again: the webhook of [`Self::refuse_slice_writes`] goes.
+    pub async fn take_slice_writes(&self, name: &str) {
+        let api: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
+        api.delete(name, &Default::default()).await.unwrap();
     }
 
     pub async fn set_ready(&self, pod: &str, ready: bool) {

@@ -434,26 +434,26 @@ async fn etcd_paused_and_resumed() {
     scene.finish().await;
 }
 
-/// How many failed attempts of a Service's write to wait for while etcd is paused: after the
-/// sixth in a row its backoff is 8 s (`retry_delay`), so only the recovery can bring it in step
-/// within [`ONLY_RECOVERY_BOUND`] of the API server being ready.
-const FAILURES_BEFORE_RESUME: f64 = 6.0;
-const ONLY_RECOVERY_BOUND: Duration = Duration::from_secs(6);
+/// How many failed writes in a row to wait for while the writes are refused: after the eighth
+/// the Service's own backoff is 30 s (`retry_delay`), so only the recovery can bring it in step
+/// within [`ONLY_RECOVERY_BOUND`] of the writes being taken again.
+const FAILURES_BEFORE_RESTORE: f64 = 8.0;
+const ONLY_RECOVERY_BOUND: Duration = Duration::from_secs(3);
 
-/// The retry after an outage where nothing else can retry it. etcd is paused (the API server
-/// stays up, so no watch breaks and nothing relists) while a change waits to be written; the
-/// fault plane's API server answers a request it cannot finish in 3 s (its
-/// `--request-timeout`) with `504`, so each write fails and the Service backs off. etcd is
-/// resumed once its backoff is 8 s: the Service is in step again within 6 s of the API server
-/// being ready, which only the recovery (`retrying=1` on `/readyz`) can do; no watch listed
-/// again, and no leader election adds a term's full reconcile.
+/// The retry after an outage where nothing else can retry it. The API server stays up (no watch
+/// breaks, nothing relists; no leader election adds a term's full reconcile) but cannot take
+/// slice writes: a validating webhook it must call for them (failure policy `Fail`) does not
+/// answer, so it answers each write `500` at once, and nothing it was sent lands later (as a
+/// write timed out on a paused etcd may, when etcd resumes). Once the Service has failed eight
+/// times in a row, its backoff is 30 s; the webhook goes, and the Service must be in step within
+/// 3 s, which only the recovery (`/readyz` answering, the failing Services retried) can do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_failed_while_etcd_was_paused_is_retried_by_the_recovery_alone() {
-    let scene = Scene::new("etcd-pause-retry").await;
+async fn a_write_refused_meanwhile_is_retried_by_the_recovery_alone() {
+    let scene = Scene::new("writes-refused").await;
     let (pods, mut expected) = ready_pods(&scene, 3).await;
     let controller = Controller::start(&scene.plane, scene.options("a", false));
     scene
-        .converge("before the pause", &expected, Duration::from_secs(60))
+        .converge("before the outage", &expected, Duration::from_secs(60))
         .await;
     let listed = |controller: &Controller| -> Vec<f64> {
         ["pods", "services", "endpointslices"]
@@ -470,50 +470,44 @@ async fn a_write_failed_while_etcd_was_paused_is_retried_by_the_recovery_alone()
     let failed_before = controller.metric(FAILED_APPLIES).unwrap();
     let recoveries_before = lines_with(&controller.log(), RETRIED).len();
 
-    // A change the controller only gets to act on once etcd is paused.
-    controller.freeze(true);
+    let webhook = scene.refuse_slice_writes().await;
     scene.set_ready("web-01", false).await;
     expected.remove(&endpoint(&pods[1], true));
     expected.insert(endpoint(&pods[1], false));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let paused = scene.plane.pause_etcd();
-    let since = Instant::now();
-    controller.freeze(false);
+    let refusing = Instant::now();
     eventually(
-        "the Service's write to fail six times in a row",
-        Duration::from_secs(60),
+        "the Service's write to fail eight times in a row",
+        Duration::from_secs(90),
         || async {
             let failed = controller.metric(FAILED_APPLIES)? - failed_before;
-            (failed >= FAILURES_BEFORE_RESUME).then_some(())
+            (failed >= FAILURES_BEFORE_RESTORE).then_some(())
         },
     )
     .await;
-    let paused_for = since.elapsed();
-    paused.resume();
-    let ready_after = scene.plane.wait_ready(&scene.client).await;
+    let refused_for = refusing.elapsed();
+    scene.take_slice_writes(&webhook).await;
     let in_step = scene
         .converge(
-            "the change from before the pause, retried by the recovery",
+            "the change made while the writes were refused, retried by the recovery",
             &expected,
             ONLY_RECOVERY_BOUND,
         )
         .await;
     let log = controller.log();
-    let recoveries = lines_with(&log, RETRIED);
-    let recovery = recoveries
-        .get(recoveries_before)
-        .unwrap_or_else(|| panic!("no recovery after the pause:\n{log}"));
-    assert!(
-        retrying(recovery) >= 1,
-        "the recovery retried no Service:\n{log}"
-    );
     let success = lines_with(&log, SUCCEEDED_AGAIN)
         .into_iter()
         .find(|l| l.contains("service=web"))
         .unwrap_or_else(|| panic!("the Service never succeeded again:\n{log}"));
+    // The recovery that retried it: the last before its success, within a second of it.
+    let recovery = lines_with(&log, RETRIED)
+        .into_iter()
+        .skip(recoveries_before)
+        .rfind(|l| retrying(l) >= 1 && logged_at(l) <= logged_at(success))
+        .unwrap_or_else(|| panic!("no recovery retried the Service before it succeeded:\n{log}"));
     assert!(
-        logged_at(success) >= logged_at(recovery),
-        "the Service succeeded before the recovery retried it:\n{log}"
+        logged_at(success) - logged_at(recovery) < 1.0,
+        "the Service succeeded {:.1} s after the last recovery that retried it:\n{log}",
+        logged_at(success) - logged_at(recovery)
     );
     assert_eq!(
         listed(&controller),
@@ -521,11 +515,10 @@ async fn a_write_failed_while_etcd_was_paused_is_retried_by_the_recovery_alone()
         "a watch listed again: the retry was not the recovery's alone\n{log}"
     );
     report(
-        "etcd-pause-retry",
+        "writes-refused-retry",
         &[
-            ("etcd_paused", ms(paused_for)),
-            ("api_ready_after_resume", ms(ready_after)),
-            ("in_step_after_api_ready", ms(in_step)),
+            ("writes_refused_for", ms(refused_for)),
+            ("in_step_after_writes_taken", ms(in_step)),
             (
                 "failed_writes",
                 (controller.metric(FAILED_APPLIES).unwrap() - failed_before).to_string(),
