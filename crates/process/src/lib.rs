@@ -69,3 +69,65 @@ pub fn block_on<F: std::future::Future>(main: F) -> anyhow::Result<F::Output> {
         .context("starting the async runtime")?
         .block_on(main))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    };
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A loopback server that answers every request `504`, counting them.
+    async fn timing_out_server() -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let requests = Arc::new(AtomicUsize::new(0));
+        let counted = requests.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let mut buffer = [0_u8; 4096];
+                    if matches!(stream.read(&mut buffer).await, Ok(n) if n > 0) {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        let body = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Timeout","code":504,"message":"request did not complete"}"#;
+                        let response = format!(
+                            "HTTP/1.1 504 Gateway Timeout\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = stream.write_all(response.as_bytes()).await;
+                    }
+                });
+            }
+        });
+        (url, requests)
+    }
+
+    /// kube's client retries a `504` by itself unless told not to: a write the API server timed
+    /// out on would be sent again and again, out of sight, for minutes.
+    #[tokio::test]
+    async fn the_client_sends_a_request_the_server_timed_out_on_once() {
+        crate::install_crypto_provider();
+        let (url, requests) = timing_out_server().await;
+        let config = super::client_config(kube::Config::new(url.parse().unwrap()));
+        let client = kube::Client::try_from(config).unwrap();
+        let request = http::Request::get("/readyz").body(Vec::new()).unwrap();
+        let answer = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            client.request_text(request),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            let sent = requests.load(Ordering::SeqCst);
+            panic!("no answer in 5 s: the client retried ({sent} requests so far)")
+        });
+        assert!(
+            matches!(&answer, Err(kube::Error::Api(status)) if status.code == 504),
+            "{answer:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert_eq!(requests.load(Ordering::SeqCst), 1, "sent once, not retried");
+    }
+}
