@@ -2178,10 +2178,15 @@ while True:
         .await
         .unwrap();
     }
-    let pod = plane.network_ready_is("endless-line", "False").await;
-    let message = network_ready(&pod, &ns)
-        .and_then(|c| c.message)
-        .unwrap_or_default();
+    // Until python listens, the probe is refused: wait for the failure the endless line causes.
+    let message = eventually("endless-line: the status line's failure", || async {
+        let pod = plane.pod("endless-line").await;
+        network_ready(&pod, &ns)
+            .filter(|c| c.status == "False")
+            .and_then(|c| c.message)
+            .filter(|m| m.contains("status line"))
+    })
+    .await;
     assert!(
         message.contains("GET /: the status line is longer than 1024 bytes (\"AAAA")
             && message.len() < 400,
