@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks that nothing of the local control plane or data plane is left on the machine (after
 # `make local-down`; .ci/run calls it after the tests and after the demo): no nsc-* network
-# namespace, no /etc/netns/nsc-* file, and no process
+# namespace, no /etc/netns/nsc-* file, no nsc-* cgroup (a node's cgroupRoot, which holds its
+# containers, hack/nodes.sh), and no process
 # - run from the binary cache (etcd, the API server, kube-proxy, CoreDNS, cni-run, the CNI
 #   plugins), of the pod agent or of a pod's container;
 # - of the controller or the network prober: any executable named nad-service-controller or
@@ -40,6 +41,12 @@ done <<<"$namespaces"
 for f in /etc/netns/nsc-*; do
   [[ -e "$f" ]] && left+=("file $f")
 done
+while read -r _ hierarchy type _; do
+  [[ "$type" == cgroup || "$type" == cgroup2 ]] || continue
+  for f in "$hierarchy"/nsc-*; do
+    [[ -d "$f" ]] && left+=("cgroup $f")
+  done
+done </proc/mounts
 
 shopt -s nullglob
 procs=("$proc_root"/[0-9]*)

@@ -22,7 +22,7 @@ proc_prefix="local-down: "
 # reused by another process since is left alone.
 stop_all() {
   local name
-  for name in kube-controller-manager kube-apiserver etcd; do
+  for name in kube-controller-manager kube-apiserver nsc-net-egress etcd; do
     proc_stop "$state/pids/$name.pid" "$name" "$grace"
   done
 }
@@ -34,12 +34,16 @@ remove_state() {
   [[ "${NAD_KEEP_LOGS:-}" == 1 ]] || rm -rf "${d:?}/logs"
   rm -rf "${d:?}/pids" "$d/etcd" "$d/pki" "${d:?}/bin" \
     "$d/kube-controller-manager" \
-    "$d/kubeconfig" "$d/kube-controller-manager.kubeconfig" "$d/ports"
+    "$d/kubeconfig" "$d/kube-controller-manager.kubeconfig" "$d/kube-scheduler.kubeconfig" "$d/ports" \
+    "$d/egress-selector.yaml" "$d/egress.sock"
 }
 
 [[ -d "$state" ]] || exit 0
 
-# The data plane first (hack/pod-agent.sh): its agent stops its pods while the API server is up.
+# The data plane first (hack/nodes.sh, hack/pod-agent.sh): their pods stop while the API server is up.
+if [[ -d "$state/nodes" || -f "$state/pids/nodes-relay.pid" ]]; then
+  NAD_LOCAL_DIR="$state" "$repo/hack/nodes.sh" down || log "the nodes did not stop cleanly"
+fi
 if [[ -d "$state/dataplane" || -f "$state/pids/pod-agent.pid" ]]; then
   NAD_LOCAL_DIR="$state" "$repo/hack/pod-agent.sh" down || log "the data plane did not stop cleanly"
 fi

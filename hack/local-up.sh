@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts a real, local Kubernetes control plane for development and tests: etcd,
-# kube-apiserver and kube-controller-manager (no nodes, no kubelet, no scheduler), then installs
-# the NetworkAttachmentDefinition CRD from deploy/crds/.
+# kube-apiserver and kube-controller-manager (no nodes: hack/nodes.sh adds kubelets and
+# kube-scheduler), then installs the NetworkAttachmentDefinition CRD from deploy/crds/. Beside the
+# API server runs its egress proxy (nsc-net egress), its way to the nodes' network namespaces.
 #
 # Progress goes to stderr; the last line on stdout is
 #   export KUBECONFIG=<repo>/.local/kubeconfig
@@ -136,7 +137,7 @@ $what after ${ready_timeout}s; the last answer: ${answer:-none}" "$logs/$name.lo
 
 # --- already up? ---------------------------------------------------------------------------------
 
-if running etcd && running kube-apiserver && running kube-controller-manager \
+if running etcd && running nsc-net-egress && running kube-apiserver && running kube-controller-manager \
   && [[ -s "$kubeconfig" ]] && apiserver_ready; then
   log "already running (API server https://127.0.0.1:$apiserver_port)"
   print_export
@@ -152,7 +153,7 @@ fi
 
 declare -A bin
 while read -r name path; do bin[$name]="$path"; done < <(NAD_BIN_CACHE="${NAD_BIN_CACHE:-}" "$hack/controlplane/build.sh")
-for name in etcd kube-apiserver kube-controller-manager kubectl; do
+for name in etcd kube-apiserver kube-controller-manager kubectl nsc-net; do
   [[ -x "${bin[$name]:-}" ]] || die "no $name binary after building"
 done
 kubectl="${KUBECTL:-${bin[kubectl]}}"
@@ -192,11 +193,15 @@ log "generating certificates in $pki"
 subjectAltName=IP:127.0.0.1,IP:::1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   sign admin "/O=system:masters/CN=admin" "extendedKeyUsage=clientAuth"
   sign kube-controller-manager "/CN=system:kube-controller-manager" "extendedKeyUsage=clientAuth"
+  sign kube-scheduler "/CN=system:kube-scheduler" "extendedKeyUsage=clientAuth"
+  # The API server's identity towards kubelets (exec, logs, port-forward): bound to the
+  # system:kubelet-api-admin role below, nothing more.
+  sign apiserver-kubelet-client "/CN=kube-apiserver-kubelet-client" "extendedKeyUsage=clientAuth"
 
   # Service-account token signing key pair.
   openssl genrsa -out sa.key 2048 2>/dev/null
   openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
-  chmod 644 ca.crt apiserver.crt admin.crt kube-controller-manager.crt sa.pub
+  chmod 644 ca.crt apiserver.crt admin.crt kube-controller-manager.crt kube-scheduler.crt sa.pub
 )
 
 # write_kubeconfig FILE USER CERT KEY
@@ -228,6 +233,8 @@ EOF
 }
 write_kubeconfig "$kcm_kubeconfig" system:kube-controller-manager \
   "$pki/kube-controller-manager.crt" "$pki/kube-controller-manager.key"
+write_kubeconfig "$state/kube-scheduler.kubeconfig" system:kube-scheduler \
+  "$pki/kube-scheduler.crt" "$pki/kube-scheduler.key"
 
 # --- etcd ----------------------------------------------------------------------------------------
 
@@ -246,6 +253,30 @@ start etcd "${bin[etcd]}" \
 etcd_healthy() { http_check "$etcd_url/health" '"health":"true"'; }
 wait_for etcd "etcd to become healthy" etcd_healthy
 
+# --- the API server's egress ---------------------------------------------------------------------
+# The API server listens on the machine's loopback and has no route to the nodes (hack/nodes.sh:
+# network namespaces of their own). Its connections to the cluster (kubelets, pods, Services, and
+# webhooks) go through an HTTP CONNECT proxy on a Unix socket, as through konnectivity on a
+# cluster whose control plane cannot route to its nodes: nsc-net dials the nodes' LAN and the
+# pods' ranges inside the LAN's namespace, anything else (a webhook on loopback) from here.
+
+egress_socket="$state/egress.sock"
+cat >"$state/egress-selector.yaml" <<EOF
+apiVersion: apiserver.k8s.io/v1beta1
+kind: EgressSelectorConfiguration
+egressSelections:
+- name: cluster
+  connection:
+    proxyProtocol: HTTPConnect
+    transport:
+      uds:
+        udsName: $egress_socket
+EOF
+start nsc-net-egress "${bin[nsc-net]}" egress "$egress_socket" nsc-lan \
+  172.30.0.0/24 fd00:172:30::/64 10.244.0.0/16 fd00:10:244::/56 10.96.0.0/16 fd00:10:96::/112
+egress_listening() { [[ -S "$egress_socket" ]] || { answer="no socket $egress_socket yet"; return 1; }; }
+wait_for nsc-net-egress "its socket" egress_listening
+
 # --- kube-apiserver ------------------------------------------------------------------------------
 
 start kube-apiserver "${bin[kube-apiserver]}" \
@@ -257,6 +288,12 @@ start kube-apiserver "${bin[kube-apiserver]}" \
   --tls-private-key-file="$pki/apiserver.key" \
   --client-ca-file="$pki/ca.crt" \
   --authorization-mode=Node,RBAC \
+  --enable-admission-plugins=NodeRestriction \
+  --egress-selector-config-file="$state/egress-selector.yaml" \
+  --kubelet-client-certificate="$pki/apiserver-kubelet-client.crt" \
+  --kubelet-client-key="$pki/apiserver-kubelet-client.key" \
+  --kubelet-certificate-authority="$pki/ca.crt" \
+  --kubelet-preferred-address-types=InternalIP \
   --service-cluster-ip-range="$service_cidrs" \
   --service-account-issuer=https://kubernetes.default.svc \
   --service-account-key-file="$pki/sa.pub" \
@@ -295,6 +332,8 @@ export KUBECONFIG="$kubeconfig"
 log "installing the NetworkAttachmentDefinition CRD"
 "$kubectl" apply -f "$repo/deploy/crds/" >&2
 "$kubectl" wait --for=condition=Established --timeout="${ready_timeout}s" "crd/$crd_name" >&2
+"$kubectl" create clusterrolebinding kube-apiserver-kubelet-client --clusterrole=system:kubelet-api-admin \
+  --user=kube-apiserver-kubelet-client --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
 sa_ready() { answer="$("$kubectl" get serviceaccount default --namespace default -o name 2>&1)"; }
 wait_for kube-controller-manager "the default service account" sa_ready
 

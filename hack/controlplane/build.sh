@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the local control-plane binaries (etcd, kube-apiserver, kube-controller-manager, kubectl,
-# and kube-proxy for the pod agent's nodes) from the Go module in this directory into the shared
-# cache, skipping any already there:
+# Builds the local control-plane binaries (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl), the nodes' (kubelet, kube-proxy) and nsc-net (this directory's: the API
+# server's way to the nodes' namespaces and theirs to it) from the Go module in this directory into
+# the shared cache, skipping any already there:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/bin/<component>-<version>/<component>
 # Prints one line per component: "<component> <path>". Used by hack/local-up.sh; may be run alone.
 # Arguments, if any, name the components to build (e.g. `build.sh kubectl`); default: all.
@@ -11,6 +12,8 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KUBE_VERSION=v1.37.2
 ETCD_VERSION=v3.7.0
+# nsc-net is this module's own: its version is its sources'.
+NSC_NET_VERSION="$(cat "$here/go.mod" "$here/go.sum" "$here"/nsc-net/*.go | sha256sum | cut -c1-12)"
 NAD_BIN_CACHE="${NAD_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/bin}"
 
 command -v go >/dev/null || { echo "build.sh: go is required (Go >= 1.26)" >&2; exit 1; }
@@ -33,6 +36,9 @@ components=(
   "kube-controller-manager:${KUBE_VERSION}:k8s.io/kubernetes/cmd/kube-controller-manager"
   "kubectl:${KUBE_VERSION}:k8s.io/kubernetes/cmd/kubectl"
   "kube-proxy:${KUBE_VERSION}:k8s.io/kubernetes/cmd/kube-proxy"
+  "kube-scheduler:${KUBE_VERSION}:k8s.io/kubernetes/cmd/kube-scheduler"
+  "kubelet:${KUBE_VERSION}:k8s.io/kubernetes/cmd/kubelet"
+  "nsc-net:${NSC_NET_VERSION}:./nsc-net"
 )
 
 export CGO_ENABLED=0

@@ -3,8 +3,10 @@
 # the shared binary cache (like hack/controlplane/build.sh), skipping any already there:
 #   ${NAD_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/bin}/<part>-<version>/
 # Parts: multus (thin plugin), the CNI reference plugins (bridge, macvlan, host-local, loopback),
-# whereabouts (IPAM, with its CRDs in crds/), coredns, and cni-run (this directory's libcni runtime). kube-proxy comes
-# from hack/controlplane/build.sh (the same k8s.io/kubernetes module as the control plane).
+# whereabouts (IPAM, with its CRDs in crds/), coredns, containerd (with ctr and the runc shim; runc
+# itself is Debian's), and cni-run (this directory's libcni runtime). kubelet, kube-proxy and
+# kube-scheduler come from hack/controlplane/build.sh (the same k8s.io/kubernetes module as the
+# control plane).
 # Prints one line per part: "<part> <directory holding its binaries>". Used by hack/pod-agent.sh.
 set -euo pipefail
 
@@ -14,16 +16,20 @@ MULTUS_VERSION=v4.2.4        # the proxy serves this exact version but refuses t
 CNI_PLUGINS_VERSION=v1.10.0
 WHEREABOUTS_VERSION=v0.9.2
 COREDNS_VERSION=v1.14.7
+CONTAINERD_VERSION=v2.4.2
 
 command -v go >/dev/null || { echo "dataplane/build.sh: go is required (Go >= 1.26)" >&2; exit 1; }
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
-# part:version:module:package[,package...] (packages relative to the module; "." is its root).
+# part:version:module:package[,package...][:build tags] (packages relative to the module; "." is
+# its root). containerd is built as its release is, less the btrfs snapshotter (cgo) and the CLI's
+# generated docs.
 parts=(
   "multus:${MULTUS_VERSION}:gopkg.in/k8snetworkplumbingwg/multus-cni.v4:cmd/multus"
   "cni-plugins:${CNI_PLUGINS_VERSION}:github.com/containernetworking/plugins:plugins/main/bridge,plugins/main/macvlan,plugins/main/loopback,plugins/ipam/host-local"
   "whereabouts:${WHEREABOUTS_VERSION}:github.com/k8snetworkplumbingwg/whereabouts:cmd"
   "coredns:${COREDNS_VERSION}:github.com/coredns/coredns:."
+  "containerd:${CONTAINERD_VERSION}:github.com/containerd/containerd/v2:cmd/containerd,cmd/containerd-shim-runc-v2,cmd/ctr:urfave_cli_no_docs,no_btrfs"
 )
 
 # Builds each package of $3 into directory $1, naming a binary after its package's last element
@@ -31,12 +37,14 @@ parts=(
 # and go.sum, so its pinned dependencies and replace directives apply as upstream builds them
 # (`go install pkg@version` refuses modules with replace directives).
 build_in() {
-  local out="$1" part="$2" source="$3" packages="$4" pkg name
+  local out="$1" part="$2" source="$3" packages="$4" tags="$5" version="$6" pkg name ldflags='-s -w'
+  # containerd reports its version (`containerd --version`, the CRI's runtime version) from here.
+  [[ "$part" == containerd ]] && ldflags+=" -X github.com/containerd/containerd/v2/version.Version=$version"
   IFS=, read -ra pkgs <<<"$packages"
   for pkg in "${pkgs[@]}"; do
     name="${pkg##*/}"
     [[ "$name" == cmd || "$name" == . ]] && name="$part"
-    (cd "$source" && go build -trimpath -ldflags='-s -w' -o "$out/$name" "./$pkg")
+    (cd "$source" && go build -trimpath -tags="$tags" -ldflags="$ldflags" -o "$out/$name" "./$pkg")
   done
   # whereabouts keeps its allocations in custom resources: keep their definitions beside it.
   if [[ "$part" == whereabouts ]]; then
@@ -46,14 +54,14 @@ build_in() {
 }
 
 build_part() {
-  local part="$1" version="$2" source="$3" packages="$4"
+  local part="$1" version="$2" source="$3" packages="$4" tags="${5:-}"
   local dir="$NAD_BIN_CACHE/$part-$version"
   if [[ ! -f "$dir/.complete" ]]; then
     echo "dataplane/build.sh: building $part $version" >&2
     local start=$SECONDS tmp
     mkdir -p "$NAD_BIN_CACHE"
     tmp="$(mktemp -d "$NAD_BIN_CACHE/.$part-$version.XXXXXX")"
-    if ! build_in "$tmp" "$part" "$source" "$packages"; then
+    if ! build_in "$tmp" "$part" "$source" "$packages" "$tags" "$version"; then
       rm -rf "$tmp"
       echo "dataplane/build.sh: building $part failed" >&2
       exit 1
@@ -68,7 +76,7 @@ build_part() {
 }
 
 for spec in "${parts[@]}"; do
-  IFS=: read -r part version module packages <<<"$spec"
+  IFS=: read -r part version module packages tags <<<"$spec"
   if (($#)) && [[ " $* " != *" $part "* ]]; then
     continue
   fi
@@ -77,7 +85,7 @@ for spec in "${parts[@]}"; do
     dir="$(go mod download -json "$module@$version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
     [[ -d "$dir" ]] || { echo "dataplane/build.sh: could not download $module@$version" >&2; exit 1; }
   fi
-  build_part "$part" "$version" "$dir" "$packages"
+  build_part "$part" "$version" "$dir" "$packages" "$tags"
 done
 
 # cni-run: this directory's module; its version is that of the libcni it pins.
