@@ -9,7 +9,14 @@
 #   hack/nodes.sh down   stop the nodes, their containers (by their cgroups) and the scheduler,
 #                        remove their namespaces and files, restore the kernel settings kubelet
 #                        needs. hack/local-down.sh runs it.
+#   hack/nodes.sh load LAYOUT:TAG REFERENCE
+#                        import the image TAG of OCI layout LAYOUT (`make image-oci` builds the
+#                        controller's and the prober's) into every node's containerd as
+#                        REFERENCE, as `kind load` does: pods then run it without a registry.
 #   hack/nodes.sh check  what this machine lacks for nodes; exit 1 if anything.
+#
+# `up` writes <state>/nodes/images: one "image <reference>" line per image the nodes hold
+# (hack/nodes/images.sh builds them: the sandbox, nginx, netutils), for tests and the demo.
 #
 # This machine is not a normal node, and each difference is one setting here:
 #   - cgroup v1 (the hybrid layout): kubelet's failCgroupV1 is false; each node's cgroupRoot
@@ -353,8 +360,9 @@ up() {
   build
   apiserver_port="$(sed -n 's/^apiserver=//p' "$state/ports")"
   sandbox_image="$(sed -n 's/^sandbox //p' <<<"$images")"
-  images="$(sed -n 's/^dir //p' <<<"$images")"
   mkdir -p "$nodes_dir" "$pids" "$logs"
+  grep '^image ' <<<"$images" >"$nodes_dir/images"
+  images="$(sed -n 's/^dir //p' <<<"$images")"
   trap 'failed_start "stopped with exit status $? (the messages above say why)"' EXIT
 
   log "kernel settings for kubelet (restored by down): ${kernel_settings[*]}"
@@ -373,6 +381,11 @@ up() {
   proc_start "$pids/nodes-relay.pid" "$logs/nodes-relay.log" "${bin[nsc-net]}" relay "${relays[@]}"
 
   kubectl apply --server-side -f "${part[whereabouts]}/crds/" >/dev/null
+  # Node objects of these names left by another data plane (the pod agent registers the same
+  # names): a kubelet would adopt them without its labels.
+  local names=()
+  for ((i = 0; i < count; i++)); do names+=("$(node_name "$i")"); done
+  kubectl delete nodes "${names[@]}" --ignore-not-found >/dev/null
   for ((i = 0; i < count; i++)); do
     configure_node "$i"
     local node
@@ -456,10 +469,43 @@ down() {
   fi
 }
 
+load() {
+  local source="${1:?usage: hack/nodes.sh load LAYOUT:TAG REFERENCE}" reference="${2:?usage: hack/nodes.sh load LAYOUT:TAG REFERENCE}"
+  local layout="${source%:*}" tag="${source##*:}" work node ctr
+  [[ -f "$layout/index.json" ]] || die "$layout is not an OCI layout (make image-oci builds them)"
+  [[ "${reference##*:}" == "$tag" ]] || die "the reference $reference must end in the layout's tag :$tag"
+  ctr="$("$repo/hack/dataplane/build.sh" containerd | awk '{print $2}')/ctr"
+  work="$(mktemp -d)"
+  # The one image of that tag: the layout may hold others (an SBOM attached as a referrer).
+  mkdir -p "$work/layout"
+  cp -r "$layout/blobs" "$layout/oci-layout" "$work/layout/"
+  python3 - "$layout/index.json" "$tag" >"$work/layout/index.json" <<'EOF'
+import json, sys
+index = json.load(open(sys.argv[1]))
+index["manifests"] = [m for m in index["manifests"]
+                      if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == sys.argv[2]]
+json.dump(index, sys.stdout)
+EOF
+  tar -C "$work/layout" -cf "$work/image.tar" .
+  local loaded=0
+  for node in $(ip netns list 2>/dev/null | awk '$1 ~ /^nsc-node-/ {print $1}'); do
+    [[ -S "$nodes_dir/$node/containerd.sock" ]] || continue
+    local out
+    out="$("$ctr" -a "$nodes_dir/$node/containerd.sock" -n k8s.io images import --base-name "${reference%:*}" "$work/image.tar" 2>&1)" \
+      || { rm -rf "$work"; die "importing $source into $node failed: $out"; }
+    loaded=$((loaded + 1))
+  done
+  rm -rf "$work"
+  ((loaded)) || die "no node is running (hack/nodes.sh up)"
+  grep -qxF "image $reference" "$nodes_dir/images" 2>/dev/null || echo "image $reference" >>"$nodes_dir/images"
+  log "loaded $reference into $loaded nodes"
+}
+
 answer="" failed_check=""
 case "${1:-}" in
   check) check ;;
   up) up ;;
   down) down ;;
-  *) echo "usage: hack/nodes.sh up|down|check" >&2; exit 2 ;;
+  load) load "${@:2}" ;;
+  *) echo "usage: hack/nodes.sh up|down|load LAYOUT:TAG REFERENCE|check" >&2; exit 2 ;;
 esac

@@ -27,7 +27,7 @@ fi
 source hack/proc.sh
 dataplane_was_up=false
 proc_running .local/pids/pod-agent.pid && dataplane_was_up=true
-started_cluster=false started_dataplane=false
+started_cluster=false started_dataplane=false started_nodes=false
 cleanup() {
   local status=$?
   background_stop
@@ -35,9 +35,15 @@ cleanup() {
     echo "== stopping the local control plane" >&2
     # After a failure the logs stay, to read (.local/logs).
     NAD_KEEP_LOGS="$((status != 0))" hack/local-down.sh || status=1
-  elif [[ "$started_dataplane" == true ]]; then
-    echo "== stopping the data plane" >&2
-    hack/pod-agent.sh down || status=1
+  else
+    if [[ "$started_dataplane" == true ]]; then
+      echo "== stopping the data plane" >&2
+      hack/pod-agent.sh down || status=1
+    fi
+    if [[ "$started_nodes" == true ]]; then
+      echo "== stopping the nodes" >&2
+      NAD_KEEP_LOGS="$((status != 0))" hack/nodes.sh down || status=1
+    fi
   fi
   steps_report
   exit "$status"
@@ -102,4 +108,17 @@ step "scripts" "the scripts every command starts with (hack/test-scripts.sh: sys
 hack/test-scripts.sh
 
 step "cargo test" "cargo test (unit, plugin-runtime, plugin-CLI, cluster, data-plane and RBAC tests)"
-$cargo test --release --locked --workspace --exclude nad-fault-tests
+# The node tests run below, on their own data plane. Leaving them out selects no other features:
+# nothing is built again.
+$cargo test --release --locked --workspace --exclude nad-fault-tests --exclude nad-node-tests
+
+step "nodes" "real nodes in place of the pod agent (hack/nodes.sh: kubelet, containerd, kube-scheduler), the images loaded, and their tests (testing/nodes)"
+hack/pod-agent.sh down
+started_nodes=true
+step_repeatable "starting the nodes" "hack/nodes.sh up" hack/nodes.sh up || exit 1
+for image in "$image_layout:$image_tag=localhost/isim/nad-service-controller:$image_tag" \
+  "$prober_image_layout:$image_tag=localhost/isim/nad-network-prober:$image_tag"; do
+  hack/nodes.sh load "${image%%=*}" "${image#*=}"
+done
+# The same packages selected as above: the test binaries built then are run.
+$cargo test --release --locked --workspace --exclude nad-fault-tests --test kubelet --test node_loss

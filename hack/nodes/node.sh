@@ -57,9 +57,9 @@ for image in "$IMAGES"/*.tar; do
   [[ -e "$image" ]] || continue
   name="$(basename "$image" .tar)"
   # Files are named <repository with / as _>.tar; the layout's one tag follows.
-  "${ctr[@]}" images import --base-name "localhost/${name//_//}" "$image" >/dev/null
+  out="$("${ctr[@]}" images import --base-name "localhost/${name//_//}" "$image" 2>&1)" || { log "importing $image: $out"; exit 1; }
 done
-log "images: $("${ctr[@]}" images list -q | tr '\n' ' ')"
+log "images: $("${ctr[@]}" images list -q 2>/dev/null | tr '\n' ' ')"
 
 run kubelet "$KUBELET" \
   --config="$dir/kubelet.yaml" \

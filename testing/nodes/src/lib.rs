@@ -1,0 +1,198 @@
+//! What the tests of the real nodes share: the client, `kubectl`, a namespace of a test's own,
+//! the images the nodes hold, and the pods' views of themselves. The nodes are those of
+//! `hack/nodes.sh up` on the control plane of `hack/local-up.sh` (`make test` starts both).
+
+// A test kit: a broken expectation is a failed test, told with what was expected.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Pod, PodCondition, ServiceAccount};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+/// The label every node of `hack/nodes.sh` has.
+pub const NODE_LABEL: &str = "nodes.isim.dev/local";
+/// How long a wait of these tests may take: a container's start on a loaded 2-core machine.
+pub const WAIT: Duration = Duration::from_secs(90);
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn state() -> PathBuf {
+    std::env::var_os("NAD_LOCAL_DIR").map_or_else(|| repo().join(".local"), PathBuf::from)
+}
+
+/// The control plane's client (its kubeconfig: `KUBECONFIG`, else `.local/kubeconfig`).
+pub async fn client() -> Client {
+    nad_test_kit::install_crypto_provider();
+    let path =
+        std::env::var_os("KUBECONFIG").map_or_else(|| state().join("kubeconfig"), PathBuf::from);
+    let kubeconfig = kube::config::Kubeconfig::read_from(&path).unwrap_or_else(|e| {
+        panic!(
+            "no control plane ({}: {e}): run hack/local-up.sh",
+            path.display()
+        )
+    });
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// Polls `check` until it returns `Some`, for at most [`WAIT`].
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    nad_test_kit::wait::eventually(what, WAIT, check).await
+}
+
+/// `kubectl <args>`: its exit code and its output (stdout, then stderr).
+pub async fn kubectl(args: &[&str]) -> (i32, String) {
+    let local = state().join("bin/kubectl");
+    let program = if local.exists() {
+        local
+    } else {
+        "kubectl".into()
+    };
+    let out = tokio::process::Command::new(&program)
+        .args(args)
+        .env("KUBECONFIG", state().join("kubeconfig"))
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("running {}: {e}", program.display()));
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// The reference of the nodes' image whose repository ends in `/<name>` (nginx, netutils,
+/// pause), from the list `hack/nodes.sh up` writes.
+pub fn image(name: &str) -> String {
+    let list = state().join("nodes/images");
+    let text = std::fs::read_to_string(&list)
+        .unwrap_or_else(|e| panic!("{}: {e}: run hack/nodes.sh up", list.display()));
+    text.lines()
+        .filter_map(|l| l.strip_prefix("image "))
+        .find(|r| {
+            r.rsplit_once(':')
+                .is_some_and(|(repo, _)| repo.ends_with(&format!("/{name}")))
+        })
+        .unwrap_or_else(|| panic!("no image …/{name} in {}", list.display()))
+        .to_owned()
+}
+
+/// The nodes of `hack/nodes.sh`, which must be there.
+pub async fn nodes(client: &Client) -> Vec<k8s_openapi::api::core::v1::Node> {
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .list(&kube::api::ListParams::default().labels(&format!("{NODE_LABEL}=true")))
+        .await
+        .unwrap()
+        .items;
+    assert!(
+        !nodes.is_empty(),
+        "no nodes: run hack/nodes.sh up (as root; make test does)"
+    );
+    nodes
+}
+
+/// A test's namespace, removed when it is dropped.
+pub struct Scene {
+    pub client: Client,
+    pub ns: String,
+    pub pods: Api<Pod>,
+}
+
+impl Scene {
+    /// A fresh namespace named after `test`, once its default ServiceAccount exists.
+    pub async fn new(test: &str) -> Self {
+        let client = client().await;
+        nodes(&client).await;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let ns = format!("nsc-{test}-{:05x}", nanos & 0xfffff);
+        Api::<Namespace>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+        eventually("the namespace's default ServiceAccount", || async {
+            accounts.get_opt("default").await.unwrap().map(|_| ())
+        })
+        .await;
+        let pods = Api::namespaced(client.clone(), &ns);
+        Self { client, ns, pods }
+    }
+
+    pub async fn create(&self, pod: Value) -> Pod {
+        self.pods
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(pod).unwrap(),
+            )
+            .await
+            .unwrap()
+    }
+
+    pub async fn pod(&self, name: &str) -> Pod {
+        self.pods.get(name).await.unwrap()
+    }
+
+    /// Waits until `name`'s condition `kind` has `status`; returns the pod then.
+    pub async fn condition_is(&self, name: &str, kind: &str, status: &str) -> Pod {
+        eventually(&format!("{name}: {kind}={status}"), || async {
+            let pod = self.pod(name).await;
+            (condition(&pod, kind).is_some_and(|c| c.status == status)).then_some(pod)
+        })
+        .await
+    }
+
+    /// `kubectl exec` in `pod`'s first container: the exit code and the output.
+    pub async fn exec(&self, pod: &str, command: &[&str]) -> (i32, String) {
+        let mut args = vec!["exec", "-n", &self.ns, pod, "--"];
+        args.extend_from_slice(command);
+        kubectl(&args).await
+    }
+
+    /// Deletes the namespace (its pods' containers stop on their nodes).
+    pub async fn finish(self) {
+        Api::<Namespace>::all(self.client.clone())
+            .delete(&self.ns, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+}
+
+pub fn condition(pod: &Pod, kind: &str) -> Option<PodCondition> {
+    pod.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .find(|c| c.type_ == kind)
+        .cloned()
+}
+
+/// `pod`'s IPs on the network attachment `network` (`<namespace>/<name>`), as Multus wrote them
+/// in `network-status`.
+pub fn network_ips(pod: &Pod, network: &str) -> Vec<String> {
+    let status: Vec<Value> = pod
+        .annotations()
+        .get("k8s.v1.cni.cncf.io/network-status")
+        .map(|s| serde_json::from_str(s).unwrap())
+        .unwrap_or_default();
+    status
+        .iter()
+        .filter(|n| n["name"] == network)
+        .flat_map(|n| n["ips"].as_array().cloned().unwrap_or_default())
+        .filter_map(|ip| ip.as_str().map(str::to_owned))
+        .collect()
+}
