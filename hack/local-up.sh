@@ -58,6 +58,8 @@ export NAD_LOCK_HELD=1
 
 # shellcheck source=hack/proc.sh
 source "$hack/proc.sh"
+# shellcheck source=hack/pki.sh
+source "$hack/pki.sh"
 
 # True if component $1, as recorded when it was started, is still running.
 running() { proc_running "$pids/$1.pid"; }
@@ -181,14 +183,7 @@ log "generating certificates in $pki"
     -subj "/CN=nad-local-ca" -addext "basicConstraints=critical,CA:TRUE" \
     -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
 
-  # sign NAME SUBJECT EXTENSIONS
-  sign() {
-    openssl req -new -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
-    printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" "$3" >"$1.ext"
-    openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 -sha256 \
-      -extfile "$1.ext" -out "$1.crt" 2>/dev/null
-    rm -f "$1.csr" "$1.ext"
-  }
+  sign() { pki_sign . "$@"; }
   sign apiserver "/CN=kube-apiserver" "extendedKeyUsage=serverAuth
 subjectAltName=IP:127.0.0.1,IP:::1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   sign admin "/O=system:masters/CN=admin" "extendedKeyUsage=clientAuth"
@@ -206,30 +201,7 @@ subjectAltName=IP:127.0.0.1,IP:::1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS
 
 # write_kubeconfig FILE USER CERT KEY
 write_kubeconfig() {
-  local b64="base64 -w0"
-  (
-    umask 077
-    cat >"$1" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: nad-local
-  cluster:
-    server: https://127.0.0.1:$apiserver_port
-    certificate-authority-data: $($b64 <"$pki/ca.crt")
-users:
-- name: $2
-  user:
-    client-certificate-data: $($b64 <"$3")
-    client-key-data: $($b64 <"$4")
-contexts:
-- name: nad-local
-  context:
-    cluster: nad-local
-    user: $2
-current-context: nad-local
-EOF
-  )
+  pki_kubeconfig "$1" "https://127.0.0.1:$apiserver_port" "$pki/ca.crt" "$2" "$3" "$4"
 }
 write_kubeconfig "$kcm_kubeconfig" system:kube-controller-manager \
   "$pki/kube-controller-manager.crt" "$pki/kube-controller-manager.key"

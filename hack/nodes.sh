@@ -58,6 +58,8 @@ die() { echo "nodes: error: $*" >&2; exit 1; }
 
 # shellcheck source=hack/proc.sh
 source "$repo/hack/proc.sh"
+# shellcheck source=hack/pki.sh
+source "$repo/hack/pki.sh"
 proc_prefix="nodes: "
 
 node_name() { echo "nsc-node-$1"; }
@@ -147,45 +149,15 @@ network_up() {
 # sign_node DIR NODE IP IP6: the node's client certificate (system:node:<node>, as the Node
 # authorizer and NodeRestriction know it) and its kubelet's serving certificate, by the local CA.
 sign_node() {
-  local dir="$1" node="$2" ip4="$3" ip6="$4" pki="$state/pki"
+  local dir="$1" node="$2" ip4="$3" ip6="$4"
   mkdir -p "$dir/pki"
   (
     cd "$dir/pki"
     umask 077
-    sign() {
-      openssl req -new -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
-      printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" "$3" >"$1.ext"
-      openssl x509 -req -in "$1.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
-        -CAserial "$dir/pki/ca.srl" -days 365 -sha256 -extfile "$1.ext" -out "$1.crt" 2>/dev/null
-      rm -f "$1.csr" "$1.ext"
-    }
-    sign node "/O=system:nodes/CN=system:node:$node" "extendedKeyUsage=clientAuth"
-    sign kubelet "/CN=$node" "extendedKeyUsage=serverAuth
+    pki_sign "$state/pki" node "/O=system:nodes/CN=system:node:$node" "extendedKeyUsage=clientAuth"
+    pki_sign "$state/pki" kubelet "/CN=$node" "extendedKeyUsage=serverAuth
 subjectAltName=DNS:$node,IP:$ip4,IP:$ip6"
   )
-}
-
-# kubeconfig USER CERT KEY: the API server through the node's relay (127.0.0.1 in the node).
-kubeconfig() {
-  local b64="base64 -w0"
-  cat <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: nad-local
-  cluster:
-    server: https://127.0.0.1:$apiserver_port
-    certificate-authority-data: $($b64 <"$state/pki/ca.crt")
-users:
-- name: $1
-  user:
-    client-certificate-data: $($b64 <"$2")
-    client-key-data: $($b64 <"$3")
-contexts:
-- name: nad-local
-  context: {cluster: nad-local, user: $1}
-current-context: nad-local
-EOF
 }
 
 configure_node() {
@@ -194,7 +166,9 @@ configure_node() {
   dir="$nodes_dir/$node"
   mkdir -p "$dir"/{logs,etc/upper/cni/net.d/whereabouts.d,etc/work,cni/net.d,kubelet,pod-logs,volume-plugins,containerd,state}
   sign_node "$dir" "$node" "$(node_ip "$i")" "$(node_ip6 "$i")"
-  (umask 077 && kubeconfig "system:node:$node" "$dir/pki/node.crt" "$dir/pki/node.key" >"$dir/kubeconfig")
+  # The API server through the node's relay (127.0.0.1 in the node).
+  pki_kubeconfig "$dir/kubeconfig" "https://127.0.0.1:$apiserver_port" "$state/pki/ca.crt" \
+    "system:node:$node" "$dir/pki/node.crt" "$dir/pki/node.key"
 
   # whereabouts' settings, where it looks (/etc, through the node's overlay).
   cat >"$dir/etc/upper/cni/net.d/whereabouts.d/whereabouts.conf" <<EOF
