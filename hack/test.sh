@@ -121,4 +121,4 @@ for image in "$image_layout:$image_tag=localhost/isim/nad-service-controller:$im
   hack/nodes.sh load "${image%%=*}" "${image#*=}"
 done
 # The same packages selected as above: the test binaries built then are run.
-$cargo test --release --locked --workspace --exclude nad-fault-tests --test kubelet --test node_loss
+$cargo test --release --locked --workspace --exclude nad-fault-tests --test kubelet --test node_loss --test stock

@@ -54,6 +54,13 @@ where
 
 /// `kubectl <args>`: its exit code and its output (stdout, then stderr).
 pub async fn kubectl(args: &[&str]) -> (i32, String) {
+    let (code, mut out, err) = kubectl_apart(args).await;
+    out.push_str(&err);
+    (code, out)
+}
+
+/// `kubectl <args>`: its exit code, its standard output and its standard error.
+pub async fn kubectl_apart(args: &[&str]) -> (i32, String, String) {
     let local = state().join("bin/kubectl");
     let program = if local.exists() {
         local
@@ -66,9 +73,69 @@ pub async fn kubectl(args: &[&str]) -> (i32, String) {
         .output()
         .await
         .unwrap_or_else(|e| panic!("running {}: {e}", program.display()));
-    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&out.stderr));
-    (out.status.code().unwrap_or(-1), text)
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `kubectl <args>` with `input` on its standard input, which must succeed; returns its output.
+pub async fn kubectl_with(args: &[&str], input: &str) -> String {
+    use tokio::io::AsyncWriteExt as _;
+    let local = state().join("bin/kubectl");
+    let program = if local.exists() {
+        local
+    } else {
+        "kubectl".into()
+    };
+    let mut child = tokio::process::Command::new(&program)
+        .args(args)
+        .env("KUBECONFIG", state().join("kubeconfig"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running {}: {e}", program.display()));
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).await.unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "kubectl {}: {text}", args.join(" "));
+    text
+}
+
+/// `text` (manifests) with each image the nodes cannot pull replaced by the nodes' own:
+/// the seed's nginx and netshoot by nsc/nginx and nsc/netutils, the project's images (of any
+/// registry and tag: `deploy/` names ghcr.io's) by those `hack/nodes.sh load` loaded.
+pub fn local_images(text: &str) -> String {
+    let replacements = [
+        ("nginx:1.27", image("nginx")),
+        ("nicolaka/netshoot:v0.13", image("netutils")),
+    ];
+    let project = ["nad-service-controller", "nad-network-prober"];
+    text.lines()
+        .map(|line| {
+            let Some((indent, reference)) = line.split_once("image: ") else {
+                return line.to_owned();
+            };
+            let reference = reference.trim();
+            let repository = reference.split([':', '@']).next().unwrap_or(reference);
+            let name = repository.rsplit('/').next().unwrap_or(repository);
+            replacements
+                .iter()
+                .find(|(from, _)| *from == reference)
+                .map(|(_, to)| to.clone())
+                .or_else(|| project.contains(&name).then(|| image(name)))
+                .map_or_else(|| line.to_owned(), |to| format!("{indent}image: {to}"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The reference of the nodes' image whose repository ends in `/<name>` (nginx, netutils,

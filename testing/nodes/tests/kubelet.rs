@@ -159,7 +159,8 @@ async fn a_readiness_gate_holds_ready_until_its_condition_is_true_through_restar
 
     // A restart: kubelet writes the pod's status again (Ready down, then up) and keeps the gate.
     let (code, out) = scene.exec("gated", &["kill", "1"]).await;
-    assert_eq!(code, 0, "{out}");
+    // The exec ends 0, or 137 when its container stopped before it could answer (CI saw both).
+    assert!(code == 0 || code == 137, "kill 1: {code}: {out}");
     nad_node_tests::eventually("the container restarted", || async {
         let pod = scene.pod("gated").await;
         let restarts = pod
