@@ -2154,17 +2154,6 @@ while True:
     threading.Thread(target=answer, args=(conn,), daemon=True).start()
 "#;
     for name in ["endless-line", "endless-headers"] {
-        services
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(serde_json::json!({
-                    "metadata": {"name": name, "annotations": {"isim.dev/network": "macvlan",
-                        "isim.dev/probe": r#"{"httpGet": {"port": 8080}, "periodSeconds": 1, "failureThreshold": 1}"#}},
-                    "spec": {"clusterIP": "None", "ports": [{"port": 8080}]}}))
-                .unwrap(),
-            )
-            .await
-            .unwrap();
         pods.create(
             &PostParams::default(),
             &serde_json::from_value(serde_json::json!({
@@ -2178,15 +2167,33 @@ while True:
         .await
         .unwrap();
     }
-    // Until python listens, the probe is refused: wait for the failure the endless line causes.
-    let message = eventually("endless-line: the status line's failure", || async {
-        let pod = plane.pod("endless-line").await;
-        network_ready(&pod, &ns)
-            .filter(|c| c.status == "False")
-            .and_then(|c| c.message)
-            .filter(|m| m.contains("status line"))
-    })
-    .await;
+    // The Services only once python listens: the prober writes a condition when its status
+    // changes, so a first probe refused would leave "Connection refused" as the message (CI of
+    // 8a24c48 read that; CI of 85aa400 then waited for the status line's message in vain).
+    for name in ["endless-line", "endless-headers"] {
+        eventually(&format!("{name} listening"), || async {
+            let connect = "import socket; socket.create_connection(('127.0.0.1', 8080), 1).close()";
+            (plane.exec(name, &["python3", "-c", connect]).await.0 == 0).then_some(())
+        })
+        .await;
+    }
+    for name in ["endless-line", "endless-headers"] {
+        services
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name, "annotations": {"isim.dev/network": "macvlan",
+                        "isim.dev/probe": r#"{"httpGet": {"port": 8080}, "periodSeconds": 1, "failureThreshold": 1}"#}},
+                    "spec": {"clusterIP": "None", "ports": [{"port": 8080}]}}))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let pod = plane.network_ready_is("endless-line", "False").await;
+    let message = network_ready(&pod, &ns)
+        .and_then(|c| c.message)
+        .unwrap_or_default();
     assert!(
         message.contains("GET /: the status line is longer than 1024 bytes (\"AAAA")
             && message.len() < 400,
