@@ -93,11 +93,7 @@ async fn the_stock_install_runs_on_the_nodes_and_the_seeds_curls_answer() {
     }
     let overlay = repo().join("deploy/overlays/default");
     let rendered = must(&["kustomize", overlay.to_str().unwrap()]).await;
-    kubectl_with(
-        &["apply", "--server-side", "-f", "-"],
-        &local_images(&rendered),
-    )
-    .await;
+    kubectl_with(&["apply", "-f", "-"], &local_images(&rendered)).await;
     must(&[
         "-n",
         "nad-service-controller",
@@ -160,11 +156,7 @@ async fn the_stock_install_runs_on_the_nodes_and_the_seeds_curls_answer() {
     // (see the stop's note of issue 44). Its Service `probed` publishes port 80 alone.
     let overlay = repo().join("deploy/overlays/with-prober");
     let rendered = must(&["kustomize", overlay.to_str().unwrap()]).await;
-    kubectl_with(
-        &["apply", "--server-side", "-f", "-"],
-        &local_images(&rendered),
-    )
-    .await;
+    kubectl_with(&["apply", "-f", "-"], &local_images(&rendered)).await;
     must(&[
         "-n",
         "nad-service-controller",
