@@ -263,3 +263,24 @@ pub fn network_ips(pod: &Pod, network: &str) -> Vec<String> {
         .filter_map(|ip| ip.as_str().map(str::to_owned))
         .collect()
 }
+
+/// Restarts the first container of pod `name` in `namespace` (`kill 1` inside it: its PID 1 must
+/// end on TERM) and waits until kubelet has started it again and the pod is Ready.
+pub async fn restart(namespace: &str, name: &str) {
+    let (code, out) = kubectl(&["exec", "-n", namespace, name, "--", "kill", "1"]).await;
+    // The exec ends 0, or 137 when its container stopped before it could answer (CI saw both).
+    assert!(code == 0 || code == 137, "kill 1 in {name}: {code}: {out}");
+    let pods: Api<Pod> = Api::namespaced(client().await, namespace);
+    eventually(&format!("{name} restarted and Ready again"), || async {
+        let pod = pods.get(name).await.unwrap();
+        let restarts = pod
+            .status
+            .as_ref()?
+            .container_statuses
+            .as_ref()?
+            .first()?
+            .restart_count;
+        (restarts >= 1 && condition(&pod, "Ready")?.status == "True").then_some(())
+    })
+    .await;
+}

@@ -27,6 +27,12 @@ async fn must(args: &[&str]) -> String {
     out
 }
 
+/// Waits (at most 120 s) until `what` (`deploy/<name>`, `daemonset/<name>`) in `namespace` has
+/// rolled out.
+async fn rolled_out(namespace: &str, what: &str) {
+    must(&["-n", namespace, "rollout", "status", what, "--timeout=120s"]).await;
+}
+
 /// The running, not deleted pods of `app` in `default`.
 async fn pods(api: &Api<Pod>, app: &str) -> Vec<Pod> {
     api.list(&ListParams::default().labels(&format!("app={app}")))
@@ -81,28 +87,12 @@ async fn the_stock_install_runs_on_the_nodes_and_the_seeds_curls_answer() {
     )
     .await;
     for app in ["nginx-basic", "nginx-nad", "netutils-base", "netutils-nad"] {
-        must(&[
-            "-n",
-            "default",
-            "rollout",
-            "status",
-            &format!("deploy/{app}"),
-            "--timeout=120s",
-        ])
-        .await;
+        rolled_out("default", &format!("deploy/{app}")).await;
     }
     let overlay = repo().join("deploy/overlays/default");
     let rendered = must(&["kustomize", overlay.to_str().unwrap()]).await;
     kubectl_with(&["apply", "-f", "-"], &local_images(&rendered)).await;
-    must(&[
-        "-n",
-        "nad-service-controller",
-        "rollout",
-        "status",
-        "deploy/nad-service-controller",
-        "--timeout=120s",
-    ])
-    .await;
+    rolled_out("nad-service-controller", "deploy/nad-service-controller").await;
     let api: Api<Pod> = Api::namespaced(client.clone(), "default");
     let nad = pods(&api, "netutils-nad").await[0].name_any();
     let base = pods(&api, "netutils-base").await[0].name_any();
@@ -157,15 +147,7 @@ async fn the_stock_install_runs_on_the_nodes_and_the_seeds_curls_answer() {
     let overlay = repo().join("deploy/overlays/with-prober");
     let rendered = must(&["kustomize", overlay.to_str().unwrap()]).await;
     kubectl_with(&["apply", "-f", "-"], &local_images(&rendered)).await;
-    must(&[
-        "-n",
-        "nad-service-controller",
-        "rollout",
-        "status",
-        "daemonset/nad-network-prober",
-        "--timeout=120s",
-    ])
-    .await;
+    rolled_out("nad-service-controller", "daemonset/nad-network-prober").await;
     let probers: Api<Pod> = Api::namespaced(client.clone(), "nad-service-controller");
     let placed: BTreeSet<String> = probers
         .list(&ListParams::default().labels("app.kubernetes.io/component=network-prober"))
@@ -321,21 +303,7 @@ async fn probed_pods_follow_the_prober_and_kubelet(client: &kube::Client) {
     }
 
     // A restart: kubelet writes the status again, and the prober's condition stays.
-    let (code, out) = kubectl(&["exec", "-n", "default", "probed-0", "--", "kill", "1"]).await;
-    // The exec ends 0, or 137 when its container stopped before it could answer (CI saw both).
-    assert!(code == 0 || code == 137, "kill 1: {code}: {out}");
-    eventually("probed-0 restarted and Ready again", || async {
-        let pod = api.get("probed-0").await.unwrap();
-        let restarts = pod
-            .status
-            .as_ref()?
-            .container_statuses
-            .as_ref()?
-            .first()?
-            .restart_count;
-        (restarts >= 1 && condition(&pod, "Ready")?.status == "True").then_some(())
-    })
-    .await;
+    nad_node_tests::restart("default", "probed-0").await;
     let kept = condition(&api.get("probed-0").await.unwrap(), NETWORK_READY).unwrap();
     assert_eq!(kept.status, "True");
 
