@@ -4,7 +4,7 @@ use std::{future::Future, sync::Arc, time::Duration};
 
 use tokio::task::{JoinError, JoinSet};
 
-use futures::{StreamExt, future};
+use futures::{FutureExt, StreamExt, future};
 use k8s_openapi::api::{
     core::v1::{Node, Pod, Service},
     discovery::v1::EndpointSlice,
@@ -68,6 +68,7 @@ pub async fn run(
         shutdown.await;
         let _ = stop.send(true);
     };
+    let unsynced = stop_before_sync(services.clone(), stopping.clone());
     let api = reconcile::Api::new(client, reporter);
     let plugins = plugins.plugins.clone();
     let gates = (caches_ready, stopping);
@@ -84,6 +85,7 @@ pub async fn run(
         .reconcile_on(triggers)
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .take_until(unsynced)
         .for_each(|result| {
             if let Err(e) = result {
                 match e {
@@ -197,6 +199,25 @@ fn watches(
     ])
     .map(|service| store_key(&service));
     (service_stream, triggers)
+}
+
+/// Resolves when the stop comes before the Service cache has its initial list, and never
+/// otherwise.
+///
+/// kube's graceful shutdown waits for the reconciles in flight, and its runner starts none
+/// before that cache is ready; but from the stop on it no longer polls the Service watch, so
+/// the cache never gets ready and the wait never ends. Nothing has reconciled then, so there
+/// is nothing to finish: the controller ends at once.
+async fn stop_before_sync(
+    services: Store<Service>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    let stopped = stopping.wait_for(|stop| *stop).await.is_ok();
+    if stopped && services.wait_until_ready().now_or_never().is_none() {
+        tracing::info!("stopped before the Service cache synced");
+        return;
+    }
+    future::pending::<()>().await;
 }
 
 /// A channel that turns true once every cache and index has its initial list; readiness
@@ -314,6 +335,62 @@ mod tests {
             stopped.load(Ordering::SeqCst),
             "stopped with the controller"
         );
+    }
+
+    /// Found in CI: a test that stopped its controller right after starting it waited 10 s
+    /// for nothing. Here the API server accepts connections and never answers, so the
+    /// caches never sync.
+    #[tokio::test]
+    async fn a_stop_before_the_caches_synced_ends_the_controller() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((connection, _)) = listener.accept().await {
+                held.push(connection);
+            }
+        });
+        nad_process::install_crypto_provider();
+        let config = nad_process::client_config(kube::Config::new(url.parse().unwrap()));
+        let client = Client::try_from(config).unwrap();
+        let runtime = Arc::new(nad_plugin_runtime::Runtime::new(Default::default()).unwrap());
+        let plugins = nad_plugin_runtime::Plugins::built_in(&runtime).unwrap();
+        let source = PluginSource {
+            runtime,
+            plugins: Arc::new(nad_plugin_runtime::SharedPlugins::new(plugins)),
+            dir: None,
+            poll: Duration::from_secs(1),
+            configmap: None,
+            registry: None,
+        };
+        let settings = Settings {
+            max_endpoints_per_slice: 100,
+            namespace: Some("default".into()),
+            concurrent_syncs: 1,
+        };
+        let reporter = Reporter {
+            controller: "nad-service-controller".into(),
+            instance: None,
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let controller = tokio::spawn(run(
+            client,
+            source,
+            settings,
+            Arc::default(),
+            Readiness::default(),
+            reporter,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let _ = stop.send(());
+        tokio::time::timeout(Duration::from_secs(5), controller)
+            .await
+            .expect("the controller ends within 5 s of the stop")
+            .expect("without a panic");
+        silent.abort();
     }
 
     #[tokio::test]
