@@ -140,10 +140,7 @@ async fn the_stock_install_runs_on_the_nodes_and_the_seeds_curls_answer() {
     );
 
     // The network prober beside it (the with-prober overlay: the same controller, and the
-    // prober's DaemonSet on default/macvlan). Not before the curls: its default probe connects to
-    // each published port, and the seed's nginx-nad publishes 443, where nginx:1.27 (and the
-    // nodes' Debian nginx) does not listen, so nginx-nad's pods would not be network-ready
-    // (see the stop's note of issue 44). Its Service `probed` publishes port 80 alone.
+    // prober's DaemonSet on default/macvlan).
     let overlay = repo().join("deploy/overlays/with-prober");
     let rendered = must(&["kustomize", overlay.to_str().unwrap()]).await;
     kubectl_with(&["apply", "-f", "-"], &local_images(&rendered)).await;
@@ -162,6 +159,18 @@ async fn the_stock_install_runs_on_the_nodes_and_the_seeds_curls_answer() {
         nodes.len(),
         "a prober on every node: {placed:?}"
     );
+
+    // Its default probe, a connect to each published port, finds the seed's nginx-nad pods
+    // answering on both (80, and 443 as testdata's ConfigMap configures nginx).
+    for pod in pods(&api, "nginx-nad").await {
+        let name = pod.name_any();
+        eventually(&format!("{name} ready on default/macvlan"), || async {
+            let pod = api.get(&name).await.unwrap();
+            let ready = condition(&pod, NETWORK_READY)?;
+            (ready.status == "True").then_some(ready)
+        })
+        .await;
+    }
 
     probed_pods_follow_the_prober_and_kubelet(&client).await;
 
