@@ -42,18 +42,18 @@ fi
 scale_json="$target_dir/bench/controller_scale.json"
 NSC_BENCH_OUT="$scale_json" $cargo bench --locked -p nad-service-controller --bench controller_scale >/dev/null
 
-echo "== 3/3 the network prober: 110 pods x 3 ports on the local data plane" >&2
+echo "== 3/3 the network prober: 110 pods x 3 ports on the local nodes" >&2
 prober_json="$target_dir/bench/prober.json"
 rm -f "$prober_json"
-if hack/pod-agent.sh preflight >&2; then
-  dataplane_was_up=false
-  pgrep -x pod-agent >/dev/null && dataplane_was_up=true
-  $cargo build --release --locked -p nad-service-controller -p nad-prober -p pod-agent -p node-sim >&2
-  hack/pod-agent.sh up >&2
+if hack/nodes.sh preflight >&2; then
+  nodes_were_up=false
+  [[ -f .local/pids/nodes-relay.pid ]] && nodes_were_up=true
+  $cargo build --release --locked -p nad-service-controller -p nad-prober -p node-sim >&2
+  hack/nodes.sh up >&2
   hack/bench/prober.sh "$prober_json"
-  [[ "$dataplane_was_up" == true ]] || hack/pod-agent.sh down >&2
+  [[ "$nodes_were_up" == true ]] || hack/nodes.sh down >&2
 else
-  echo "bench: this machine cannot run the data plane (above): the prober's figures are left out" >&2
+  echo "bench: this machine cannot run the nodes (above): the prober's figures are left out" >&2
 fi
 
 echo "== report" >&2

@@ -3,15 +3,14 @@
 # `make local-down`; .ci/run calls it after the tests and after the demo): no nsc-* network
 # namespace, no /etc/netns/nsc-* file, no nsc-* cgroup (a node's cgroupRoot, which holds its
 # containers, hack/nodes.sh), and no process
-# - run from the binary cache (etcd, the API server, kube-proxy, CoreDNS, cni-run, the CNI
-#   plugins), of the pod agent or of a pod's container;
+# - run from the binary cache (etcd, the API server, kubelet, containerd, kube-proxy, CoreDNS,
+#   the CNI plugins), or of a node's container (in a node's cgroup, /nsc-node-*);
 # - of the controller or the network prober: any executable named nad-service-controller or
 #   nad-network-prober (a cargo build's release/, the static build's static/, or an image's
 #   binary run by runc);
 # - of the node simulator: testing/node-sim's binary (release/ or debug/node-sim, as the demo runs
-#   it), or a test or bench binary that runs it in-process (cluster, cluster_wide, dataplane,
-#   rbac, faults, controller_scale, controller_envelope in a cargo deps/ directory beside
-#   node-sim's library);
+#   it), or a test or bench binary that runs it in-process (cluster, cluster_wide, rbac, faults,
+#   controller_scale, controller_envelope in a cargo deps/ directory beside node-sim's library);
 # - of the CNCF distribution registry of hack/tools.sh (tools/bin/registry-<version>, which the
 #   OCI plugin tests and the RBAC test start).
 # Exit 1 naming what is left. Exit 2 when it cannot look (no `ip`, `ip netns list` failing, no
@@ -79,21 +78,19 @@ for proc in "${procs[@]}"; do
   what=""
   if [[ "$exe" == "$cache"/* ]]; then
     what="the binary cache's"
-  elif [[ "$exe" == */release/pod-agent ]]; then
-    what="the pod agent"
   elif [[ "${exe##*/}" == nad-service-controller ]]; then
     what="the controller"
   elif [[ "${exe##*/}" == nad-network-prober ]]; then
     what="the network prober"
   elif [[ "$exe" == */release/node-sim || "$exe" == */debug/node-sim ]]; then
     what="the node simulator"
-  elif [[ "$exe" =~ /deps/(cluster|cluster_wide|dataplane|rbac|faults|controller_scale|controller_envelope)-[0-9a-f]{16}$ ]] \
+  elif [[ "$exe" =~ /deps/(cluster|cluster_wide|rbac|faults|controller_scale|controller_envelope)-[0-9a-f]{16}$ ]] \
     && compgen -G "${exe%/*}/libnode_sim-*" >/dev/null; then
     what="a test running the node simulator"
   elif [[ "$exe" == */nad-service-controller/tools/bin/registry-* ]]; then
     what="the CNCF distribution registry"
-  elif tr '\0' '\n' 2>/dev/null <"$proc/environ" | grep -q '^POD_DIR='; then
-    what="a pod's container"
+  elif grep -q ':/nsc-node-' "$proc/cgroup" 2>/dev/null; then
+    what="a node's container"
   fi
   [[ -n "$what" ]] && left+=("process $pid ($what: $exe)")
 done

@@ -3,9 +3,9 @@
 # and prints how long each took. hack/test.sh and hack/demo.sh run it in the background while
 # cargo builds the Rust parts, so that neither waits on the other.
 #   hack/go-builds.sh GROUP...
-# GROUP: control-plane (etcd, kube-apiserver, kube-controller-manager, kubectl), data-plane
-# (kube-proxy, Multus, the CNI plugins, whereabouts, CoreDNS, cni-run), test-tools (helm,
-# the registry, oras, promtool, cosign).
+# GROUP: control-plane (etcd, kube-apiserver, kube-controller-manager, kubectl, nsc-net), data-plane
+# (the nodes: kubelet, kube-scheduler, kube-proxy, containerd, Multus, the CNI plugins,
+# whereabouts, CoreDNS), test-tools (helm, the registry, oras, promtool, cosign).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -16,9 +16,9 @@ timed() {
 }
 for group in "$@"; do
   case "$group" in
-    control-plane) timed hack/controlplane/build.sh ;;
+    control-plane) timed hack/controlplane/build.sh etcd kube-apiserver kube-controller-manager kubectl nsc-net ;;
     data-plane)
-      timed hack/controlplane/build.sh kube-proxy
+      timed hack/controlplane/build.sh kubelet kube-scheduler kube-proxy
       timed hack/dataplane/build.sh
       ;;
     test-tools)

@@ -40,12 +40,9 @@ remove_state() {
 
 [[ -d "$state" ]] || exit 0
 
-# The data plane first (hack/nodes.sh, hack/pod-agent.sh): their pods stop while the API server is up.
+# The nodes first (hack/nodes.sh): their pods stop while the API server is up.
 if [[ -d "$state/nodes" || -f "$state/pids/nodes-relay.pid" ]]; then
   NAD_LOCAL_DIR="$state" "$repo/hack/nodes.sh" down || log "the nodes did not stop cleanly"
-fi
-if [[ -d "$state/dataplane" || -f "$state/pids/pod-agent.pid" ]]; then
-  NAD_LOCAL_DIR="$state" "$repo/hack/pod-agent.sh" down || log "the data plane did not stop cleanly"
 fi
 
 if [[ "${NAD_LOCK_HELD:-}" == 1 ]] || ! command -v flock >/dev/null; then

@@ -28,8 +28,8 @@ kcm_port="${NAD_KCM_PORT:-16257}"
 ready_timeout="${NAD_READY_TIMEOUT:-180}"
 service_cidrs="10.96.0.0/16,fd00:10:96::/112"
 # The API server's advertised address, so the `kubernetes` Service's endpoint (its own endpoint
-# reconciler publishes <address>:<port>): the data plane's LAN bridge, where the pod agent relays
-# it to 127.0.0.1 (testing/pod-agent/src/layout.rs, LAN_ADDRESS). It listens on 127.0.0.1 only.
+# reconciler publishes <address>:<port>): the nodes' LAN bridge, where hack/nodes.sh relays it to
+# 127.0.0.1 (nsc-net relay). It listens on 127.0.0.1 only.
 advertise_address=172.30.0.1
 
 pki="$state/pki"

@@ -14,6 +14,10 @@
 #                        controller's and the prober's) into every node's containerd as
 #                        REFERENCE, as `kind load` does: pods then run it without a registry.
 #   hack/nodes.sh check  what this machine lacks for nodes; exit 1 if anything.
+#   hack/nodes.sh preflight
+#                        what this machine lacks that no package brings (root, overlayfs,
+#                        cgroups), one line, and exit 1; nothing if the nodes can run once
+#                        hack/system-packages.sh installed the rest. The demo asks it first.
 #
 # `up` writes <state>/nodes/images: one "image <reference>" line per image the nodes hold
 # (hack/nodes/images.sh builds them: the sandbox, nginx, netutils), for tests and the demo.
@@ -96,6 +100,14 @@ check() {
     return 1
   fi
   echo "ok: root, iproute2, util-linux, runc, umoci, musl-gcc, nft, overlayfs, cgroups"
+}
+
+preflight() {
+  local lacks
+  lacks="$(missing | { grep -v 'apt-get install' || true; } | paste -sd ';' - | sed 's/;/; /g')"
+  [[ -z "$lacks" ]] && return 0
+  echo "missing: $lacks"
+  return 1
 }
 
 # --- building ----------------------------------------------------------------------------------
@@ -322,9 +334,6 @@ up() {
   local lacks
   lacks="$(missing)"
   [[ -z "$lacks" ]] || die "this machine cannot run nodes: $(tr '\n' ';' <<<"$lacks")"
-  if [[ -f "$pids/pod-agent.pid" ]] && proc_running "$pids/pod-agent.pid"; then
-    die "the pod agent's data plane is running (hack/pod-agent.sh down first): both would be nsc-lan"
-  fi
   if running nodes-relay && ready 2>/dev/null; then
     log "already running"
     return 0
@@ -355,8 +364,8 @@ up() {
   proc_start "$pids/nodes-relay.pid" "$logs/nodes-relay.log" "${bin[nsc-net]}" relay "${relays[@]}"
 
   kubectl apply --server-side -f "${part[whereabouts]}/crds/" >/dev/null
-  # Node objects of these names left by another data plane (the pod agent registers the same
-  # names): a kubelet would adopt them without its labels.
+  # Node objects of these names left by an earlier run whose kubelets were killed: a kubelet
+  # would adopt them without its labels.
   local names=()
   for ((i = 0; i < count; i++)); do names+=("$(node_name "$i")"); done
   kubectl delete nodes "${names[@]}" --ignore-not-found >/dev/null
@@ -384,7 +393,7 @@ up() {
     sleep 1
   done
   trap - EXIT
-  log "ready: $(kubectl get nodes -l "$node_label=true" -o jsonpath='{range .items[*]}{.metadata.name} {.status.nodeInfo.kubeletVersion}, {end}')"
+  log "ready: $(kubectl get nodes -l "$node_label=true" -o jsonpath='{range .items[*]}{.metadata.name} {.status.nodeInfo.kubeletVersion}, {end}' | sed 's/, $//')"
 }
 
 # Every process in the cgroups under the node's cgroupRoot (its containers, whichever namespace
@@ -478,8 +487,9 @@ EOF
 answer="" failed_check=""
 case "${1:-}" in
   check) check ;;
+  preflight) preflight ;;
   up) up ;;
   down) down ;;
   load) load "${@:2}" ;;
-  *) echo "usage: hack/nodes.sh up|down|load LAYOUT:TAG REFERENCE|check" >&2; exit 2 ;;
+  *) echo "usage: hack/nodes.sh up|down|load LAYOUT:TAG REFERENCE|check|preflight" >&2; exit 2 ;;
 esac

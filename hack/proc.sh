@@ -1,4 +1,4 @@
-# Sourced by the scripts that start long-running components (hack/local-up.sh, hack/pod-agent.sh)
+# Sourced by the scripts that start long-running components (hack/local-up.sh, hack/nodes.sh)
 # and by those that look after them (hack/local-down.sh, hack/test.sh, hack/demo.sh): one way to
 # start a process, to tell whether it still runs, and to say what became of it.
 #

@@ -8,7 +8,7 @@
 # - hack/module-graph.py, on a copy of the controller's sources given an arrow back up (a watch
 #   naming a constant of watch/mod.rs) and one given a circle (two watches importing each other);
 # - hack/check-clean.sh, on a made-up /proc (CHECK_CLEAN_PROC) of the processes it must name: the
-#   controller, the network prober, the pod agent, the node simulator, a test binary that runs
+#   controller, the network prober, the node simulator, a test binary that runs
 #   it (cluster_wide among them) and the registry; and not a process of the machine's own;
 # - hack/monitoring.sh lint, on a copy of deploy/monitoring whose one alert has lost its unit
 #   tests, and on one whose dashboard has a query off the $datasource variable.
@@ -167,7 +167,6 @@ target="$work/target"
 cache="$work/cache/nad-service-controller"
 fake 101 "$target/release/nad-service-controller"
 fake 102 "$target/static/nad-network-prober"
-fake 103 "$target/release/pod-agent"
 fake 104 "$target/release/node-sim"
 fake 105 "$target/release/deps/cluster_wide-0123456789abcdef"
 fake 106 "$target/release/deps/rbac-fedcba9876543210"
@@ -179,7 +178,7 @@ status=0
 out="$(CHECK_CLEAN_PROC="$proc" NAD_BIN_CACHE="$cache/bin" hack/check-clean.sh 2>&1)" || status=$?
 named=true
 for expected in "process 101 (the controller:" "process 102 (the network prober:" \
-  "process 103 (the pod agent:" "process 104 (the node simulator:" \
+  "process 104 (the node simulator:" \
   "process 105 (a test running the node simulator:" "process 106 (a test running the node simulator:" \
   "process 107 (the CNCF distribution registry:" "process 108 (the binary cache's:"; do
   [[ "$out" == *"$expected"* ]] || { named=false; fail "check-clean did not name ${expected%%:*}): $out"; }

@@ -32,7 +32,7 @@ hack/system-packages.sh test-faults
 
 step "builds" "building the controller (release) and the fault tests"
 # The same packages as hack/test.sh and hack/demo.sh: the same features, so the same build.
-$cargo build --release --locked -p nad-service-controller -p pod-agent -p node-sim
+$cargo build --release --locked -p nad-service-controller -p nad-prober -p node-sim
 $cargo test --release --locked -p nad-fault-tests --no-run
 export NSC_CONTROLLER_BIN="${NSC_CONTROLLER_BIN:-$target/release/nad-service-controller}"
 

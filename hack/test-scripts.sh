@@ -2,8 +2,7 @@
 # Tests of the scripts every command starts with (hack/test.sh runs them, as root):
 # - hack/system-packages.sh, as an unprivileged user on a machine without one of the packages,
 #   names the package, what needs it and the apt-get line, and exits 1 without installing;
-# - hack/pod-agent.sh preflight says "not root" to a user and nothing to root (and leaves no
-#   network namespace behind);
+# - hack/nodes.sh preflight names root to a user and says nothing to root;
 # - hack/steps.sh prints each step's time and the table, and appends the rows to its TSV;
 # - hack/proc.sh starts a component without the start race, and tells how one ended;
 # - the checkers around the tests (check-layers, check-clean, the monitoring lint) each fail on a
@@ -23,7 +22,7 @@ as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
 
 # A copy of the repository's scripts that nobody can read, and a PATH without shellcheck.
 mkdir -p "$work/repo/hack" "$work/path"
-cp hack/system-packages.sh hack/pod-agent.sh hack/proc.sh hack/steps.sh "$work/repo/hack/"
+cp hack/system-packages.sh hack/nodes.sh hack/pki.sh hack/proc.sh hack/steps.sh "$work/repo/hack/"
 chmod -R a+rX "$work/repo"
 IFS=: read -ra dirs <<<"$PATH"
 for dir in "${dirs[@]}"; do
@@ -50,22 +49,21 @@ grep -qx "debian nftables" <<<"$(hack/system-packages.sh --list lint)" \
   && fail "system-packages --list lint lists nftables, which only the data plane needs"
 pass "system-packages --list"
 
-# pod-agent.sh preflight.
+# nodes.sh preflight.
 status=0
-out="$(cd "$work/repo" && as_nobody bash hack/pod-agent.sh preflight 2>&1)" || status=$?
-if [[ "$status" == 1 && "$out" == "not root:"* ]]; then
+out="$(cd "$work/repo" && as_nobody bash hack/nodes.sh preflight 2>&1)" || status=$?
+if [[ "$status" == 1 && "$out" == "missing: root: "* ]]; then
   pass "preflight says not root to a user"
 else
   fail "preflight as a user: exit $status, said: $out"
 fi
 status=0
-out="$(hack/pod-agent.sh preflight 2>&1)" || status=$?
+out="$(hack/nodes.sh preflight 2>&1)" || status=$?
 if [[ "$status" == 0 && -z "$out" ]]; then
   pass "preflight says nothing to root"
 else
   fail "preflight as root: exit $status, said: $out"
 fi
-ip netns list | grep -q '^nsc-preflight' && fail "preflight left its network namespace"
 
 # steps.sh.
 out="$(XDG_CACHE_HOME="$work/cache" bash -c 'source hack/steps.sh; steps_init selftest; step one "the first step"; sleep 1; step two; steps_report' 2>&1)"

@@ -25,9 +25,7 @@ if [[ -f .local/kubeconfig ]] && [[ -x .local/bin/kubectl ]] \
 fi
 # shellcheck source=hack/proc.sh
 source hack/proc.sh
-dataplane_was_up=false
-proc_running .local/pids/pod-agent.pid && dataplane_was_up=true
-started_cluster=false started_dataplane=false started_nodes=false
+started_cluster=false started_nodes=false
 cleanup() {
   local status=$?
   background_stop
@@ -35,15 +33,9 @@ cleanup() {
     echo "== stopping the local control plane" >&2
     # After a failure the logs stay, to read (.local/logs).
     NAD_KEEP_LOGS="$((status != 0))" hack/local-down.sh || status=1
-  else
-    if [[ "$started_dataplane" == true ]]; then
-      echo "== stopping the data plane" >&2
-      hack/pod-agent.sh down || status=1
-    fi
-    if [[ "$started_nodes" == true ]]; then
-      echo "== stopping the nodes" >&2
-      NAD_KEEP_LOGS="$((status != 0))" hack/nodes.sh down || status=1
-    fi
+  elif [[ "$started_nodes" == true ]]; then
+    echo "== stopping the nodes" >&2
+    NAD_KEEP_LOGS="$((status != 0))" hack/nodes.sh down || status=1
   fi
   steps_report
   exit "$status"
@@ -54,13 +46,13 @@ trap 'exit 130' INT TERM
 step "system packages" "system packages (hack/system-packages.sh test: installs what is missing)"
 hack/system-packages.sh test
 
-step "rust: release build" "builds: the Go parts in the background (hack/go-builds.sh, log: .local/logs/go-builds-test.log); here cargo build --release of the controller, the prober, the pod agent and the node simulator"
+step "rust: release build" "builds: the Go parts in the background (hack/go-builds.sh, log: .local/logs/go-builds-test.log); here cargo build --release of the controller, the prober and the node simulator"
 mkdir -p "$logs"
 background_start "$logs/go-builds-test.log" hack/go-builds.sh control-plane data-plane test-tools
 
 make --no-print-directory wasm-target
-# The same packages as hack/demo.sh and hack/pod-agent.sh: one build of the dependencies for all.
-$cargo build --release --locked -p nad-service-controller -p nad-prober -p pod-agent -p node-sim
+# The same packages as hack/demo.sh and hack/test-faults.sh: one build of the dependencies for all.
+$cargo build --release --locked -p nad-service-controller -p nad-prober -p node-sim
 
 step "rust: tools" "the C plugin toolchain (hack/c-plugin-toolchain.sh: clang, wasi-libc, wit-bindgen, wasm-tools) and cargo-sbom (the image's SBOM)"
 # The CLI tests build the C example and a `plugin new --lang c` project with it.
@@ -74,7 +66,7 @@ make --no-print-directory build-static >/dev/null
 prober_image_layout="$target_dir/image/prober-oci"
 export NSC_IMAGE_LAYOUT="$image_layout:$image_tag" NSC_PROBER_IMAGE_LAYOUT="$prober_image_layout:$image_tag"
 
-step "rust: test binaries" "cargo test --no-run (unit, plugin-runtime, plugin-CLI, cluster, data-plane and RBAC tests)"
+step "rust: test binaries" "cargo test --no-run (unit, plugin-runtime, plugin-CLI, cluster, RBAC, node and data-plane tests)"
 # The fault tests kill the API server: they run on a control plane of their own
 # (make test-faults, hack/test-faults.sh).
 $cargo test --release --locked --workspace --exclude nad-fault-tests --no-run
@@ -90,11 +82,6 @@ exports="$(step_repeatable "starting the local control plane" "make local-up" ha
 eval "$exports"
 [[ "$was_up" == true ]] || started_cluster=true
 
-step "data plane" "the data plane (hack/pod-agent.sh: nodes as network namespaces, Multus, CNI plugins, whereabouts, kube-proxy, CoreDNS)"
-# The data-plane tests (host/tests/dataplane.rs) need it.
-step_repeatable "starting the data plane" "hack/pod-agent.sh up" hack/pod-agent.sh up || exit 1
-[[ "$was_up" == true && "$dataplane_was_up" == false ]] && started_dataplane=true
-
 step "manifests" "deploy/ manifests: deploy.yaml up to date, server-side dry runs of every overlay"
 hack/manifests.sh check
 
@@ -104,21 +91,22 @@ hack/helm.sh check
 step "monitoring" "deploy/monitoring: promtool check/test rules, the dashboard's queries (hack/monitoring.sh)"
 hack/monitoring.sh check
 
-step "scripts" "the scripts every command starts with (hack/test-scripts.sh: system-packages, pod-agent preflight, steps, the start race, the checkers failing on broken copies)"
+step "scripts" "the scripts every command starts with (hack/test-scripts.sh: system-packages, nodes preflight, steps, the start race, the checkers failing on broken copies)"
 hack/test-scripts.sh
 
-step "cargo test" "cargo test (unit, plugin-runtime, plugin-CLI, cluster, data-plane and RBAC tests)"
-# The node tests run below, on their own data plane. Leaving them out selects no other features:
-# nothing is built again.
+step "cargo test" "cargo test (unit, plugin-runtime, plugin-CLI, cluster and RBAC tests)"
+# The tests of the nodes and the data plane run below, once the nodes are up (kube-scheduler would
+# bind the simulated pods of the cluster tests to them). Leaving them out selects no other
+# features: nothing is built again.
 $cargo test --release --locked --workspace --exclude nad-fault-tests --exclude nad-node-tests
 
-step "nodes" "real nodes in place of the pod agent (hack/nodes.sh: kubelet, containerd, kube-scheduler), the images loaded, and their tests (testing/nodes)"
-hack/pod-agent.sh down
-started_nodes=true
+step "nodes" "the data plane on real nodes (hack/nodes.sh: kubelet, containerd, kube-scheduler, Multus, CNI plugins, whereabouts, kube-proxy, CoreDNS), the images loaded, and its tests (testing/nodes: kubelet, node loss, the stock install, the Helm chart, the data plane)"
+proc_running .local/pids/nodes-relay.pid || started_nodes=true
 step_repeatable "starting the nodes" "hack/nodes.sh up" hack/nodes.sh up || exit 1
 for image in "$image_layout:$image_tag=localhost/isim/nad-service-controller:$image_tag" \
   "$prober_image_layout:$image_tag=localhost/isim/nad-network-prober:$image_tag"; do
   hack/nodes.sh load "${image%%=*}" "${image#*=}"
 done
 # The same packages selected as above: the test binaries built then are run.
-$cargo test --release --locked --workspace --exclude nad-fault-tests --test kubelet --test node_loss --test stock
+$cargo test --release --locked --workspace --exclude nad-fault-tests --test kubelet --test node_loss --test stock \
+  --test helm --test dataplane

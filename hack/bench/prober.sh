@@ -4,16 +4,16 @@
 # RSS, probe latency and the condition writes per 1 000 probes while nothing changes.
 #
 # The prober is the release binary, run as `nad-network-prober` in node
-# nsc-node-0's network namespace (where the pod agent relays the API server to 127.0.0.1).
+# nsc-node-0's network namespace (where hack/nodes.sh relays the API server to 127.0.0.1).
 # The 110 "pods" are API objects bound to nsc-bench-node, a Node object no kubelet runs (so
 # nothing runs them, and the pod garbage collector does not take them for orphans; they
 # tolerate the node's not-ready taints), whose pods the prober probes, each with an address 192.0.2.<n> on a bridge (with no ports) this script adds to
-# the node's namespace, where one HTTP server answers on ports 8080-8082 of every address;
+# the node's namespace, where Python's HTTP server answers on ports 8080-8082 of every address;
 # an EndpointSlice of this controller's publishes them for the Service (as the controller
 # would: the prober probes what is published).
 # Everything it adds (link, processes, namespace) is removed on exit, also on failure.
 #
-#   hack/bench/prober.sh OUT.json      needs the control plane and the data plane (root)
+#   hack/bench/prober.sh OUT.json      needs the control plane and the nodes (root)
 #
 # Environment: NSC_BENCH_PROBER_SECONDS [60] (the measured window), KUBECONFIG.
 set -euo pipefail
@@ -21,7 +21,6 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out="${1:?usage: hack/bench/prober.sh OUT.json}"
 target_dir="${CARGO_TARGET_DIR:-$repo/target}"
 bin="$target_dir/release/nad-network-prober"
-agent="$target_dir/release/pod-agent"
 export KUBECONFIG="${KUBECONFIG:-$repo/.local/kubeconfig}"
 kubectl="$repo/.local/bin/kubectl"
 [[ -x "$kubectl" ]] || kubectl=kubectl
@@ -36,8 +35,8 @@ metrics_port=19090
 log() { echo "prober bench: $*" >&2; }
 die() { echo "prober bench: error: $*" >&2; exit 1; }
 
-ip netns list | grep -qw "$node" || die "no data plane (network namespace $node): run hack/pod-agent.sh up"
-[[ -x "$bin" && -x "$agent" ]] || die "build first: cargo build --release -p nad-prober -p pod-agent"
+ip netns list | grep -qw "$node" || die "no nodes (network namespace $node): run hack/nodes.sh up"
+[[ -x "$bin" ]] || die "build first: cargo build --release -p nad-prober"
 
 pids=()
 cleanup() {
@@ -58,9 +57,11 @@ done
 root="$(mktemp -d)"
 mkdir -p "$root/www"
 echo ok >"$root/www/index.html"
-ip netns exec "$node" "$agent" serve-http --port 8080 --port 8081 --port 8082 --root "$root/www" \
-  >/dev/null 2>&1 &
-pids+=("$!")
+for port in 8080 8081 8082; do
+  ip netns exec "$node" python3 -m http.server "$port" --bind 0.0.0.0 --directory "$root/www" \
+    >/dev/null 2>&1 &
+  pids+=("$!")
+done
 
 log "namespace $ns: a Service with 3 ports, probed every second, and $pods pods on $pods_node"
 "$kubectl" apply -f - >/dev/null <<EOF

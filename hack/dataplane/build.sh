@@ -4,10 +4,9 @@
 #   ${NAD_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/bin}/<part>-<version>/
 # Parts: multus (thin plugin), the CNI reference plugins (bridge, macvlan, host-local, loopback),
 # whereabouts (IPAM, with its CRDs in crds/), coredns, containerd (with ctr and the runc shim; runc
-# itself is Debian's), and cni-run (this directory's libcni runtime). kubelet, kube-proxy and
-# kube-scheduler come from hack/controlplane/build.sh (the same k8s.io/kubernetes module as the
-# control plane).
-# Prints one line per part: "<part> <directory holding its binaries>". Used by hack/pod-agent.sh.
+# itself is Debian's). kubelet, kube-proxy and kube-scheduler come from hack/controlplane/build.sh
+# (the same k8s.io/kubernetes module as the control plane).
+# Prints one line per part: "<part> <directory holding its binaries>". Used by hack/nodes.sh.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -87,10 +86,3 @@ for spec in "${parts[@]}"; do
   fi
   build_part "$part" "$version" "$dir" "$packages" "$tags"
 done
-
-# cni-run: this directory's module; its version is that of the libcni it pins.
-if ! (($#)) || [[ " $* " == *" cni-run "* ]]; then
-  libcni="$(cd "$here" && go list -m -f '{{.Version}}' github.com/containernetworking/cni)"
-  sum="$(cat "$here/go.mod" "$here/go.sum" "$here"/cni-run/*.go | sha256sum | cut -c1-12)"
-  build_part cni-run "$libcni-$sum" "$here" cni-run
-fi

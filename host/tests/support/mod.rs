@@ -56,8 +56,7 @@ pub fn kubeconfig_path() -> PathBuf {
 }
 
 /// The network prober's binary (`nad-network-prober`, package `nad-prober`), built beside this
-/// package's binary by `cargo build --release -p nad-prober` (`make test` and
-/// `hack/pod-agent.sh up` build it). Cargo builds only this package's binaries for its tests, so
+/// package's binary by `cargo build --release -p nad-prober` (`make test` builds it). Cargo builds only this package's binaries for its tests, so
 /// a prober older than its sources fails here rather than testing yesterday's code.
 #[allow(dead_code)]
 pub fn prober_binary() -> PathBuf {
@@ -143,16 +142,6 @@ fn unique(test: &str) -> String {
 pub async fn namespace(client: &Client, test: &str) -> String {
     let ns = unique(test);
     node_sim::create_test_namespace(client, &ns).await.unwrap();
-    ns
-}
-
-/// A fresh namespace whose pods the pod agent runs (the data plane's).
-#[allow(dead_code)]
-pub async fn agent_namespace(client: &Client, test: &str) -> String {
-    let ns = unique(test);
-    node_sim::create_namespace(client, &ns, false)
-        .await
-        .unwrap();
     ns
 }
 

@@ -528,15 +528,15 @@ fn mac(ip: IpAddr) -> String {
     format!("02:42:{}", b.join(":"))
 }
 
-/// Label of the namespaces whose pods the simulator plays: the pod agent (testing/pod-agent),
-/// which runs real pods on the same control plane, leaves them alone.
+/// Label of the namespaces whose pods the simulator plays: the pods of other namespaces are left
+/// to whatever else runs pods on the same control plane (the kubelets of hack/nodes.sh).
 pub const SIMULATED_NAMESPACE_LABEL: &str = "node-sim.isim.dev/simulated";
 
 /// Creates a test's namespace `name` for the simulator's pods (labelled `nsc-test=true` and
 /// [`SIMULATED_NAMESPACE_LABEL`]) and waits for its `default` ServiceAccount, without which pods
 /// cannot be created.
 pub async fn create_test_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
-    create_namespace(client, name, true).await?;
+    create_namespace(client, name).await?;
     define_networks(client, name, TEST_NETWORKS).await
 }
 
@@ -581,16 +581,14 @@ pub async fn define_networks(
     Ok(())
 }
 
-/// Like [`create_test_namespace`]; `simulated: false` leaves its pods to the pod agent.
+/// Creates namespace `name`, labelled for the simulator, and waits for its `default`
+/// ServiceAccount.
 ///
 /// The controller manager creates the ServiceAccount; right after an API server restart (the
 /// fault tests make several) its informers may take over a minute to list again, hence the
 /// two minutes.
-pub async fn create_namespace(client: &Client, name: &str, simulated: bool) -> anyhow::Result<()> {
-    let mut labels = json!({"nsc-test": "true"});
-    if simulated {
-        labels[SIMULATED_NAMESPACE_LABEL] = json!("true");
-    }
+async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+    let labels = json!({"nsc-test": "true", SIMULATED_NAMESPACE_LABEL: "true"});
     let body = json!({"metadata": {"name": name, "labels": labels}});
     Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &serde_json::from_value(body)?)

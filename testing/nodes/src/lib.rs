@@ -26,11 +26,15 @@ fn state() -> PathBuf {
     std::env::var_os("NAD_LOCAL_DIR").map_or_else(|| repo().join(".local"), PathBuf::from)
 }
 
-/// The control plane's client (its kubeconfig: `KUBECONFIG`, else `.local/kubeconfig`).
+/// The control plane's kubeconfig: `KUBECONFIG`, else `.local/kubeconfig`.
+pub fn kubeconfig() -> PathBuf {
+    std::env::var_os("KUBECONFIG").map_or_else(|| state().join("kubeconfig"), PathBuf::from)
+}
+
+/// The control plane's client (of [`kubeconfig`]).
 pub async fn client() -> Client {
     nad_test_kit::install_crypto_provider();
-    let path =
-        std::env::var_os("KUBECONFIG").map_or_else(|| state().join("kubeconfig"), PathBuf::from);
+    let path = kubeconfig();
     let kubeconfig = kube::config::Kubeconfig::read_from(&path).unwrap_or_else(|e| {
         panic!(
             "no control plane ({}: {e}): run hack/local-up.sh",
@@ -168,6 +172,55 @@ pub async fn nodes(client: &Client) -> Vec<k8s_openapi::api::core::v1::Node> {
     nodes
 }
 
+/// A fresh namespace named after `test`, once its default ServiceAccount exists.
+pub async fn namespace(client: &Client, test: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let ns = format!("nsc-{test}-{:05x}", nanos & 0xfffff);
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    eventually("the namespace's default ServiceAccount", || async {
+        accounts.get_opt("default").await.unwrap().map(|_| ())
+    })
+    .await;
+    ns
+}
+
+/// The binary `name` of this build (beside the test binaries' `deps/`), which must be newer
+/// than every source it was built from, as its dep-info file (`<name>.d`) lists them:
+/// `make test` builds it first (`cargo build --release`).
+pub fn built(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap();
+    let binary = dir.join(name);
+    let rebuild = format!("cargo build --release --locked of {name} (make test does)");
+    let built = std::fs::metadata(&binary)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("{}: {e}; build it: {rebuild}", binary.display()));
+    let info = std::fs::read_to_string(binary.with_extension("d"))
+        .unwrap_or_else(|e| panic!("{}.d: {e}; build it: {rebuild}", binary.display()));
+    let sources = info.split_once(": ").map_or("", |(_, s)| s);
+    for source in sources.split_whitespace().filter(|s| !s.ends_with('\\')) {
+        let Ok(changed) = std::fs::metadata(source).and_then(|m| m.modified()) else {
+            continue; // a generated file of a build script, gone since
+        };
+        assert!(
+            changed <= built,
+            "{} is older than {source}: rebuild it: {rebuild}",
+            binary.display()
+        );
+    }
+    binary
+}
+
 /// A test's namespace, removed when it is dropped.
 pub struct Scene {
     pub client: Client,
@@ -176,27 +229,11 @@ pub struct Scene {
 }
 
 impl Scene {
-    /// A fresh namespace named after `test`, once its default ServiceAccount exists.
+    /// A fresh namespace named after `test` (see [`namespace`]).
     pub async fn new(test: &str) -> Self {
         let client = client().await;
         nodes(&client).await;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let ns = format!("nsc-{test}-{:05x}", nanos & 0xfffff);
-        Api::<Namespace>::all(client.clone())
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
-            )
-            .await
-            .unwrap();
-        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
-        eventually("the namespace's default ServiceAccount", || async {
-            accounts.get_opt("default").await.unwrap().map(|_| ())
-        })
-        .await;
+        let ns = namespace(&client, test).await;
         let pods = Api::namespaced(client.clone(), &ns);
         Self { client, ns, pods }
     }

@@ -1,12 +1,13 @@
-//! The seed's quick start on a real data plane: pods wired by Multus (macvlan + whereabouts),
-//! CoreDNS reading the controller's EndpointSlices, kube-proxy for the ClusterIP Service, and
-//! curl from inside the pods (`hack/pod-exec`). Needs the data plane of `hack/pod-agent.sh up`
-//! (root), which `make test` starts.
+//! The data plane on real nodes (`hack/nodes.sh`: kubelet, containerd and kube-scheduler, with
+//! Multus, macvlan and whereabouts, CoreDNS and kube-proxy): `testdata/` applied to a namespace
+//! of each test's, the controller binary of this build run on the host for that namespace (the
+//! README's quick inner loop, `--watch-namespace`), and the network prober as shipped
+//! (`deploy/prober`), a DaemonSet of each test's. The clients are the pods themselves (`kubectl
+//! exec` of getent and curl); a secondary link is taken down from outside, in the pod's network
+//! namespace, as a cable is pulled. `make test` starts the nodes and runs these tests.
 //!
-//! Each test applies `testdata/` to a namespace of its own, with a controller scoped to it; the
-//! tests of the pod agent's kubelet parity (conditions of other writers, readiness gates, the
-//! ServiceAccount token, the environment, the API server through the `kubernetes` Service, the
-//! controller's image, DaemonSet pods) run pods of their own in a namespace of their own.
+//! The stock install (the controller in-cluster, `deploy/overlays/with-prober`) is `stock.rs`'s;
+//! here a controller per test lets the tests run side by side, each in its own namespace.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 // A scenario on the control plane reads top to bottom, as the story it tells.
@@ -15,36 +16,23 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
-    sync::Arc,
     time::{Duration, Instant},
 };
 
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::{
     Api, Client, ResourceExt,
-    api::{
-        ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-        PostParams,
-    },
+    api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams},
 };
-use nad_plugin_runtime::{Limits, Plugins, Runtime, SharedPlugins};
-use nad_service_controller::watch::plugin_dir::PluginSource;
+use nad_node_tests::{
+    NODE_LABEL, client, condition, eventually, image, kubectl_apart, kubectl_with, namespace, repo,
+};
 use serde_json::Value;
-
-mod support;
-use support::{client, eventually};
-#[path = "support/logs.rs"]
-mod logs;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// Runs a program; returns its exit code and standard output.
 async fn run(program: &Path, args: &[&str]) -> (i32, String) {
     let out = tokio::process::Command::new(program)
         .args(args)
-        .env("KUBECONFIG", support::kubeconfig_path())
         .output()
         .await
         .unwrap_or_else(|e| panic!("running {}: {e}", program.display()));
@@ -54,73 +42,94 @@ async fn run(program: &Path, args: &[&str]) -> (i32, String) {
     )
 }
 
-/// `kubectl <args>`, which must succeed; returns its output.
+/// `kubectl <args>`, which must succeed; returns its standard output.
 async fn kubectl(args: &[&str]) -> String {
-    let local = repo().join(".local/bin/kubectl");
-    let program = if local.exists() {
-        local
-    } else {
-        "kubectl".into()
-    };
-    let (code, out) = run(&program, args).await;
-    assert_eq!(code, 0, "kubectl {}: {out}", args.join(" "));
+    let (code, out, err) = kubectl_apart(args).await;
+    assert_eq!(code, 0, "kubectl {}: {out}{err}", args.join(" "));
     out
 }
 
-/// The data plane's nodes (`hack/pod-agent.sh up`), which must be there.
-async fn agent_nodes() -> Vec<String> {
-    let nodes = kubectl(&[
-        "get",
-        "nodes",
-        "-l",
-        "pod-agent.isim.dev/local=true",
-        "-o",
-        "name",
-    ])
-    .await;
-    assert!(
-        !nodes.trim().is_empty(),
-        "no data plane: run `hack/pod-agent.sh up` (as root; `make test` does)"
-    );
-    nodes
-        .lines()
-        .map(|l| l.trim_start_matches("node/").to_owned())
+/// The names of the nodes of `hack/nodes.sh`, which must be there.
+async fn node_names(client: &Client) -> Vec<String> {
+    nad_node_tests::nodes(client)
+        .await
+        .into_iter()
+        .map(|n| n.name_any())
         .collect()
 }
 
-/// One test's namespace with `testdata/` applied and a controller for it (in this process, or
-/// none when the test runs its own).
+/// `testdata/` as a user applies it, with the images the nodes hold.
+async fn apply_testdata(ns: &str) {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("testdata"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    let manifests: Vec<String> = files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
+    let text = nad_node_tests::local_images(&manifests.join("\n---\n"));
+    kubectl_with(&["apply", "-n", ns, "-f", "-"], &text).await;
+}
+
+/// The controller binary of this build, run on the host for one namespace, its log in a file.
+/// Stopped when dropped, however the test ends.
+struct HostController {
+    child: tokio::process::Child,
+    log: PathBuf,
+}
+
+impl HostController {
+    fn start(ns: &str) -> Self {
+        let binary = nad_node_tests::built("nad-service-controller");
+        let log = std::env::temp_dir().join(format!("{ns}-controller.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = tokio::process::Command::new(binary)
+            .args([
+                "run",
+                &format!("--watch-namespace={ns}"),
+                "--leader-election=false",
+                "--metrics-address=127.0.0.1:0",
+                "--health-address=127.0.0.1:0",
+                "--log-filter=info,nad_service_controller=debug",
+            ])
+            .env("KUBECONFIG", nad_node_tests::kubeconfig())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Self { child, log }
+    }
+
+    /// What it has logged so far.
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    async fn stop(mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// One test's namespace with `testdata/` applied and a controller for it.
 struct Plane {
     client: Client,
     ns: String,
-    controller: Option<support::Controller>,
+    controller: HostController,
 }
 
 impl Plane {
     async fn new(test: &str) -> Self {
-        Self::start(test, true).await
-    }
-
-    async fn start(test: &str, in_process_controller: bool) -> Self {
         let client = client().await;
-        agent_nodes().await;
-        let ns = support::agent_namespace(&client, test).await;
-        let testdata = repo().join("testdata");
-        kubectl(&["apply", "-n", &ns, "-f", testdata.to_str().unwrap()]).await;
-
-        let controller = in_process_controller.then(|| {
-            let runtime = Arc::new(Runtime::new(Limits::default()).unwrap());
-            let plugins = Plugins::built_in(&runtime).unwrap();
-            let source = PluginSource {
-                runtime,
-                plugins: Arc::new(SharedPlugins::new(plugins)),
-                dir: None,
-                poll: Duration::from_millis(200),
-                configmap: None,
-                registry: None,
-            };
-            support::Controller::start(&client, &ns, source)
-        });
+        node_names(&client).await;
+        let ns = namespace(&client, test).await;
+        apply_testdata(&ns).await;
+        let controller = HostController::start(&ns);
         let plane = Self {
             client,
             ns,
@@ -172,9 +181,52 @@ impl Plane {
             .collect()
     }
 
-    /// `hack/pod-exec <ns>/<pod> -- args`.
+    /// `kubectl exec` in `pod`: the exit code and the standard output.
     async fn exec(&self, pod: &str, args: &[&str]) -> (i32, String) {
-        pod_exec(&self.ns, pod, args).await
+        let mut all = vec!["exec", "-n", self.ns.as_str(), pod, "--"];
+        all.extend_from_slice(args);
+        let (code, out, _) = kubectl_apart(&all).await;
+        (code, out)
+    }
+
+    /// A process of `pod`'s containers, as the host sees it: one in the pod's cgroup (kubelet
+    /// names it `pod<uid>`), other than the sandbox's pause.
+    async fn pid(&self, pod: &str) -> u32 {
+        let uid = self.pod(pod).await.uid().unwrap();
+        let wanted = format!("/pod{uid}/");
+        eventually(&format!("a process of {pod}"), || async {
+            std::fs::read_dir("/proc")
+                .ok()?
+                .flatten()
+                .find_map(|entry| {
+                    let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+                    let comm = std::fs::read_to_string(entry.path().join("comm")).ok()?;
+                    let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).ok()?;
+                    (cgroup.contains(&wanted) && comm.trim() != "pause").then_some(pid)
+                })
+        })
+        .await
+    }
+
+    /// `ip link set net1 <state>` in `pod`'s network namespace, from the host: the cable, not
+    /// the pod, pulled or put back.
+    async fn link(&self, pod: &str, state: &str) {
+        let pid = self.pid(pod).await.to_string();
+        let (code, out) = run(
+            Path::new("nsenter"),
+            &["-t", &pid, "-n", "ip", "link", "set", "net1", state],
+        )
+        .await;
+        assert_eq!(code, 0, "net1 {state} in {pod}: {out}");
+    }
+
+    /// The page nginx serves in `pod` (Debian's nginx: its index under /var/www/html), as the
+    /// host sees the container's files.
+    async fn page(&self, pod: &str) -> PathBuf {
+        let pid = self.pid(pod).await;
+        PathBuf::from(format!(
+            "/proc/{pid}/root/var/www/html/index.nginx-debian.html"
+        ))
     }
 
     /// What `name` resolves to from inside `pod` (A records, through CoreDNS).
@@ -321,10 +373,8 @@ impl Plane {
             .collect()
     }
 
-    async fn finish(mut self) {
-        if let Some(controller) = self.controller.as_mut() {
-            controller.stop().await;
-        }
+    async fn finish(self) {
+        self.controller.stop().await;
         let _ = Api::<Namespace>::all(self.client.clone())
             .delete(&self.ns, &DeleteParams::default())
             .await;
@@ -362,24 +412,8 @@ impl Family {
     }
 }
 
-/// `hack/pod-exec <ns>/<pod> -- args`: its exit code and standard output.
-async fn pod_exec(ns: &str, pod: &str, args: &[&str]) -> (i32, String) {
-    let target = format!("{ns}/{pod}");
-    let mut all = vec![target.as_str(), "--"];
-    all.extend_from_slice(args);
-    run(&repo().join("hack/pod-exec"), &all).await
-}
-
 fn is_ready(pod: &Pod) -> bool {
     condition(pod, "Ready").is_some_and(|c| c.status == "True")
-}
-
-fn condition(pod: &Pod, kind: &str) -> Option<k8s_openapi::api::core::v1::PodCondition> {
-    pod.status
-        .iter()
-        .flat_map(|s| s.conditions.iter().flatten())
-        .find(|c| c.type_ == kind)
-        .cloned()
 }
 
 fn macvlan_ips(pod: &Pod) -> Vec<String> {
@@ -401,41 +435,6 @@ fn network_ips(pod: &Pod, name: &str) -> Vec<String> {
         .flat_map(|e| e["ips"].as_array().cloned().unwrap_or_default())
         .filter_map(|ip| ip.as_str().map(str::to_owned))
         .collect()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_seeds_four_curls_answer_as_in_its_readme() {
-    let plane = Plane::new("curls").await;
-    let (nad, base) = (
-        plane.pod_named("netutils-nad").await,
-        plane.pod_named("netutils-base").await,
-    );
-    let ips = plane
-        .nginx_nad_follows(&nad, "nginx-nad resolving to its pods' macvlan IPs")
-        .await;
-    assert_eq!(ips.len(), 2, "{ips:?}");
-    assert!(ips.iter().all(|ip| ip.starts_with("192.168.2.")), "{ips:?}");
-
-    assert_eq!(plane.curl(&nad, "nginx-nad").await, ("200".into(), 0));
-    assert_eq!(plane.curl(&nad, "nginx-basic").await, ("200".into(), 0));
-    assert_eq!(plane.curl(&base, "nginx-basic").await, ("200".into(), 0));
-    let started = Instant::now();
-    assert_eq!(
-        plane.curl(&base, "nginx-nad").await,
-        ("000".into(), 28),
-        "a pod without the secondary network times out"
-    );
-    assert!(
-        started.elapsed() >= Duration::from_secs(3),
-        "a timeout, not a refusal"
-    );
-    let nginx = plane.pod_named("nginx-nad").await;
-    let reasons = plane.event_reasons(&nginx).await;
-    assert!(
-        reasons.contains("Scheduled") && reasons.contains("Started"),
-        "{nginx}'s Events: {reasons:?}"
-    );
-    plane.finish().await;
 }
 
 /// Dual-stack: `testdata/`'s nginx-nad (`PreferDualStack`) gets a slice of each family, and
@@ -505,6 +504,7 @@ async fn dual_stack_dns_answers_a_and_aaaa_and_curl_6_reaches_only_the_network()
         .find(|p| macvlan_ips(p).contains(address))
         .unwrap()
         .name_any();
+    std::fs::write(plane.page(&pod).await, format!("{pod}\n")).unwrap();
     let url = format!("http://{}.nginx-nad/", address.replace(':', "-"));
     assert_eq!(plane.curl6(&nad, &url).await, ("200".into(), 0));
     let body = plane
@@ -604,7 +604,6 @@ async fn a_service_of_one_family_publishes_and_serves_only_it() {
 /// test's NetworkAttachmentDefinition, on the same IPv4 range as testdata's.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_with_a_link_local_ipv6_address_is_published_over_ipv4_only() {
-    logs::logs();
     let plane = Plane::new("linklocal").await;
     let nad = plane.pod_named("netutils-nad").await;
     let config = serde_json::json!({
@@ -627,7 +626,7 @@ async fn a_pod_with_a_link_local_ipv6_address_is_published_over_ipv4_only() {
             {"apiVersion": "v1", "kind": "Pod",
              "metadata": {"name": "ll", "labels": {"app": "ll"},
                           "annotations": {"k8s.v1.cni.cncf.io/networks": "linklocal"}},
-             "spec": {"containers": [{"name": "web", "image": "nginx:1.27",
+             "spec": {"containers": [{"name": "web", "image": image("nginx"),
                  "ports": [{"containerPort": 80}],
                  "readinessProbe": {"httpGet": {"path": "/", "port": 80}, "periodSeconds": 1}}]}}]})
         .to_string(),
@@ -662,7 +661,9 @@ async fn a_pod_with_a_link_local_ipv6_address_is_published_over_ipv4_only() {
         "no AAAA record"
     );
     assert_eq!(plane.curl(&nad, "ll").await, ("200".into(), 0));
-    let line = logs::captured()
+    let line = plane
+        .controller
+        .log()
         .lines()
         .find(|l| l.contains("address left out") && l.contains(&format!("network=\"{network}\"")))
         .map(str::to_owned)
@@ -709,17 +710,16 @@ async fn scaling_and_readiness_move_dns() {
         plane.dns(&nad, &endpoint_name).await,
         BTreeSet::from([new_ip.clone()])
     );
+    let page = plane.page(&new_pod).await;
+    std::fs::write(&page, format!("{new_pod}\n")).unwrap();
     let body = plane.body(&nad, &format!("http://{endpoint_name}/")).await;
     assert!(
         body.contains(&new_pod),
         "{endpoint_name} answered {body:?}, not {new_pod}"
     );
 
-    // Its readiness probe fails (no index.html, as with nginx): it leaves DNS, then returns.
-    let (code, _) = plane
-        .exec(&new_pod, &["rm", "usr/share/nginx/html/index.html"])
-        .await;
-    assert_eq!(code, 0);
+    // Its readiness probe fails (no index page: nginx answers 403): it leaves DNS, then returns.
+    std::fs::remove_file(&page).unwrap();
     plane
         .follows_readiness(
             &nad,
@@ -737,13 +737,7 @@ async fn scaling_and_readiness_move_dns() {
             .then_some(())
     })
     .await;
-    let (code, _) = plane
-        .exec(
-            &new_pod,
-            &["sh", "-c", "echo back > usr/share/nginx/html/index.html"],
-        )
-        .await;
-    assert_eq!(code, 0);
+    std::fs::write(&page, "back\n").unwrap();
     plane
         .follows_readiness(
             &nad,
@@ -780,24 +774,21 @@ async fn a_deleted_pod_leaves_no_namespace_and_frees_its_address() {
     let plane = Plane::new("delete").await;
     let pod = plane.pods("nginx-nad").await.remove(0);
     let name = pod.name_any();
-    let netns = format!(
-        "nsc-p-{}",
-        pod.uid()
-            .unwrap()
-            .chars()
-            .filter(char::is_ascii_hexdigit)
-            .take(12)
-            .collect::<String>()
-    );
-    let namespaces = || async {
-        let out = tokio::process::Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .await
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
+    // Its network namespace, as the kernel names it ("net:[<inode>]"): in use while a process
+    // is in it or a mount pins it (the runtime's, under the node's /run/netns).
+    let pid = plane.pid(&name).await;
+    let netns = std::fs::read_link(format!("/proc/{pid}/ns/net"))
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let in_use = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
+            let path = entry.path();
+            std::fs::read_link(path.join("ns/net")).is_ok_and(|l| l.to_string_lossy() == netns)
+                || std::fs::read_to_string(path.join("mountinfo")).is_ok_and(|m| m.contains(&netns))
+        })
     };
-    assert!(namespaces().await.contains(&netns));
+    assert!(in_use(), "{netns} of {name}");
     assert!(
         whereabouts_allocations(&plane.ns)
             .await
@@ -816,16 +807,15 @@ async fn a_deleted_pod_leaves_no_namespace_and_frees_its_address() {
             .then_some(())
     })
     .await;
-    assert!(!namespaces().await.contains(&netns), "{netns} still exists");
-    assert!(
-        !Path::new("/etc/netns").join(&netns).exists(),
-        "its resolv.conf stayed"
-    );
-    let held = whereabouts_allocations(&plane.ns).await;
-    assert!(
-        !held.contains(&format!("{}/{name}", plane.ns)),
-        "whereabouts still holds its address: {held:?}"
-    );
+    eventually(&format!("{netns} of {name} gone"), || async {
+        (!in_use()).then_some(())
+    })
+    .await;
+    let podref = format!("{}/{name}", plane.ns);
+    eventually("whereabouts freeing its address", || async {
+        (!whereabouts_allocations(&plane.ns).await.contains(&podref)).then_some(())
+    })
+    .await;
     plane.finish().await;
 }
 
@@ -865,657 +855,6 @@ async fn a_rollout_moves_dns_to_the_new_pods() {
     eprintln!("rollout: {old:?} -> {new:?}");
     plane.finish().await;
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pods_that_cannot_start_wait_and_say_why() {
-    let plane = Plane::new("missing").await;
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "lost", "annotations": {"k8s.v1.cni.cncf.io/networks": "no-such-net"}},
-        "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]},
-    }))
-    .unwrap();
-    let pods: Api<Pod> = Api::namespaced(plane.client.clone(), &plane.ns);
-    pods.create(&Default::default(), &pod).await.unwrap();
-    let waiting = eventually("the pod waiting with the reason", || async {
-        let pod = pods.get("lost").await.unwrap();
-        let status = pod.status?.container_statuses?.into_iter().next()?;
-        let waiting = status.state?.waiting?;
-        (waiting.reason.as_deref() == Some("CreatePodSandboxError")).then_some(waiting)
-    })
-    .await;
-    let message = waiting.message.unwrap_or_default();
-    assert!(message.contains("no-such-net"), "{message}");
-    eventually("a FailedCreatePodSandBox Event", || async {
-        plane
-            .event_reasons("lost")
-            .await
-            .contains("FailedCreatePodSandBox")
-            .then_some(())
-    })
-    .await;
-    // An image the agent has no stand-in for: the container waits, saying so.
-    let unknown: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "unknown"},
-        "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]},
-    }))
-    .unwrap();
-    pods.create(&Default::default(), &unknown).await.unwrap();
-    let waiting = eventually("the container waiting for a stand-in", || async {
-        let pod = pods.get("unknown").await.unwrap();
-        let status = pod.status?.container_statuses?.into_iter().next()?;
-        let waiting = status.state?.waiting?;
-        (waiting.reason.as_deref() == Some("ImageNotInTable")).then_some(waiting)
-    })
-    .await;
-    assert!(
-        waiting
-            .message
-            .unwrap_or_default()
-            .contains("registry.example/app:1")
-    );
-    assert!(
-        plane
-            .event_reasons("unknown")
-            .await
-            .contains("ImageNotInTable")
-    );
-
-    // Their siblings are not held up.
-    let nad = plane.pod_named("netutils-nad").await;
-    assert_eq!(plane.curl(&nad, "nginx-nad").await, ("200".into(), 0));
-    plane.finish().await;
-}
-
-/// A namespace of the agent's for a test's own pods (no `testdata/`, no controller).
-struct Pods {
-    client: Client,
-    ns: String,
-    api: Api<Pod>,
-}
-
-impl Pods {
-    async fn new(test: &str) -> Self {
-        let client = client().await;
-        agent_nodes().await;
-        let ns = support::agent_namespace(&client, test).await;
-        let api = Api::namespaced(client.clone(), &ns);
-        Self { client, ns, api }
-    }
-
-    async fn create(&self, pod: Value) -> Pod {
-        self.api
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(pod).unwrap(),
-            )
-            .await
-            .unwrap()
-    }
-
-    /// Waits until `check` holds for pod `name`; returns the pod as it then was.
-    async fn until(&self, name: &str, what: &str, check: impl Fn(&Pod) -> bool) -> Pod {
-        eventually(&format!("{name}: {what}"), || async {
-            let pod = self.api.get(name).await.ok()?;
-            check(&pod).then_some(pod)
-        })
-        .await
-    }
-
-    /// Waits until every container of pod `name` runs.
-    async fn running(&self, name: &str) -> Pod {
-        self.until(name, "its containers running", |pod| {
-            let statuses = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref());
-            statuses.is_some_and(|s| {
-                !s.is_empty()
-                    && s.iter()
-                        .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
-            })
-        })
-        .await
-    }
-
-    async fn exec(&self, pod: &str, args: &[&str]) -> (i32, String) {
-        pod_exec(&self.ns, pod, args).await
-    }
-
-    /// Sets condition `kind` of pod `name` as another writer would (a strategic merge patch of
-    /// `pods/status`, as kubectl and client-go do).
-    async fn set_condition(&self, name: &str, condition: Value) {
-        self.api
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Strategic(serde_json::json!({"status": {"conditions": [condition]}})),
-            )
-            .await
-            .unwrap();
-    }
-
-    /// A file the pod's container wrote in its directory, once it is there.
-    async fn file(&self, pod: &str, path: &str) -> String {
-        eventually(&format!("{pod} writing {path}"), || async {
-            let (code, out) = self.exec(pod, &["cat", path]).await;
-            (code == 0 && !out.is_empty()).then_some(out)
-        })
-        .await
-    }
-
-    async fn finish(self) {
-        let _ = Api::<Namespace>::all(self.client.clone())
-            .delete(&self.ns, &DeleteParams::default())
-            .await;
-    }
-}
-
-/// A netutils container running `script` with `sh -c`, in the pod's directory.
-fn shell(script: &str) -> Value {
-    serde_json::json!({"name": "app", "image": "nicolaka/netshoot:v0.13", "command": ["sh", "-c", script]})
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conditions_of_other_writers_survive_the_agents_status_writes() {
-    let pods = Pods::new("conditions").await;
-    // `$$$$`: Kubernetes expands the command, `$$` becoming `$`.
-    let mut container = shell("echo $$$$ > pid; exec sleep infinity");
-    container["readinessProbe"] = serde_json::json!({"exec": {"command": ["cat", "ready"]},
-        "periodSeconds": 1, "failureThreshold": 1});
-    pods.create(serde_json::json!({"metadata": {"name": "survivor"},
-        "spec": {"containers": [container]}}))
-        .await;
-    pods.running("survivor").await;
-    let custom = "network-ready.isim.dev/default.macvlan-conf";
-    pods.set_condition(
-        "survivor",
-        serde_json::json!({"type": custom, "status": "True", "reason": "Attached",
-            "message": "macvlan-conf is up", "lastTransitionTime": "2026-01-01T00:00:00Z"}),
-    )
-    .await;
-    let kept = |pod: &Pod, after: &str| {
-        let c = condition(pod, custom)
-            .unwrap_or_else(|| panic!("{custom} is gone after {after}: {:?}", pod.status));
-        assert_eq!(
-            (c.status.as_str(), c.reason.as_deref(), c.message.as_deref()),
-            ("True", Some("Attached"), Some("macvlan-conf is up")),
-            "after {after}"
-        );
-        assert_eq!(
-            c.last_transition_time.map(|t| t.0.to_string()).as_deref(),
-            Some("2026-01-01T00:00:00Z")
-        );
-    };
-    // Three status writes of the agent: readiness up, readiness down, a restart.
-    assert_eq!(pods.exec("survivor", &["touch", "ready"]).await.0, 0);
-    let pod = pods.until("survivor", "Ready", is_ready).await;
-    kept(&pod, "Ready=True");
-    assert_eq!(pods.exec("survivor", &["rm", "ready"]).await.0, 0);
-    let pod = pods.until("survivor", "not Ready", |p| !is_ready(p)).await;
-    kept(&pod, "Ready=False");
-    assert_eq!(
-        pods.exec("survivor", &["sh", "-c", "kill $(cat pid)"])
-            .await
-            .0,
-        0
-    );
-    let pod = pods
-        .until("survivor", "restarted", |p| {
-            p.status
-                .iter()
-                .flat_map(|s| s.container_statuses.iter().flatten())
-                .any(|c| {
-                    c.restart_count == 1 && c.state.as_ref().is_some_and(|s| s.running.is_some())
-                })
-        })
-        .await;
-    kept(&pod, "a restart");
-    for kind in [
-        "PodScheduled",
-        "PodReadyToStartContainers",
-        "Initialized",
-        "ContainersReady",
-        "Ready",
-    ] {
-        assert!(condition(&pod, kind).is_some(), "no {kind}");
-    }
-    pods.finish().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_readiness_gate_holds_ready_until_its_condition_is_true() {
-    let pods = Pods::new("gates").await;
-    let gate = "example.com/probe-registered";
-    pods.create(serde_json::json!({"metadata": {"name": "gated"},
-        "spec": {"readinessGates": [{"conditionType": gate}],
-                 "containers": [shell("exec sleep infinity")]}}))
-        .await;
-    let containers_ready =
-        |p: &Pod| condition(p, "ContainersReady").is_some_and(|c| c.status == "True");
-    let pod = pods
-        .until("gated", "ContainersReady", containers_ready)
-        .await;
-    let ready = condition(&pod, "Ready").unwrap();
-    assert_eq!(
-        (
-            ready.status.as_str(),
-            ready.reason.as_deref(),
-            ready.message.as_deref()
-        ),
-        (
-            "False",
-            Some("ReadinessGatesNotReady"),
-            Some(
-                format!("corresponding condition of pod readiness gate \"{gate}\" does not exist.")
-                    .as_str()
-            )
-        )
-    );
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(
-        !is_ready(&pods.api.get("gated").await.unwrap()),
-        "Ready without its gate"
-    );
-
-    // Another writer turns the gate: Ready follows within a second.
-    pods.set_condition("gated", serde_json::json!({"type": gate, "status": "True"}))
-        .await;
-    let turned = Instant::now();
-    loop {
-        if is_ready(&pods.api.get("gated").await.unwrap()) {
-            break;
-        }
-        assert!(
-            turned.elapsed() < Duration::from_secs(10),
-            "Ready did not follow the gate"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let latency = turned.elapsed();
-    eprintln!("readiness gate True -> Ready=True in {latency:?}");
-    assert!(latency < Duration::from_secs(1), "{latency:?}");
-
-    pods.set_condition(
-        "gated",
-        serde_json::json!({"type": gate, "status": "False"}),
-    )
-    .await;
-    let pod = pods.until("gated", "not Ready", |p| !is_ready(p)).await;
-    let ready = condition(&pod, "Ready").unwrap();
-    assert_eq!(ready.reason.as_deref(), Some("ReadinessGatesNotReady"));
-    assert_eq!(
-        ready.message.unwrap_or_default(),
-        format!("the status of pod readiness gate \"{gate}\" is not \"True\", but False")
-    );
-    assert!(containers_ready(&pod));
-    pods.finish().await;
-}
-
-/// The machine's mount points (without the network namespaces' own, which `ip netns add`
-/// makes under /run/netns), the names in /run, and whether a token is at the standard path.
-fn host_view() -> (Vec<String>, BTreeSet<String>, bool) {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let mut mounts: Vec<String> = mountinfo
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
-        .filter(|m| !m.starts_with("/run/netns/"))
-        .collect();
-    mounts.sort();
-    let run = std::fs::read_dir("/run")
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    let token = Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token").exists();
-    (mounts, run, token)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pod_reaches_the_api_server_with_its_own_token() {
-    let before = host_view();
-    let pods = Pods::new("token").await;
-    let ns = pods.ns.clone();
-    // Its ServiceAccount may read the pods of its namespace; another does not mount tokens.
-    kubectl(&["-n", &ns, "create", "serviceaccount", "prober"]).await;
-    kubectl(&[
-        "-n",
-        &ns,
-        "create",
-        "role",
-        "pod-reader",
-        "--verb=get",
-        "--resource=pods",
-    ])
-    .await;
-    let subject = format!("--serviceaccount={ns}:prober");
-    kubectl(&[
-        "-n",
-        &ns,
-        "create",
-        "rolebinding",
-        "prober",
-        "--role=pod-reader",
-        &subject,
-    ])
-    .await;
-    Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(pods.client.clone(), &ns)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(serde_json::json!({"metadata": {"name": "quiet"},
-                "automountServiceAccountToken": false}))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-
-    // As a client in a cluster: in-cluster settings from the environment and the standard path.
-    let script = r#"d=/var/run/secrets/kubernetes.io/serviceaccount
-env > env.txt
-api="https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"
-ask() { curl -sS --fail --max-time 5 --cacert "$d/ca.crt" -H "Authorization: Bearer $(cat "$d/token")" "$@"; }
-ask -o pod.tmp "$api/api/v1/namespaces/$(cat "$d/namespace")/pods/$POD_NAME" || exit 1
-ask -o review.tmp -X POST -H 'Content-Type: application/json' \
-  -d '{"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}' \
-  "$api/apis/authentication.k8s.io/v1/selfsubjectreviews" || exit 1
-mv pod.tmp pod.json && mv review.tmp review.json
-exec sleep infinity"#;
-    let mut container = shell(script);
-    let field = |name: &str, path: &str| serde_json::json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
-    container["env"] = serde_json::json!([
-        field("POD_NAME", "metadata.name"),
-        field("POD_NAMESPACE", "metadata.namespace"),
-        field("POD_UID", "metadata.uid"),
-        field("NODE_NAME", "spec.nodeName"),
-        field("SA_NAME", "spec.serviceAccountName"),
-        field("POD_IP", "status.podIP"),
-        field("POD_IPS", "status.podIPs"),
-        field("HOST_IP", "status.hostIP"),
-        {"name": "GREETING", "value": "hello $(POD_NAME) from $(NODE_NAME)"},
-    ]);
-    pods.create(serde_json::json!({"metadata": {"name": "api"},
-        "spec": {"serviceAccountName": "prober", "containers": [container]}}))
-        .await;
-    let has_token = r#"if [ -e /var/run/secrets/kubernetes.io/serviceaccount/token ]; then echo yes; else echo no; fi > token.txt
-exec sleep infinity"#;
-    for (name, account, automount, want) in [
-        ("pod-says-no", "default", Some(false), "no"),
-        ("account-says-no", "quiet", None, "no"),
-        ("pod-overrides-account", "quiet", Some(true), "yes"),
-    ] {
-        let mut spec =
-            serde_json::json!({"serviceAccountName": account, "containers": [shell(has_token)]});
-        if let Some(automount) = automount {
-            spec["automountServiceAccountToken"] = automount.into();
-        }
-        pods.create(serde_json::json!({"metadata": {"name": name}, "spec": spec}))
-            .await;
-        assert_eq!(pods.file(name, "token.txt").await.trim(), want, "{name}");
-    }
-
-    let review: Value = serde_json::from_str(&pods.file("api", "review.json").await).unwrap();
-    let pod = pods.api.get("api").await.unwrap();
-    let node = pod.spec.as_ref().unwrap().node_name.clone().unwrap();
-    let user = &review["status"]["userInfo"];
-    assert_eq!(
-        user["username"],
-        format!("system:serviceaccount:{ns}:prober")
-    );
-    assert_eq!(
-        user["extra"]["authentication.kubernetes.io/node-name"],
-        serde_json::json!([node]),
-        "the token carries the pod's node: {review}"
-    );
-    assert_eq!(
-        user["extra"]["authentication.kubernetes.io/pod-name"],
-        serde_json::json!(["api"])
-    );
-    let own: Value = serde_json::from_str(&pods.file("api", "pod.json").await).unwrap();
-    assert_eq!(own["metadata"]["uid"].as_str(), pod.uid().as_deref());
-
-    let env: std::collections::BTreeMap<String, String> = pods
-        .file("api", "env.txt")
-        .await
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-    let status = pod.status.clone().unwrap();
-    let kubernetes = Api::<Service>::namespaced(pods.client.clone(), "default")
-        .get("kubernetes")
-        .await
-        .unwrap();
-    let cluster_ip = kubernetes.spec.unwrap().cluster_ip.unwrap();
-    let pod_ips: Vec<String> = status
-        .pod_ips
-        .iter()
-        .flatten()
-        .map(|ip| ip.ip.clone())
-        .collect();
-    for (name, want) in [
-        ("POD_NAME", "api".to_owned()),
-        ("POD_NAMESPACE", ns.clone()),
-        ("POD_UID", pod.uid().unwrap()),
-        ("NODE_NAME", node.clone()),
-        ("SA_NAME", "prober".to_owned()),
-        ("POD_IP", status.pod_ip.clone().unwrap()),
-        ("POD_IPS", pod_ips.join(",")),
-        ("HOST_IP", status.host_ip.clone().unwrap()),
-        ("GREETING", format!("hello api from {node}")),
-        ("KUBERNETES_SERVICE_HOST", cluster_ip.clone()),
-        ("KUBERNETES_SERVICE_PORT", "443".to_owned()),
-        ("KUBERNETES_PORT", format!("tcp://{cluster_ip}:443")),
-        ("HOSTNAME", "api".to_owned()),
-    ] {
-        assert_eq!(env.get(name), Some(&want), "{name} in {env:?}");
-    }
-    for absent in ["KUBECONFIG", "RUST_LOG"] {
-        assert!(
-            !env.contains_key(absent),
-            "the agent's {absent} leaked into the container"
-        );
-    }
-    // hack/pod-exec, as kubectl exec, sees the token where the container does.
-    let (code, namespace) = pods
-        .exec(
-            "api",
-            &[
-                "cat",
-                "/var/run/secrets/kubernetes.io/serviceaccount/namespace",
-            ],
-        )
-        .await;
-    assert_eq!((code, namespace.as_str()), (0, ns.as_str()));
-
-    // All of it in the pods' mount namespaces: the machine's mounts and /run are as before.
-    assert_eq!(host_view(), before, "the machine's mounts or /run changed");
-    pods.finish().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_controllers_image_runs_the_controller_in_a_pod() {
-    let plane = Plane::start("image", false).await;
-    let ns = plane.ns.clone();
-    // deploy/base's ClusterRole, under a name of this test's, bound to a ServiceAccount here.
-    let rbac = kubectl(&[
-        "create",
-        "--dry-run=client",
-        "-o",
-        "json",
-        "-f",
-        repo().join("deploy/base/rbac.yaml").to_str().unwrap(),
-    ])
-    .await;
-    // One JSON object per document.
-    let rules = serde_json::Deserializer::from_str(&rbac)
-        .into_iter::<Value>()
-        .map(Result::unwrap)
-        .find(|o| o["kind"] == "ClusterRole")
-        .unwrap()["rules"]
-        .clone();
-    let role = format!("{ns}-controller");
-    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(plane.client.clone());
-    let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> =
-        Api::all(plane.client.clone());
-    roles
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(
-                serde_json::json!({"metadata": {"name": role}, "rules": rules}),
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    bindings
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(serde_json::json!({"metadata": {"name": role},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                "subjects": [{"kind": "ServiceAccount", "name": "nad-service-controller", "namespace": ns}]}))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    plane
-        .kubectl(&["create", "serviceaccount", "nad-service-controller"])
-        .await;
-
-    // The image by any registry and tag: the controller binary, with in-cluster settings only.
-    let pods: Api<Pod> = Api::namespaced(plane.client.clone(), &ns);
-    pods.create(
-        &PostParams::default(),
-        &serde_json::from_value(serde_json::json!({"metadata": {"name": "controller"},
-            "spec": {"serviceAccountName": "nad-service-controller", "containers": [{
-                "name": "controller", "image": "registry.example:5000/isim/nad-service-controller:v0-test",
-                "args": ["run", "--watch-namespace=$(POD_NAMESPACE)", "--leader-election=false"],
-                "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                        {"name": "NSC_PLUGIN_CACHE_DIR", "value": "plugin-cache"}],
-                "ports": [{"name": "health", "containerPort": 8081}],
-                "readinessProbe": {"httpGet": {"path": "/readyz", "port": "health"}, "periodSeconds": 1}}]}}))
-        .unwrap(),
-    )
-    .await
-    .unwrap();
-    eventually("the controller's pod Ready (its caches synced)", || async {
-        is_ready(&pods.get("controller").await.ok()?).then_some(())
-    })
-    .await;
-    // Its slices are what CoreDNS answers with.
-    let nad = plane.pod_named("netutils-nad").await;
-    let ips = plane
-        .nginx_nad_follows(
-            &nad,
-            "nginx-nad resolving through the pod controller's slices",
-        )
-        .await;
-    assert_eq!(ips.len(), 2, "{ips:?}");
-    assert_eq!(plane.curl(&nad, "nginx-nad").await, ("200".into(), 0));
-    let _ = bindings.delete(&role, &DeleteParams::default()).await;
-    let _ = roles.delete(&role, &DeleteParams::default()).await;
-    plane.finish().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn daemonset_pods_go_to_the_nodes_they_allow() {
-    let nodes = agent_nodes().await;
-    let pods = Pods::new("daemonset").await;
-    // Fits none of the agent's nodes: stays pending, as for another node's pod.
-    pods.create(serde_json::json!({"metadata": {"name": "nowhere"},
-        "spec": {"nodeSelector": {"kubernetes.io/hostname": "no-such-node"},
-                 "containers": [shell("exec sleep infinity")]}}))
-        .await;
-    // Created bound: run there if they fit it, rejected there (kubelet's admission) if not.
-    let first = nodes[0].clone();
-    pods.create(serde_json::json!({"metadata": {"name": "preset"},
-        "spec": {"nodeName": first, "containers": [shell("exec sleep infinity")]}}))
-        .await;
-    pods.create(serde_json::json!({"metadata": {"name": "preset-elsewhere"},
-        "spec": {"nodeName": first, "nodeSelector": {"kubernetes.io/hostname": "no-such-node"},
-                 "containers": [shell("exec sleep infinity")]}}))
-        .await;
-    let last = nodes.last().unwrap().clone();
-    for i in 0..3 {
-        pods.create(
-            serde_json::json!({"metadata": {"name": format!("pinned-{i}")},
-            "spec": {"nodeSelector": {"kubernetes.io/hostname": last},
-                     "containers": [shell("exec sleep infinity")]}}),
-        )
-        .await;
-    }
-    Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(pods.client.clone(), &pods.ns)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(serde_json::json!({"metadata": {"name": "prober"},
-                "spec": {"selector": {"matchLabels": {"app": "prober"}},
-                         "template": {"metadata": {"labels": {"app": "prober"}},
-                             "spec": {"nodeSelector": {"pod-agent.isim.dev/local": "true"},
-                                      "containers": [shell("exec sleep infinity")]}}}}))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-
-    // One Ready pod per node, each on the node its affinity names.
-    let placed = eventually("a Ready DaemonSet pod on each node", || async {
-        let list = pods
-            .api
-            .list(&ListParams::default().labels("app=prober"))
-            .await
-            .ok()?;
-        if list.items.len() != nodes.len() || !list.items.iter().all(is_ready) {
-            return None;
-        }
-        Some(list.items)
-    })
-    .await;
-    let mut on: Vec<String> = Vec::new();
-    for pod in &placed {
-        let spec = pod.spec.as_ref().unwrap();
-        let pinned_to = serde_json::to_value(&spec.affinity).unwrap()["nodeAffinity"]
-            ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0]
-            ["values"][0]
-            .as_str()
-            .map(str::to_owned);
-        assert_eq!(spec.node_name, pinned_to, "{}", pod.name_any());
-        on.extend(spec.node_name.clone());
-    }
-    on.sort();
-    let mut want = nodes.clone();
-    want.sort();
-    assert_eq!(on, want);
-
-    for i in 0..3 {
-        let pod = pods.running(&format!("pinned-{i}")).await;
-        assert_eq!(pod.spec.unwrap().node_name.as_deref(), Some(last.as_str()));
-    }
-    let preset = pods.running("preset").await;
-    assert_eq!(
-        preset.spec.unwrap().node_name.as_deref(),
-        Some(first.as_str())
-    );
-    let rejected = pods
-        .until("preset-elsewhere", "rejected", |p| {
-            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
-        })
-        .await
-        .status
-        .unwrap();
-    assert_eq!(rejected.reason.as_deref(), Some("NodeAffinity"));
-    assert_eq!(
-        rejected.message.as_deref(),
-        Some(
-            "Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
-        )
-    );
-    let nowhere = pods.api.get("nowhere").await.unwrap();
-    assert_eq!(
-        nowhere.spec.unwrap().node_name,
-        None,
-        "bound to a node it does not fit"
-    );
-    pods.finish().await;
-}
-
-// ---- the network prober --------------------------------------------------------------------
 
 /// The namespace of the shipped prober (deploy/prober).
 const PROBER_NS: &str = "nad-service-controller";
@@ -1637,9 +976,10 @@ impl Plane {
         let template = &mut ds["spec"]["template"];
         template["metadata"]["labels"]["nsc-test-prober"] = self.ns.clone().into();
         template["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] = network.clone().into();
-        template["spec"]["nodeSelector"] = serde_json::json!({"pod-agent.isim.dev/local": "true"});
+        template["spec"]["nodeSelector"] = serde_json::json!({NODE_LABEL: "true"});
         template["spec"]["serviceAccountName"] = name.clone().into();
         let container = &mut template["spec"]["containers"][0];
+        container["image"] = image("nad-network-prober").into();
         // Its binding read every 2 s rather than 30: a test waits for it to notice.
         container["args"]
             .as_array_mut()
@@ -1663,7 +1003,7 @@ impl Plane {
             name,
             selector: format!("nsc-test-prober={}", self.ns),
         };
-        let nodes = agent_nodes().await.len();
+        let nodes = node_names(&nad_node_tests::client().await).await.len();
         eventually("a Ready prober on every node of the data plane", || async {
             let ready = probers.pods().await.iter().filter(|p| is_ready(p)).count();
             (ready == nodes).then_some(())
@@ -1828,10 +1168,7 @@ async fn a_pod_whose_secondary_link_dies_leaves_dns_within_the_detection_window(
         (of(Family::V4), of(Family::V6))
     };
 
-    let (code, out) = plane
-        .exec(&victim, &["ip", "link", "set", "net1", "down"])
-        .await;
-    assert_eq!(code, 0, "{out}");
+    plane.link(&victim, "down").await;
     let down = Instant::now();
     // Both families: its A and its AAAA record leave.
     eventually("the dead addresses out of DNS", || async {
@@ -1878,10 +1215,7 @@ async fn a_pod_whose_secondary_link_dies_leaves_dns_within_the_detection_window(
             .contains("NetworkUnready")
     );
 
-    let (code, out) = plane
-        .exec(&victim, &["ip", "link", "set", "net1", "up"])
-        .await;
-    assert_eq!(code, 0, "{out}");
+    plane.link(&victim, "up").await;
     let up = Instant::now();
     eventually("the addresses back in DNS", || async {
         let a = plane.dns(&client, "nginx-nad").await;
@@ -1908,7 +1242,7 @@ async fn a_pod_whose_secondary_link_dies_leaves_dns_within_the_detection_window(
         )
         .await
         .unwrap();
-    let nodes = agent_nodes().await.len();
+    let nodes = node_names(&nad_node_tests::client().await).await.len();
     eventually("new probers Ready", || async {
         let pods = probers.pods().await;
         let fresh = pods
@@ -1952,10 +1286,7 @@ async fn a_pod_whose_secondary_link_dies_leaves_dns_within_the_detection_window(
         },
     )
     .await;
-    let (code, out) = plane
-        .exec(&victim, &["ip", "link", "set", "net1", "down"])
-        .await;
-    assert_eq!(code, 0, "{out}");
+    plane.link(&victim, "down").await;
     let at_down = probers.probes(&plane, &base).await;
     // Five rounds of each pod: two more than the failures a flip takes.
     eventually("five probe rounds with the link down", || async {
@@ -1996,10 +1327,7 @@ async fn a_pod_whose_secondary_link_dies_leaves_dns_within_the_detection_window(
         network_ready(&unready, &ns).unwrap().reason.as_deref(),
         Some("ProbeFailed")
     );
-    let (code, out) = plane
-        .exec(&victim, &["ip", "link", "set", "net1", "up"])
-        .await;
-    assert_eq!(code, 0, "{out}");
+    plane.link(&victim, "up").await;
     plane.network_ready_is(&victim, "True").await;
     probers.delete().await;
     plane.finish().await;
@@ -2046,7 +1374,7 @@ async fn the_network_condition_reaches_apps_bound_to_the_primary_and_readiness_g
         &serde_json::from_value(serde_json::json!({
             "metadata": {"name": "primary-only", "labels": {"app": "primary-only"},
                          "annotations": {"k8s.v1.cni.cncf.io/networks": "macvlan"}},
-            "spec": {"containers": [{"name": "web", "image": "python:3",
+            "spec": {"containers": [{"name": "web", "image": image("netutils"),
                 "command": ["python3", "-m", "http.server", "8080", "--bind", "$(POD_IP)"],
                 "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
                 "ports": [{"containerPort": 8080}],
@@ -2061,7 +1389,7 @@ async fn the_network_condition_reaches_apps_bound_to_the_primary_and_readiness_g
             "metadata": {"name": "gated", "labels": {"app": "gated"},
                          "annotations": {"k8s.v1.cni.cncf.io/networks": "macvlan"}},
             "spec": {"readinessGates": [{"conditionType": gate}],
-                "containers": [{"name": "web", "image": "nginx:1.27",
+                "containers": [{"name": "web", "image": image("nginx"),
                 "ports": [{"containerPort": 80}],
                 "readinessProbe": {"httpGet": {"path": "/", "port": 80}, "periodSeconds": 1}}]}}))
         .unwrap(),
@@ -2096,10 +1424,7 @@ async fn the_network_condition_reaches_apps_bound_to_the_primary_and_readiness_g
         is_ready(&plane.pod("gated").await).then_some(())
     })
     .await;
-    let (code, out) = plane
-        .exec("gated", &["ip", "link", "set", "net1", "down"])
-        .await;
-    assert_eq!(code, 0, "{out}");
+    plane.link("gated", "down").await;
     plane.network_ready_is("gated", "False").await;
     let pod = eventually("gated not Ready: its gate is False", || async {
         let pod = plane.pod("gated").await;
@@ -2159,7 +1484,7 @@ while True:
             &serde_json::from_value(serde_json::json!({
                 "metadata": {"name": name, "labels": {"app": name},
                              "annotations": {"k8s.v1.cni.cncf.io/networks": "macvlan"}},
-                "spec": {"containers": [{"name": "tenant", "image": "python:3",
+                "spec": {"containers": [{"name": "tenant", "image": image("netutils"),
                     "command": ["python3", "-c", script, name],
                     "ports": [{"containerPort": 8080}]}]}}))
             .unwrap(),
@@ -2229,7 +1554,7 @@ while True:
     }
     assert_eq!(
         peaks.len(),
-        agent_nodes().await.len(),
+        node_names(&nad_node_tests::client().await).await.len(),
         "one prober per node: {peaks:?}"
     );
     eprintln!("the probers' resident memory (KiB, now and peak): {peaks:?}");
@@ -2279,7 +1604,7 @@ impl InNode {
 }
 
 /// A pod published with an IPv4 and an IPv6 address answers on the network only if both do
-/// (DNS hands out each): the prober binary, in a node's network namespace (where the agent
+/// (DNS hands out each): the prober binary, in a node's network namespace (where hack/nodes.sh
 /// relays the API server), probes a pod whose slices publish 192.0.2.7 and 2001:db8::7, on a
 /// bridge this test adds there. (The pod is bound to a node that does not exist, whose pods
 /// the prober is told to probe: nothing runs it.) With a server on the IPv4 address only, the condition is
@@ -2287,8 +1612,8 @@ impl InNode {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dual_stack_pod_is_network_ready_only_if_both_families_answer() {
     let client = client().await;
-    let node = agent_nodes().await[0].clone();
-    let ns = support::namespace(&client, "dualstack").await;
+    let node = node_names(&nad_node_tests::client().await).await[0].clone();
+    let ns = namespace(&client, "dualstack").await;
     let mut in_node = InNode {
         node: node.clone(),
         link: format!("nscd{}", std::process::id() % 100_000),
@@ -2319,14 +1644,25 @@ async fn a_dual_stack_pod_is_network_ready_only_if_both_families_answer() {
         &[],
     );
 
-    // The pod, its Service, and its slices as
-    // the controller writes them: one per family.
+    // The pod, on a Node object no kubelet runs (without one the pod garbage collector deletes
+    // the pod), its Service, and its slices as the controller writes them: one per family.
     let pods_node = "nsc-dual-stack-node";
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    // One an earlier run left (it is deleted at the end of a run that gets there).
+    let _ = nodes.delete(pods_node, &DeleteParams::default()).await;
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": pods_node}})).unwrap(),
+        )
+        .await
+        .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     pods.create(
         &PostParams::default(),
         &serde_json::from_value(serde_json::json!({"metadata": {"name": "dual"},
-            "spec": {"nodeName": pods_node, "containers": [{"name": "web", "image": "nginx"}]}}))
+            "spec": {"nodeName": pods_node, "tolerations": [{"operator": "Exists", "effect": "NoExecute"}],
+                     "containers": [{"name": "web", "image": image("nginx")}]}}))
         .unwrap(),
     )
     .await
@@ -2361,9 +1697,9 @@ async fn a_dual_stack_pod_is_network_ready_only_if_both_families_answer() {
             .unwrap();
     }
 
-    let kubeconfig = support::kubeconfig_path();
+    let kubeconfig = nad_node_tests::kubeconfig();
     let network = format!("{ns}/macvlan");
-    let prober = support::prober_binary();
+    let prober = nad_node_tests::built("nad-network-prober");
     in_node.spawn(
         prober.to_str().unwrap(),
         &[
@@ -2409,6 +1745,7 @@ async fn a_dual_stack_pod_is_network_ready_only_if_both_families_answer() {
         "{up:?}"
     );
     drop(in_node);
+    let _ = nodes.delete(pods_node, &DeleteParams::default()).await;
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&ns, &DeleteParams::default())
         .await;
