@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod, PodCondition, ServiceAccount};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -140,6 +140,70 @@ pub fn local_images(text: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// `testdata/` as a user applies it, with the images the nodes hold ([`local_images`]): its files
+/// in their order, as one stream of documents.
+pub fn testdata() -> String {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("testdata"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    let manifests: Vec<String> = files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
+    local_images(&manifests.join("\n---\n"))
+}
+
+/// The pods of `api` that `selector` (a label selector) selects, those not being deleted.
+pub async fn pods_of(api: &Api<Pod>, selector: &str) -> Vec<Pod> {
+    api.list(&ListParams::default().labels(selector))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+/// `curl <flags> -s -o /dev/null -w %{http_code} --connect-timeout 3 <url>` from `pod` in
+/// `namespace` (`kubectl exec`): the HTTP code and curl's exit code.
+pub async fn curl(namespace: &str, pod: &str, flags: &[&str], url: &str) -> (String, i32) {
+    let mut args = vec!["exec", "-n", namespace, pod, "--", "curl"];
+    args.extend_from_slice(flags);
+    args.extend([
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--connect-timeout",
+        "3",
+        url,
+    ]);
+    let (code, out, _) = kubectl_apart(&args).await;
+    (out, code)
+}
+
+/// The addresses `name` resolves to from `pod` in `namespace` through CoreDNS (`getent
+/// <database> <name>`: `ahostsv4` for A records, `ahostsv6` for AAAA), without the IPv4-mapped
+/// answers `ahostsv6` gives for A records.
+pub async fn resolve(
+    namespace: &str,
+    pod: &str,
+    database: &str,
+    name: &str,
+) -> std::collections::BTreeSet<String> {
+    let (_, out, _) =
+        kubectl_apart(&["exec", "-n", namespace, pod, "--", "getent", database, name]).await;
+    out.lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|a| !a.starts_with("::ffff:"))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The reference of the nodes' image whose repository ends in `/<name>` (nginx, netutils,

@@ -25,7 +25,8 @@ use kube::{
     api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams},
 };
 use nad_node_tests::{
-    NODE_LABEL, client, condition, eventually, image, kubectl_apart, kubectl_with, namespace, repo,
+    NODE_LABEL, client, condition, eventually, image, kubectl_apart, kubectl_with, namespace,
+    pods_of, repo, resolve, testdata,
 };
 use serde_json::Value;
 
@@ -56,22 +57,6 @@ async fn node_names(client: &Client) -> Vec<String> {
         .into_iter()
         .map(|n| n.name_any())
         .collect()
-}
-
-/// `testdata/` as a user applies it, with the images the nodes hold.
-async fn apply_testdata(ns: &str) {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("testdata"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    let manifests: Vec<String> = files
-        .iter()
-        .map(|f| std::fs::read_to_string(f).unwrap())
-        .collect();
-    let text = nad_node_tests::local_images(&manifests.join("\n---\n"));
-    kubectl_with(&["apply", "-n", ns, "-f", "-"], &text).await;
 }
 
 /// The controller binary of this build, run on the host for one namespace, its log in a file.
@@ -128,7 +113,7 @@ impl Plane {
         let client = client().await;
         node_names(&client).await;
         let ns = namespace(&client, test).await;
-        apply_testdata(&ns).await;
+        kubectl_with(&["apply", "-n", &ns, "-f", "-"], &testdata()).await;
         let controller = HostController::start(&ns);
         let plane = Self {
             client,
@@ -155,14 +140,11 @@ impl Plane {
     }
 
     async fn pods(&self, app: &str) -> Vec<Pod> {
-        Api::<Pod>::namespaced(self.client.clone(), &self.ns)
-            .list(&ListParams::default().labels(&format!("app={app}")))
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect()
+        pods_of(
+            &Api::namespaced(self.client.clone(), &self.ns),
+            &format!("app={app}"),
+        )
+        .await
     }
 
     async fn pod_named(&self, app: &str) -> String {
@@ -237,13 +219,7 @@ impl Plane {
     /// The addresses of `family` that `name` resolves to from inside `pod`: its A or its AAAA
     /// records, through CoreDNS (glibc's `getent ahostsv4`, `ahostsv6`).
     async fn resolve(&self, pod: &str, name: &str, family: Family) -> BTreeSet<String> {
-        let (_, out) = self.exec(pod, &["getent", family.getent(), name]).await;
-        out.lines()
-            .filter_map(|l| l.split_whitespace().next())
-            // ahostsv6 maps A records to ::ffff:a.b.c.d when there is no AAAA: not an answer.
-            .filter(|a| !a.starts_with("::ffff:"))
-            .map(str::to_owned)
-            .collect()
+        resolve(&self.ns, pod, family.getent(), name).await
     }
 
     /// The seed's curl: the HTTP code, curl's exit code and the body.
@@ -257,20 +233,8 @@ impl Plane {
     }
 
     async fn curl_over(&self, pod: &str, url: &str, family: Option<Family>) -> (String, i32) {
-        let mut args = vec!["curl"];
-        args.extend(family.map(Family::curl_flag));
-        args.extend([
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "--connect-timeout",
-            "3",
-            url,
-        ]);
-        let (code, out) = self.exec(pod, &args).await;
-        (out, code)
+        let flags: Vec<&str> = family.map(Family::curl_flag).into_iter().collect();
+        nad_node_tests::curl(&self.ns, pod, &flags, url).await
     }
 
     async fn body(&self, pod: &str, url: &str) -> String {
@@ -918,32 +882,18 @@ impl Plane {
         // shipped one that reads that binding, as an operator's would after a rename.
         let name = format!("prober-{}", self.ns);
         let network = format!("{}/macvlan", self.ns);
-        let mut account = items
-            .iter()
-            .find(|o| o["kind"] == "ServiceAccount")
-            .unwrap()
-            .clone();
-        account["metadata"]["name"] = name.clone().into();
-        let mut grant = items
-            .iter()
-            .find(|o| o["kind"] == "ClusterRoleBinding")
-            .unwrap()
-            .clone();
-        grant["metadata"]["name"] = name.clone().into();
+        // deploy/prober's object of `kind`, renamed this test's.
+        let shipped = |kind: &str| {
+            let mut object = items.iter().find(|o| o["kind"] == kind).unwrap().clone();
+            object["metadata"]["name"] = name.clone().into();
+            object
+        };
+        let account = shipped("ServiceAccount");
+        let mut grant = shipped("ClusterRoleBinding");
         grant["metadata"]["annotations"]["isim.dev/probe-networks"] = network.clone().into();
         grant["subjects"][0]["name"] = name.clone().into();
-        let mut binding = items
-            .iter()
-            .find(|o| o["kind"] == "ValidatingAdmissionPolicyBinding")
-            .unwrap()
-            .clone();
-        binding["metadata"]["name"] = name.clone().into();
-        let mut role = items
-            .iter()
-            .find(|o| o["kind"] == "ClusterRole")
-            .unwrap()
-            .clone();
-        role["metadata"]["name"] = name.clone().into();
+        let binding = shipped("ValidatingAdmissionPolicyBinding");
+        let mut role = shipped("ClusterRole");
         let rules = role["rules"].as_array_mut().unwrap();
         rules.retain(|r| r["apiGroups"][0] != "admissionregistration.k8s.io");
         for (resource, object) in [
@@ -966,12 +916,7 @@ impl Plane {
         kubectl(&["apply", "--server-side", "-f", file.to_str().unwrap()]).await;
         let _ = std::fs::remove_file(&file);
         // The shipped DaemonSet, this test's: its own name, account and selector, this network.
-        let mut ds = items
-            .iter()
-            .find(|o| o["kind"] == "DaemonSet")
-            .unwrap()
-            .clone();
-        ds["metadata"]["name"] = name.clone().into();
+        let mut ds = shipped("DaemonSet");
         ds["spec"]["selector"]["matchLabels"]["nsc-test-prober"] = self.ns.clone().into();
         let template = &mut ds["spec"]["template"];
         template["metadata"]["labels"]["nsc-test-prober"] = self.ns.clone().into();
@@ -1055,14 +1000,11 @@ struct Probers {
 
 impl Probers {
     async fn pods(&self) -> Vec<Pod> {
-        Api::<Pod>::namespaced(self.client.clone(), PROBER_NS)
-            .list(&ListParams::default().labels(&self.selector))
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect()
+        pods_of(
+            &Api::namespaced(self.client.clone(), PROBER_NS),
+            &self.selector,
+        )
+        .await
     }
 
     /// `nad_prober_probes_total` of every prober, read from inside `client` (a pod of the

@@ -17,8 +17,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use nad_node_tests::{
-    Scene, condition, eventually, image, kubeconfig, kubectl, kubectl_apart, kubectl_with,
-    local_images, network_ips, repo,
+    Scene, condition, eventually, image, kubeconfig, kubectl, kubectl_with, network_ips, pods_of,
+    repo, resolve, testdata,
 };
 
 /// The release's name, its objects' (`fullnameOverride`) and the namespace it is installed in.
@@ -64,19 +64,6 @@ async fn must(args: &[&str]) -> String {
     out
 }
 
-/// The running, not deleted pods of `app` in the scene.
-async fn pods(scene: &Scene, app: &str) -> Vec<Pod> {
-    scene
-        .pods
-        .list(&ListParams::default().labels(&format!("app={app}")))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect()
-}
-
 /// Removes the release however the test ends.
 struct Release;
 
@@ -105,21 +92,7 @@ async fn the_helm_chart_installs_a_controller_and_a_prober_that_serve_testdata()
     let scene = Scene::new("helm").await;
     let ns = scene.ns.clone();
     let network = format!("{ns}/macvlan");
-    let mut manifests = Vec::new();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("testdata"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    for file in files {
-        manifests.push(std::fs::read_to_string(file).unwrap());
-    }
-    kubectl_with(
-        &["apply", "-n", &ns, "-f", "-"],
-        &local_images(&manifests.join("\n---\n")),
-    )
-    .await;
+    kubectl_with(&["apply", "-n", &ns, "-f", "-"], &testdata()).await;
 
     let controller = image("nad-service-controller");
     let prober = image("nad-network-prober");
@@ -190,7 +163,7 @@ async fn the_helm_chart_installs_a_controller_and_a_prober_that_serve_testdata()
 
     // The chart's prober: both nginx-nad pods answer on every published port of the network.
     let ready_type = nad_model::input::network_ready::condition_type(&network);
-    let nginx = pods(&scene, "nginx-nad").await;
+    let nginx = pods_of(&scene.pods, "app=nginx-nad").await;
     for pod in &nginx {
         scene
             .condition_is(&pod.name_any(), &ready_type, "True")
@@ -203,41 +176,15 @@ async fn the_helm_chart_installs_a_controller_and_a_prober_that_serve_testdata()
         .filter(|ip| !ip.contains(':'))
         .collect();
     assert_eq!(macvlan.len(), 2, "{macvlan:?}");
-    let nad = pods(&scene, "netutils-nad").await[0].name_any();
+    let nad = pods_of(&scene.pods, "app=netutils-nad").await[0].name_any();
     eventually("nginx-nad resolving to its pods' macvlan IPs", || async {
-        let (_, out, _) = kubectl_apart(&[
-            "exec",
-            "-n",
-            &ns,
-            &nad,
-            "--",
-            "getent",
-            "ahostsv4",
-            "nginx-nad",
-        ])
-        .await;
-        let resolved: BTreeSet<String> = out
-            .lines()
-            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
-            .collect();
-        (resolved == macvlan).then_some(())
+        (resolve(&ns, &nad, "ahostsv4", "nginx-nad").await == macvlan).then_some(())
     })
     .await;
-    let (code, out) = scene
-        .exec(
-            &nad,
-            &[
-                "curl",
-                "-s",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                "nginx-nad",
-            ],
-        )
-        .await;
-    assert_eq!((code, out.as_str()), (0, "200"));
+    assert_eq!(
+        nad_node_tests::curl(&ns, &nad, &[], "nginx-nad").await,
+        ("200".into(), 0)
+    );
     // Its prober's condition is what kubelet and the controller read: both pods serving.
     let prober_pods: Api<Pod> = Api::namespaced(scene.client.clone(), RELEASE_NS);
     let probers = prober_pods

@@ -17,8 +17,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nad_node_tests::{
-    client, condition, eventually, kubectl, kubectl_apart, kubectl_with, local_images, network_ips,
-    nodes, repo,
+    client, condition, eventually, kubectl, kubectl_with, local_images, network_ips, nodes,
+    pods_of, repo, resolve, testdata,
 };
 
 async fn must(args: &[&str]) -> String {
@@ -33,38 +33,9 @@ async fn rolled_out(namespace: &str, what: &str) {
     must(&["-n", namespace, "rollout", "status", what, "--timeout=120s"]).await;
 }
 
-/// The running, not deleted pods of `app` in `default`.
-async fn pods(api: &Api<Pod>, app: &str) -> Vec<Pod> {
-    api.list(&ListParams::default().labels(&format!("app={app}")))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect()
-}
-
-/// `curl -s -o /dev/null -w %{http_code} --connect-timeout 3 <url>` from `pod`: the HTTP code
-/// and curl's exit code.
+/// `curl` from `pod` in `default` (see [`nad_node_tests::curl`]).
 async fn curl(pod: &str, url: &str) -> (String, i32) {
-    let (code, out, _) = kubectl_apart(&[
-        "exec",
-        "-n",
-        "default",
-        pod,
-        "--",
-        "curl",
-        "-s",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        "--connect-timeout",
-        "3",
-        url,
-    ])
-    .await;
-    (out, code)
+    nad_node_tests::curl("default", pod, &[], url).await
 }
 
 #[tokio::test]
@@ -72,20 +43,8 @@ async fn the_stock_install_runs_on_the_nodes_and_the_seeds_curls_answer() {
     let client = client().await;
     let nodes = nodes(&client).await;
     // testdata/ first: the prober's pods are attached to default/macvlan, which it defines.
-    let testdata = repo().join("testdata");
-    let mut manifests = String::new();
-    for entry in std::fs::read_dir(&testdata).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "yaml") {
-            manifests.push_str(&std::fs::read_to_string(&path).unwrap());
-            manifests.push_str("\n---\n");
-        }
-    }
-    kubectl_with(
-        &["apply", "-n", "default", "-f", "-"],
-        &local_images(&manifests),
-    )
-    .await;
+    let manifests = testdata();
+    kubectl_with(&["apply", "-n", "default", "-f", "-"], &manifests).await;
     for app in ["nginx-basic", "nginx-nad", "netutils-base", "netutils-nad"] {
         rolled_out("default", &format!("deploy/{app}")).await;
     }
@@ -94,9 +53,9 @@ async fn the_stock_install_runs_on_the_nodes_and_the_seeds_curls_answer() {
     kubectl_with(&["apply", "-f", "-"], &local_images(&rendered)).await;
     rolled_out("nad-service-controller", "deploy/nad-service-controller").await;
     let api: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let nad = pods(&api, "netutils-nad").await[0].name_any();
-    let base = pods(&api, "netutils-base").await[0].name_any();
-    let macvlan: BTreeSet<String> = pods(&api, "nginx-nad")
+    let nad = pods_of(&api, "app=netutils-nad").await[0].name_any();
+    let base = pods_of(&api, "app=netutils-base").await[0].name_any();
+    let macvlan: BTreeSet<String> = pods_of(&api, "app=nginx-nad")
         .await
         .iter()
         .flat_map(|p| network_ips(p, "default/macvlan"))
@@ -105,23 +64,7 @@ async fn the_stock_install_runs_on_the_nodes_and_the_seeds_curls_answer() {
     assert_eq!(macvlan.len(), 2, "{macvlan:?}");
     // The in-cluster controller's slices, through CoreDNS.
     eventually("nginx-nad resolving to its pods' macvlan IPs", || async {
-        let (_, out) = kubectl(&[
-            "exec",
-            "-n",
-            "default",
-            &nad,
-            "--",
-            "getent",
-            "ahostsv4",
-            "nginx-nad",
-        ])
-        .await;
-        let resolved: BTreeSet<String> = out
-            .lines()
-            .filter_map(|l| l.split_whitespace().next())
-            .map(str::to_owned)
-            .collect();
-        (resolved == macvlan).then_some(())
+        (resolve("default", &nad, "ahostsv4", "nginx-nad").await == macvlan).then_some(())
     })
     .await;
 
@@ -162,7 +105,7 @@ async fn the_stock_install_runs_on_the_nodes_and_the_seeds_curls_answer() {
 
     // Its default probe, a connect to each published port, finds the seed's nginx-nad pods
     // answering on both (80, and 443 as testdata's ConfigMap configures nginx).
-    for pod in pods(&api, "nginx-nad").await {
+    for pod in pods_of(&api, "app=nginx-nad").await {
         let name = pod.name_any();
         eventually(&format!("{name} ready on default/macvlan"), || async {
             let pod = api.get(&name).await.unwrap();
@@ -176,7 +119,7 @@ async fn the_stock_install_runs_on_the_nodes_and_the_seeds_curls_answer() {
 
     kubectl_with(
         &["delete", "-n", "default", "--wait=false", "-f", "-"],
-        &local_images(&manifests),
+        &manifests,
     )
     .await;
     kubectl_with(
