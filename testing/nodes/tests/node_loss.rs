@@ -85,18 +85,24 @@ async fn a_node_that_stops_answering_ends_with_its_pods_not_ready_and_comes_back
         (condition(&pod, "Ready")?.status == "False").then_some(())
     })
     .await;
-    // Said by the node lifecycle controller, on the pod.
+    // Said by the node lifecycle controller, on the pod. Its Events are written apart from the
+    // status, and may come after it (CI of e55ce0c listed none right after Ready went False).
     let events: Api<Event> = Api::namespaced(scene.client.clone(), &scene.ns);
-    let said = events
-        .list(&ListParams::default().fields("involvedObject.name=app,reason=NodeNotReady"))
-        .await
-        .unwrap()
-        .items;
-    assert!(
-        said.iter().any(|e| e.type_.as_deref() == Some("Warning")
-            && e.source.as_ref().and_then(|s| s.component.as_deref()) == Some("node-controller")),
-        "{said:?}"
-    );
+    nad_test_kit::wait::eventually("the node controller's NodeNotReady Event", wait, || async {
+        let said = events
+            .list(&ListParams::default().fields("involvedObject.name=app,reason=NodeNotReady"))
+            .await
+            .unwrap()
+            .items;
+        said.iter()
+            .any(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.source.as_ref().and_then(|s| s.component.as_deref())
+                        == Some("node-controller")
+            })
+            .then_some(())
+    })
+    .await;
 
     drop(frozen);
     nad_test_kit::wait::eventually("the node Ready again", wait, || async {
