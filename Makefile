@@ -11,17 +11,10 @@ BIN := $(TARGET_DIR)/release/nad-service-controller
 WASM_TARGET := wasm32-wasip2
 PLUGIN_DIR := $(TARGET_DIR)/$(WASM_TARGET)/wasm-release
 RUN_ARGS ?= --leader-election=false
-# A static (musl) binary of this machine's architecture, as the image holds.
-STATIC_TARGET ?= $(shell uname -m)-unknown-linux-musl
+# The static (musl) binaries, as the images hold: hack/static-cargo.sh builds them, with the same
+# target and flags as the tests, the fault tests, the demo and clippy (one build for all).
+STATIC_DIR = $(shell hack/static-cargo.sh --release-dir)
 STATIC_OUT ?= $(TARGET_DIR)/static
-# The static binary's bytes do not depend on where the clone, the cargo home or the target
-# directory is (panic messages name source files, build scripts' generated ones among them): the
-# Dockerfile's build, in /src, gives the same bytes. Cargo names the workspace's own sources by
-# their path in the clone (host/src/...), so only the cargo home and the target directory are
-# remapped: flags that named the clone would make every fresh clone rebuild every dependency.
-CARGO_HOME_DIR := $(or $(CARGO_HOME),$(HOME)/.cargo)
-STATIC_RUSTFLAGS := --remap-path-prefix=$(CARGO_HOME_DIR)=/cargo \
-	--remap-path-prefix=$(abspath $(TARGET_DIR))=/target
 # `make image-oci`: the images as OCI layouts, without a container engine (hack/image-oci.sh): the
 # controller's and the network prober's.
 IMAGE_LAYOUT ?= $(TARGET_DIR)/image/oci
@@ -62,16 +55,17 @@ plugins: wasm-target ## Build the plugins as components to $(TARGET_DIR)/wasm32-
 
 .PHONY: build-static
 build-static: wasm-target ## Build the static (musl) controller and prober binaries to $(STATIC_OUT)/, as the images hold
-	@command -v musl-gcc >/dev/null || { echo "build-static: musl-gcc is missing: install Debian's musl-tools (apt-get install musl-tools)" >&2; exit 1; }
-	@rustup target list --installed | grep -qx '$(STATIC_TARGET)' || rustup target add $(STATIC_TARGET)
-	@# One build per binary: built together, cargo would give the prober the features the
+	@# The controller with the packages and features of the tests (hack/test.sh): their build is
+	@# this one. The prober on its own: built with the controller, it would get the features the
 	@# controller's dependencies ask of shared crates (rustls with sigstore's aws-lc backend).
-	CC_$(subst -,_,$(STATIC_TARGET))=musl-gcc RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release --locked --target $(STATIC_TARGET) \
-		--config 'profile.release.strip="symbols"' -p nad-service-controller
-	CC_$(subst -,_,$(STATIC_TARGET))=musl-gcc RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release --locked --target $(STATIC_TARGET) \
-		--config 'profile.release.strip="symbols"' -p nad-prober
+	CARGO="$(CARGO)" hack/static-cargo.sh build --release --locked -p nad-service-controller -p nad-prober -p node-sim
 	@mkdir -p $(STATIC_OUT)
-	cp $(TARGET_DIR)/$(STATIC_TARGET)/release/nad-service-controller $(TARGET_DIR)/$(STATIC_TARGET)/release/nad-network-prober $(STATIC_OUT)/
+	cp $(STATIC_DIR)/nad-service-controller $(STATIC_OUT)/
+	CARGO="$(CARGO)" hack/static-cargo.sh build --release --locked -p nad-prober
+	cp $(STATIC_DIR)/nad-network-prober $(STATIC_OUT)/
+	@# Stripped here rather than by the profile: a profile setting would change every crate's
+	@# build, and the tests' binaries keep their symbols for backtraces.
+	strip --strip-all $(STATIC_OUT)/nad-service-controller $(STATIC_OUT)/nad-network-prober
 	@echo "built $(STATIC_OUT)/nad-service-controller and $(STATIC_OUT)/nad-network-prober"
 
 .PHONY: test
@@ -118,7 +112,9 @@ lint-rust: wasm-target ## cargo fmt --check, the crates' floors (hack/check-laye
 	$(CARGO) fmt --all -- --check
 	python3 hack/check-layers.py
 	python3 hack/module-graph.py
-	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+	@# The release build's target and flags: the build scripts and proc macros it compiles and
+	@# runs (aws-lc's C library among them) are the build's, compiled once for both.
+	CARGO="$(CARGO)" hack/static-cargo.sh clippy --release --locked --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --locked --target $(WASM_TARGET) -p nad-plugin-sdk -p nad-default-plugin -p nad-plugin-opt-out -p nad-plugin-preferred-zones -p nad-test-misbehaving -p nad-test-contract-1-0 -p nad-test-stale-wit -p nad-test-imports-filesystem -- -D warnings
 
 .PHONY: lint-workflows

@@ -79,12 +79,13 @@ if [[ "$nodes" == true ]]; then
   make --no-print-directory image-oci IMAGE_LAYOUT="$image_layout" PROBER_IMAGE_LAYOUT="$prober_image_layout" \
     IMAGE_TAG="$tag" >/dev/null
 else
-  step "release build" "builds: $([[ "$cluster" == local ]] && echo "the control plane from Go modules in the background (log: .local/logs/go-builds-demo.log), ")the controller and the node simulator here (cargo build --release; the first build takes minutes)"
+  step "release build" "builds: $([[ "$cluster" == local ]] && echo "the control plane from Go modules in the background (log: .local/logs/go-builds-demo.log), ")the controller and the node simulator here (their static build, hack/static-cargo.sh; the first build takes minutes)"
   [[ "$cluster" == local ]] && background_start "$logs/go-builds-demo.log" hack/go-builds.sh control-plane
   make --no-print-directory wasm-target >&2
-  # The same packages as hack/test.sh: one build of the dependencies for both.
-  ${CARGO:-cargo} build --release --locked -p nad-service-controller -p nad-prober -p node-sim >&2
+  # The same packages and target as hack/test.sh and the images: one build of the dependencies.
+  hack/static-cargo.sh build --release --locked -p nad-service-controller -p nad-prober -p node-sim >&2
 fi
+release_dir="$(hack/static-cargo.sh --release-dir)"
 background_wait "go: waiting" "waiting for the Go builds (.local/logs/go-builds-demo.log)" || die "a Go build failed"
 
 if [[ "$cluster" == local ]]; then
@@ -155,10 +156,10 @@ EOF
 else
   step "slices" "the controller publishes testdata/'s pods: starting it on this machine (log: .local/logs/controller.log)"
   if [[ "$cluster" == local ]]; then
-    "$target_dir/release/node-sim" --range macvlan=192.168.2.0/24 >"$logs/node-sim.log" 2>&1 &
+    "$release_dir/node-sim" --range macvlan=192.168.2.0/24 >"$logs/node-sim.log" 2>&1 &
     pids+=($!)
   fi
-  "$target_dir/release/nad-service-controller" --leader-election=false \
+  "$release_dir/nad-service-controller" --leader-election=false \
     --metrics-address 127.0.0.1:18080 --health-address 127.0.0.1:18081 \
     >"$logs/controller.log" 2>&1 &
   controller=$!

@@ -24,7 +24,7 @@ DEBIAN=(
   "iproute2|ip|dataplane|the data plane: nodes as network namespaces, veth and macvlan links"
   "nftables|nft|dataplane|the data plane: kube-proxy's nftables mode"
   "file|file|test|the image's check that its binary is static (hack/image-oci.sh)"
-  "musl-tools|musl-gcc|test dataplane|the image's static (musl) binary (make build-static), the nodes' sandbox image (hack/nodes/images.sh)"
+  "musl-tools|musl-gcc|demo test test-faults lint dataplane|the static (musl) build the images, the tests, the demo and clippy share (hack/static-cargo.sh), the nodes' sandbox image (hack/nodes/images.sh)"
   "umoci|umoci|test dataplane|the images as OCI layouts (make image-oci, hack/nodes/images.sh)"
   "runc|runc|test dataplane|the nodes' container runtime (hack/nodes.sh), the image in the RBAC test (host/tests/rbac.rs)"
   "clang-19|-|test c-plugins|C plugins: the compiler (hack/c-plugin-toolchain.sh)"

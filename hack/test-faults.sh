@@ -14,7 +14,6 @@
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
-cargo="${CARGO:-cargo}"
 target="${CARGO_TARGET_DIR:-$repo/target}"
 
 export NAD_LOCAL_DIR="${NAD_FAULTS_DIR:-$repo/.local-faults}"
@@ -32,9 +31,12 @@ hack/system-packages.sh test-faults
 
 step "builds" "building the controller (release) and the fault tests"
 # The same packages as hack/test.sh and hack/demo.sh: the same features, so the same build.
-$cargo build --release --locked -p nad-service-controller -p nad-prober -p node-sim
-$cargo test --release --locked -p nad-fault-tests --no-run
-export NSC_CONTROLLER_BIN="${NSC_CONTROLLER_BIN:-$target/release/nad-service-controller}"
+# The static target of hack/static-cargo.sh, as the images and hack/test.sh: one build for all.
+hack/static-cargo.sh build --release --locked -p nad-service-controller -p nad-prober -p node-sim
+# The whole workspace selected, its test target alone built: the features of hack/test.sh's test
+# build, whose dependencies are the release build's (hack/one-build.py).
+hack/static-cargo.sh test --release --locked --workspace --test faults --no-run
+export NSC_CONTROLLER_BIN="${NSC_CONTROLLER_BIN:-$(hack/static-cargo.sh --release-dir)/nad-service-controller}"
 
 step "control plane" "starting the fault control plane in $NAD_LOCAL_DIR"
 # Left over by an interrupted run: start from nothing.
@@ -53,6 +55,6 @@ eval "$(hack/local-up.sh)"
 
 printf '| scenario | measured |\n|---|---|\n' >"$NSC_FAULT_REPORT"
 step "fault tests" "fault tests (one at a time: they share the control plane)"
-$cargo test --release --locked -p nad-fault-tests -- --test-threads=1 "$@"
+hack/static-cargo.sh test --release --locked --workspace --test faults -- --test-threads=1 "$@"
 echo "== measurements ($NSC_FAULT_REPORT; the controllers' logs are in $NSC_FAULT_LOGS)" >&2
 cat "$NSC_FAULT_REPORT" >&2

@@ -5,16 +5,17 @@
 # them comes at the end (hack/steps.sh; hack/README.md keeps the measured cold and warm times).
 #
 # The builds come first, in two streams that do not wait on each other: the Go parts (control
-# plane, data plane, helm, registry, oras) in the background, the Rust ones (release build, C
-# plugin toolchain, static build, test binaries) in the foreground. Where one stream waits on
-# the network, a linker or one crate's long compile, the other has the core.
+# plane, data plane, helm, registry, oras) in the background, the Rust ones (the release build,
+# the C plugin toolchain, the images' binaries, the test binaries) in the foreground. Where one
+# stream waits on the network, a linker or one crate's long compile, the other has the core.
+# The Rust builds are one build: the static (musl) target of the images, which the tests are
+# built for too (hack/static-cargo.sh), so that no crate is compiled for two targets.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 # shellcheck source=hack/steps.sh
 source hack/steps.sh
 steps_init test
-cargo="${CARGO:-cargo}"
 target_dir="${CARGO_TARGET_DIR:-$repo/target}"
 logs="$repo/.local/logs"
 
@@ -46,30 +47,34 @@ trap 'exit 130' INT TERM
 step "system packages" "system packages (hack/system-packages.sh test: installs what is missing)"
 hack/system-packages.sh test
 
-step "rust: release build" "builds: the Go parts in the background (hack/go-builds.sh, log: .local/logs/go-builds-test.log); here cargo build --release of the controller, the prober and the node simulator"
+step "rust: release build" "builds: the Go parts in the background (hack/go-builds.sh, log: .local/logs/go-builds-test.log); here the static (musl) release build of the controller, the prober and the node simulator, which the images and the tests share (hack/static-cargo.sh)"
 mkdir -p "$logs"
 background_start "$logs/go-builds-test.log" hack/go-builds.sh control-plane data-plane test-tools
 
 make --no-print-directory wasm-target
-# The same packages as hack/demo.sh and hack/test-faults.sh: one build of the dependencies for all.
-$cargo build --release --locked -p nad-service-controller -p nad-prober -p node-sim
+# The same packages and target as make build-static, hack/demo.sh and hack/test-faults.sh: one
+# build of the dependencies for all. Its crates are recorded, and the test build below must reuse
+# them (hack/one-build.py).
+hack/static-cargo.sh build --release --locked -p nad-service-controller -p nad-prober -p node-sim \
+  --message-format=json-render-diagnostics | python3 hack/one-build.py record "$logs/release-build.json"
 
 step "rust: tools" "the C plugin toolchain (hack/c-plugin-toolchain.sh: clang, wasi-libc, wit-bindgen, wasm-tools) and cargo-sbom (the image's SBOM)"
 # The CLI tests build the C example and a `plugin new --lang c` project with it.
 hack/c-plugin-toolchain.sh >/dev/null
 hack/tools.sh cargo-sbom >/dev/null
 
-step "rust: static build" "the static (musl) binaries of the images, the controller's (which the RBAC test runs with runc) and the prober's (make build-static)"
+step "rust: image binaries" "the images' binaries (make build-static): the controller's from the build above, the prober's built on its own"
 image_layout="$target_dir/image/oci"
 image_tag="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)"
 make --no-print-directory build-static >/dev/null
 prober_image_layout="$target_dir/image/prober-oci"
 export NSC_IMAGE_LAYOUT="$image_layout:$image_tag" NSC_PROBER_IMAGE_LAYOUT="$prober_image_layout:$image_tag"
 
-step "rust: test binaries" "cargo test --no-run (unit, plugin-runtime, plugin-CLI, cluster, RBAC, node and data-plane tests)"
+step "rust: test binaries" "cargo test --no-run (unit, plugin-runtime, plugin-CLI, cluster, RBAC, node and data-plane tests), on the release build's dependencies (hack/one-build.py)"
 # The fault tests kill the API server: they run on a control plane of their own
 # (make test-faults, hack/test-faults.sh).
-$cargo test --release --locked --workspace --exclude nad-fault-tests --no-run
+hack/static-cargo.sh test --release --locked --workspace --exclude nad-fault-tests --no-run \
+  --message-format=json-render-diagnostics | python3 hack/one-build.py check "$logs/release-build.json"
 
 background_wait "go: waiting" "waiting for the Go builds (.local/logs/go-builds-test.log)"
 
@@ -98,7 +103,7 @@ step "cargo test" "cargo test (unit, plugin-runtime, plugin-CLI, cluster and RBA
 # The tests of the nodes and the data plane run below, once the nodes are up (kube-scheduler would
 # bind the simulated pods of the cluster tests to them). Leaving them out selects no other
 # features: nothing is built again.
-$cargo test --release --locked --workspace --exclude nad-fault-tests --exclude nad-node-tests
+hack/static-cargo.sh test --release --locked --workspace --exclude nad-fault-tests --exclude nad-node-tests
 
 step "nodes" "the data plane on real nodes (hack/nodes.sh: kubelet, containerd, kube-scheduler, Multus, CNI plugins, whereabouts, kube-proxy, CoreDNS), the images loaded, and its tests (testing/nodes: kubelet, node loss, the stock install, the Helm chart, the data plane)"
 proc_running .local/pids/nodes-relay.pid || started_nodes=true
@@ -108,5 +113,5 @@ for image in "$image_layout:$image_tag=localhost/isim/nad-service-controller:$im
   hack/nodes.sh load "${image%%=*}" "${image#*=}"
 done
 # The same packages selected as above: the test binaries built then are run.
-$cargo test --release --locked --workspace --exclude nad-fault-tests --test kubelet --test node_loss --test stock \
+hack/static-cargo.sh test --release --locked --workspace --exclude nad-fault-tests --test kubelet --test node_loss --test stock \
   --test helm --test dataplane

@@ -24,4 +24,6 @@ pub mod server;
 pub mod watch;
 
 mod app;
+#[cfg(test)]
+mod mock_api;
 pub use app::run;

@@ -236,7 +236,7 @@ mod tests {
     /// delete is conditional on what was seen.
     #[tokio::test]
     async fn updates_are_forced_over_the_version_seen_creates_are_not_deletes_are_conditional() {
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let (service, mut handle) = crate::mock_api::pair();
         let client = Client::new(service, "default");
         let server = tokio::spawn(async move {
             let (request, send) = handle.next_request().await.unwrap();
@@ -307,7 +307,7 @@ mod tests {
     /// written, and that is no failure.
     #[tokio::test]
     async fn a_taken_name_is_left_alone_and_an_outdated_write_is_not_made() {
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let (service, mut handle) = crate::mock_api::pair();
         let client = Client::new(service, "default");
         let server = tokio::spawn(async move {
             let mut names = Vec::new();
@@ -356,7 +356,7 @@ mod tests {
     /// One refused slice does not stop the others, and what was written is still reported.
     #[tokio::test]
     async fn a_refused_write_is_reported_beside_the_writes_that_worked() {
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let (service, mut handle) = crate::mock_api::pair();
         let client = Client::new(service, "default");
         let server = tokio::spawn(async move {
             let (_, send) = handle.next_request().await.unwrap();

@@ -9,7 +9,8 @@ use std::{
     time::Duration,
 };
 
-use http::{Method, Request, Response};
+use crate::mock_api::Handle;
+use http::{Method, Response};
 use k8s_openapi::api::{
     core::v1::{Node, Pod, Service},
     discovery::v1::EndpointSlice,
@@ -17,7 +18,6 @@ use k8s_openapi::api::{
 use kube::{Client, ResourceExt, client::Body, runtime::controller::Action};
 use nad_test_kit::metrics::Scrape;
 use serde_json::{Value, json};
-use tower_test::mock::Handle;
 
 use super::{
     Context,
@@ -62,7 +62,7 @@ enum Call {
 }
 
 /// Serves `calls` in order, then checks that nothing else comes; returns the bodies sent.
-async fn verify(mut handle: Handle<Request<Body>, Response<Body>>, calls: Vec<Call>) -> Vec<Value> {
+async fn verify(mut handle: Handle, calls: Vec<Call>) -> Vec<Value> {
     let mut sent = Vec::new();
     for call in calls {
         let (request, reply) = tokio::time::timeout(Duration::from_secs(5), handle.next_request())
@@ -126,13 +126,13 @@ async fn verify(mut handle: Handle<Request<Body>, Response<Body>>, calls: Vec<Ca
 /// A Context over in-memory caches and a mocked API.
 struct Harness {
     ctx: Arc<Context>,
-    handle: Option<Handle<Request<Body>, Response<Body>>>,
+    handle: Option<Handle>,
     gates: super::context::TestGates,
 }
 
 impl Harness {
     fn new(plugins: Plugins) -> Self {
-        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let (service, handle) = crate::mock_api::pair();
         let mut zones = NodeZones::default();
         zones.on_event(Event::Apply(&node("n1", "zone-a")));
         let (ctx, gates) = Context::for_tests(Client::new(service, "default"), plugins, zones);
@@ -225,7 +225,7 @@ impl Harness {
         let (service_handle, ctx) = (self.handle.take().unwrap(), self.ctx.clone());
         // The verifier ends when every client is gone: the harness is rebuilt around a new
         // mock for the next reconcile.
-        let (service_mock, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let (service_mock, handle) = crate::mock_api::pair();
         let verifier = tokio::spawn(verify(service_handle, calls));
         let result = reconcile(Arc::new(service.clone()), ctx).await;
         let ctx = Arc::get_mut(&mut self.ctx).expect("the reconcile holds no context");

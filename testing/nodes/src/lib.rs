@@ -260,12 +260,13 @@ pub async fn namespace(client: &Client, test: &str) -> String {
 
 /// The binary `name` of this build (beside the test binaries' `deps/`), which must be newer
 /// than every source it was built from, as its dep-info file (`<name>.d`) lists them:
-/// `make test` builds it first (`cargo build --release`).
+/// `make test` builds it first (`hack/static-cargo.sh build --release`).
 pub fn built(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(Path::parent).unwrap();
     let binary = dir.join(name);
-    let rebuild = format!("cargo build --release --locked of {name} (make test does)");
+    let rebuild =
+        format!("hack/static-cargo.sh build --release --locked of {name} (make test does)");
     let built = std::fs::metadata(&binary)
         .and_then(|m| m.modified())
         .unwrap_or_else(|e| panic!("{}: {e}; build it: {rebuild}", binary.display()));
