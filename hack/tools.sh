@@ -63,10 +63,11 @@ cargo_install() {
 }
 
 # go install of one command into a versioned name: <package path> <version>; the binary is
-# the path's last element.
+# the path's last element. Without debug information or a symbol table, compiled or linked (as
+# hack/controlplane/build.sh, with its GOGC): nobody debugs these here, and it saves build time.
 go_install() {
   local package="$1" version="$2" binary="${1##*/}"
-  GOBIN="$root/go-$binary-$version" go install "$package@$version"
+  GOGC="${GOGC:-400}" GOBIN="$root/go-$binary-$version" go install -trimpath -gcflags=all=-dwarf=false -ldflags='-s -w' "$package@$version"
   mv "$root/go-$binary-$version/$binary" "$bin/$binary-$version"
   rm -rf "${root:?}/go-$binary-$version"
 }

@@ -43,6 +43,11 @@ components=(
 
 export CGO_ENABLED=0
 export GOFLAGS=-mod=readonly
+# -gcflags=all=-dwarf=false: the compiler writes no debug information, which the linker's -w
+# would drop anyway (8 % of a cold etcd build's CPU time). The binaries run alike.
+# GOGC=400: the compiler collects its garbage less often, for 9 % less CPU time in a cold etcd
+# build, at 365 MB rather than 295 MB for its largest package (GOGC, if set, is kept).
+export GOGC="${GOGC:-400}"
 cd "$here"
 for spec in "${components[@]}"; do
   IFS=: read -r name version pkg <<<"$spec"
@@ -60,7 +65,7 @@ for spec in "${components[@]}"; do
     tmp="$(mktemp -d "$NAD_BIN_CACHE/.$name-$version.XXXXXX" 2>/dev/null || { mkdir -p "$NAD_BIN_CACHE" && mktemp -d "$NAD_BIN_CACHE/.$name-$version.XXXXXX"; })"
     ldflags="-s -w"
     [[ "$pkg" == k8s.io/* ]] && ldflags="$kube_ldflags"
-    if ! go build -trimpath -ldflags="$ldflags" -o "$tmp/$name" "$pkg"; then
+    if ! go build -trimpath -gcflags=all=-dwarf=false -ldflags="$ldflags" -o "$tmp/$name" "$pkg"; then
       rm -rf "$tmp"
       echo "build.sh: building $name failed" >&2
       exit 1

@@ -3,7 +3,8 @@
 # the shared binary cache (like hack/controlplane/build.sh), skipping any already there:
 #   ${NAD_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/bin}/<part>-<version>/
 # Parts: multus (thin plugin), the CNI reference plugins (bridge, macvlan, host-local, loopback),
-# whereabouts (IPAM, with its CRDs in crds/), coredns, containerd (with ctr and the runc shim; runc
+# whereabouts (IPAM, with its CRDs in crds/), coredns (with the Corefile's plugins only: coredns/),
+# containerd (with ctr and the runc shim; runc
 # itself is Debian's). kubelet, kube-proxy and kube-scheduler come from hack/controlplane/build.sh
 # (the same k8s.io/kubernetes module as the control plane).
 # Prints one line per part: "<part> <directory holding its binaries>". Used by hack/nodes.sh.
@@ -15,10 +16,15 @@ MULTUS_VERSION=v4.2.4        # the proxy serves this exact version but refuses t
 CNI_PLUGINS_VERSION=v1.10.0
 WHEREABOUTS_VERSION=v0.9.2
 COREDNS_VERSION=v1.14.7
+# coredns/ is this directory's module (main.go and the go.mod that pins CoreDNS): its build's
+# version is CoreDNS's and its sources'.
+COREDNS_BUILD="$COREDNS_VERSION-$(cat "$here"/coredns/go.mod "$here"/coredns/go.sum "$here"/coredns/*.go | sha256sum | cut -c1-12)"
 CONTAINERD_VERSION=v2.4.2
 
 command -v go >/dev/null || { echo "dataplane/build.sh: go is required (Go >= 1.26)" >&2; exit 1; }
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
+# The compiler's garbage collection less often (as hack/controlplane/build.sh).
+export GOGC="${GOGC:-400}"
 
 # part:version:module:package[,package...][:build tags] (packages relative to the module; "." is
 # its root). containerd is built as its release is, less the btrfs snapshotter (cgo) and the CLI's
@@ -27,7 +33,7 @@ parts=(
   "multus:${MULTUS_VERSION}:gopkg.in/k8snetworkplumbingwg/multus-cni.v4:cmd/multus"
   "cni-plugins:${CNI_PLUGINS_VERSION}:github.com/containernetworking/plugins:plugins/main/bridge,plugins/main/macvlan,plugins/main/loopback,plugins/ipam/host-local"
   "whereabouts:${WHEREABOUTS_VERSION}:github.com/k8snetworkplumbingwg/whereabouts:cmd"
-  "coredns:${COREDNS_VERSION}:github.com/coredns/coredns:."
+  "coredns:${COREDNS_BUILD}:./coredns:."
   "containerd:${CONTAINERD_VERSION}:github.com/containerd/containerd/v2:cmd/containerd,cmd/containerd-shim-runc-v2,cmd/ctr:urfave_cli_no_docs,no_btrfs"
 )
 
@@ -43,7 +49,8 @@ build_in() {
   for pkg in "${pkgs[@]}"; do
     name="${pkg##*/}"
     [[ "$name" == cmd || "$name" == . ]] && name="$part"
-    (cd "$source" && go build -trimpath -tags="$tags" -ldflags="$ldflags" -o "$out/$name" "./$pkg")
+    # No debug information, compiled or linked (as hack/controlplane/build.sh).
+    (cd "$source" && go build -trimpath -gcflags=all=-dwarf=false -tags="$tags" -ldflags="$ldflags" -o "$out/$name" "./$pkg")
   done
   # whereabouts keeps its allocations in custom resources: keep their definitions beside it.
   if [[ "$part" == whereabouts ]]; then
@@ -80,7 +87,9 @@ for spec in "${parts[@]}"; do
     continue
   fi
   dir=""
-  if [[ ! -f "$NAD_BIN_CACHE/$part-$version/.complete" ]]; then
+  if [[ "$module" == ./* ]]; then
+    dir="$here/${module#./}"
+  elif [[ ! -f "$NAD_BIN_CACHE/$part-$version/.complete" ]]; then
     dir="$(go mod download -json "$module@$version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
     [[ -d "$dir" ]] || { echo "dataplane/build.sh: could not download $module@$version" >&2; exit 1; }
   fi

@@ -8,10 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
-#[path = "support/registry.rs"]
-mod registry;
-#[path = "support/sigstore.rs"]
-mod sigstore;
+use crate::{registry, sigstore};
 
 use std::collections::BTreeMap;
 

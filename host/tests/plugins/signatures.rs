@@ -8,8 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
-#[path = "support/registry.rs"]
-mod registry;
+use crate::registry;
 
 use std::{collections::BTreeMap, path::Path};
 

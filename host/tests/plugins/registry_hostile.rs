@@ -9,12 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
-#[path = "support/hostile.rs"]
-mod hostile;
-#[path = "support/registry.rs"]
-mod registry;
-#[path = "support/token_server.rs"]
-mod token_server;
+use crate::{hostile, registry, token_server};
 
 use std::{
     sync::Arc,

@@ -7,10 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
-#[path = "support/registry.rs"]
-mod registry;
-#[path = "support/token_server.rs"]
-mod token_server;
+use crate::{registry, token_server};
 
 use std::{
     collections::BTreeMap,

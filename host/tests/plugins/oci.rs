@@ -5,9 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
-// The registry only: these tests need no control plane.
-#[path = "support/registry.rs"]
-mod registry;
+use crate::registry;
 
 use std::{process::Command, sync::Arc, time::Duration};
 
