@@ -9,6 +9,16 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# One at a time per cache: a second run (.ci/run starts one before lint, hack/test.sh its own)
+# waits for the first and then finds its parts built, rather than building them beside it.
+cache="${NAD_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/bin}"
+mkdir -p "$cache"
+exec 9>"$cache/.go-builds.lock"
+if ! flock -n 9; then
+  echo "go-builds: another go-builds is building into $cache; waiting for it" >&2
+  flock 9
+fi
+
 timed() {
   local start=$SECONDS
   "$@" >/dev/null
