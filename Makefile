@@ -55,14 +55,15 @@ plugins: wasm-target ## Build the plugins as components to $(TARGET_DIR)/wasm32-
 
 .PHONY: build-static
 build-static: wasm-target ## Build the static (musl) controller and prober binaries to $(STATIC_OUT)/, as the images hold
-	@# Both from one build, with the packages and features of the tests (hack/test.sh): their build
-	@# is this one. The prober so gets the features the controller's dependencies ask of shared
-	@# crates (rustls's aws-lc backend, which sigstore asks for): it links 24 of aws-lc's symbols
-	@# (131 KB of 13.5 MB stripped) and uses ring, as before. Built on its own it took a second
-	@# build of every crate whose features differ (7 min 49 s of a cold .ci/run).
+	@# The controller with the packages and features of the tests (hack/test.sh): their build is
+	@# this one. The prober on its own: built with the controller, it would get the features the
+	@# controller's dependencies ask of shared crates (rustls with sigstore's aws-lc backend: 24 of
+	@# aws-lc's symbols, which rbac.rs's the_prober_image_holds_the_prober_alone refuses).
 	CARGO="$(CARGO)" hack/static-cargo.sh build --release --locked -p nad-service-controller -p nad-prober -p node-sim
 	@mkdir -p $(STATIC_OUT)
-	cp $(STATIC_DIR)/nad-service-controller $(STATIC_DIR)/nad-network-prober $(STATIC_OUT)/
+	cp $(STATIC_DIR)/nad-service-controller $(STATIC_OUT)/
+	CARGO="$(CARGO)" hack/static-cargo.sh build --release --locked -p nad-prober
+	cp $(STATIC_DIR)/nad-network-prober $(STATIC_OUT)/
 	@# Stripped here rather than by the profile: a profile setting would change every crate's
 	@# build, and the tests' binaries keep their symbols for backtraces.
 	strip --strip-all $(STATIC_OUT)/nad-service-controller $(STATIC_OUT)/nad-network-prober

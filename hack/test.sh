@@ -63,7 +63,7 @@ step "rust: tools" "the C plugin toolchain (hack/c-plugin-toolchain.sh: clang, w
 hack/c-plugin-toolchain.sh >/dev/null
 hack/tools.sh cargo-sbom >/dev/null
 
-step "rust: image binaries" "the images' binaries (make build-static): the controller's and the prober's from the build above, stripped"
+step "rust: image binaries" "the images' binaries (make build-static): the controller's from the build above, the prober's built on its own"
 image_layout="$target_dir/image/oci"
 image_tag="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)"
 make --no-print-directory build-static >/dev/null
