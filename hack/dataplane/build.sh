@@ -4,9 +4,9 @@
 #   ${NAD_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/bin}/<part>-<version>/
 # Parts: multus (thin plugin), the CNI reference plugins (bridge, macvlan, host-local, loopback),
 # whereabouts (IPAM, with its CRDs in crds/), coredns (with the Corefile's plugins only: coredns/),
-# containerd (with ctr and the runc shim; runc
-# itself is Debian's). kubelet, kube-proxy and kube-scheduler come from hack/controlplane/build.sh
-# (the same k8s.io/kubernetes module as the control plane).
+# containerd (with ctr and the runc shim; runc itself is Debian's). kubelet, kube-proxy and
+# kube-scheduler come from hack/controlplane/build.sh (the same k8s.io/kubernetes module as the
+# control plane).
 # Prints one line per part: "<part> <directory holding its binaries>". Used by hack/nodes.sh.
 set -euo pipefail
 
