@@ -26,3 +26,17 @@ mod registry_auth;
 mod registry_hostile;
 mod runtime;
 mod signatures;
+
+use std::time::Duration;
+
+use nad_plugin_runtime::{Limits, Runtime};
+
+/// The runtime of the runtime and pipeline tests: limits tight enough that a misbehaving guest
+/// meets them within a test's time (50 ms a call, 16 MiB of memory).
+fn runtime_with_tight_limits() -> Runtime {
+    Runtime::new(Limits {
+        deadline: Duration::from_millis(50),
+        memory_bytes: 16 << 20,
+    })
+    .unwrap()
+}

@@ -5,6 +5,7 @@
 
 use std::{os::unix::fs::symlink, path::Path, time::Duration};
 
+use crate::runtime_with_tight_limits as runtime;
 use nad_model::decision::{Conditions, Decision};
 use nad_model::fetch::MAX_PLUGIN_BYTES;
 use nad_plugin_runtime::{
@@ -20,14 +21,6 @@ const CONTRACT_1_1: &[u8] = include_bytes!(env!("NSC_TEST_CONTRACT_1_1_WASM"));
 const PREFERRED_ZONES: &[u8] = include_bytes!(env!("NSC_EXAMPLE_PREFERRED_ZONES_WASM"));
 const STALE_WIT: &[u8] = include_bytes!(env!("NSC_TEST_STALE_WIT_WASM"));
 const IMPORTS_FILESYSTEM: &[u8] = include_bytes!(env!("NSC_TEST_IMPORTS_FILESYSTEM_WASM"));
-
-fn runtime() -> Runtime {
-    Runtime::new(Limits {
-        deadline: Duration::from_millis(50),
-        memory_bytes: 16 << 20,
-    })
-    .unwrap()
-}
 
 fn failed_step(bytes: &[u8], config: &str) -> (Step, String) {
     let err = prepare(&runtime(), "p", bytes, config).unwrap_err();

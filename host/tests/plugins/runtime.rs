@@ -5,6 +5,7 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
+use crate::runtime_with_tight_limits as runtime;
 use k8s_openapi::api::core::v1::Pod;
 use nad_model::input::target::ServiceTarget;
 use nad_model::{
@@ -14,20 +15,12 @@ use nad_model::{
     pod::PodRecord,
 };
 use nad_plugin_runtime::{
-    CallError, DEFAULT_PLUGIN_WASM, Limits, LoadError, Plugin, Rejected, Runtime, Step,
-    conditions_view, pod_view, prepare, service_view, wit,
+    CallError, DEFAULT_PLUGIN_WASM, LoadError, Plugin, Rejected, Step, conditions_view, pod_view,
+    prepare, service_view, wit,
 };
 use serde_json::json;
 
 const MISBEHAVING: &[u8] = include_bytes!(env!("NSC_TEST_MISBEHAVING_WASM"));
-
-fn runtime() -> Runtime {
-    Runtime::new(Limits {
-        deadline: Duration::from_millis(50),
-        memory_bytes: 16 << 20,
-    })
-    .unwrap()
-}
 
 fn target(labels: &[(&str, &str)], publish_not_ready: bool) -> ServiceTarget {
     ServiceTarget {
