@@ -13,7 +13,7 @@ use std::{
     process::Command,
 };
 
-const PLUGINS: [(&str, &str, &str); 8] = [
+const PLUGINS: [(&str, &str, &str); 9] = [
     (
         "nad-default-plugin",
         "nad_default_plugin",
@@ -43,6 +43,11 @@ const PLUGINS: [(&str, &str, &str); 8] = [
         "nad-test-contract-1-1",
         "nad_test_contract_1_1",
         "NSC_TEST_CONTRACT_1_1_WASM",
+    ),
+    (
+        "nad-test-contract-1-2",
+        "nad_test_contract_1_2",
+        "NSC_TEST_CONTRACT_1_2_WASM",
     ),
     (
         "nad-test-stale-wit",

@@ -8,6 +8,7 @@ use futures::{FutureExt, StreamExt, future};
 use k8s_openapi::api::{
     core::v1::{Node, Pod, Service},
     discovery::v1::EndpointSlice,
+    resource::v1::ResourceClaim,
 };
 use k8s_openapi::jiff::Timestamp;
 use kube::{
@@ -167,7 +168,19 @@ fn watches(
         services: services.clone(),
         plugins: plugins.plugins.clone(),
     };
-    let pod_triggers = watch::pods::watch(pod_api, shared.clone(), screen, kept, tasks);
+    let claim_api: Api<ResourceClaim> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let pod_triggers = watch::pods::watch(
+        (pod_api, claim_api),
+        client.clone(),
+        shared.clone(),
+        screen,
+        kept,
+        tasks,
+    );
+    let class_triggers = watch::devices::watch(client.clone(), shared.clone());
     let node_triggers = watch::nodes::watch(Api::<Node>::all(client.clone()), shared.clone());
     let network_triggers = watch::networks::watch(client.clone(), shared.clone());
     let plugin_triggers = watch::plugin_dir::watch(
@@ -194,6 +207,7 @@ fn watches(
         pod_triggers.boxed(),
         node_triggers.boxed(),
         network_triggers.boxed(),
+        class_triggers.boxed(),
         plugin_triggers.boxed(),
         recovery_triggers.boxed(),
     ])

@@ -29,6 +29,7 @@ use k8s_openapi::api::{
     core::v1::{ConfigMap, Namespace, Pod, Secret, Service, ServiceAccount},
     discovery::v1::EndpointSlice,
     events::v1::Event,
+    resource::v1::{DeviceClass, ResourceClaim, ResourceSlice},
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -866,6 +867,41 @@ async fn main_scenario(roles: Roles, launch: Launch) {
             .unwrap(),
         )
         .await,
+    );
+    // DRA: claims and classes are read, nothing of DRA is written, ResourceSlices never read.
+    assert_forbidden(
+        "listing ResourceSlices",
+        Api::<ResourceSlice>::all(account.clone())
+            .list(&ListParams::default())
+            .await,
+    );
+    assert_forbidden(
+        "reading a ResourceClaim by name",
+        Api::<ResourceClaim>::namespaced(account.clone(), "default")
+            .get("any")
+            .await,
+    );
+    assert_forbidden(
+        "writing a ResourceClaim's status",
+        Api::<ResourceClaim>::namespaced(account.clone(), "default")
+            .patch_status(
+                "any",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"devices": []}})),
+            )
+            .await,
+    );
+    assert_forbidden(
+        "creating a DeviceClass",
+        Api::<DeviceClass>::all(account.clone())
+            .create(
+                &PostParams {
+                    dry_run: true,
+                    ..PostParams::default()
+                },
+                &serde_json::from_value(json!({"metadata": {"name": "x"}, "spec": {}})).unwrap(),
+            )
+            .await,
     );
     // Of the ConfigMaps, only the plugins' one, by name.
     assert_forbidden(

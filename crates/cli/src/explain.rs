@@ -10,6 +10,7 @@ use anyhow::{Context as _, bail};
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Node, Pod, Service},
     discovery::v1::EndpointSlice,
+    resource::v1::{DeviceClass, ResourceClaim},
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -26,14 +27,11 @@ use super::plugin::{
 };
 use nad_core::{index::ZONE_LABEL, slices::DEFAULT_MAX_ENDPOINTS_PER_SLICE};
 use nad_model::input::{
+    device_network::{self, CLASS_ANNOTATION, ClaimRecord, DeviceAttachment, DeviceNetwork},
     network_ready,
     target::{self, NETWORK_ANNOTATION, POLICY_ANNOTATION, ServiceTarget, Target},
 };
-use nad_model::{
-    keys::Keys,
-    labels::SERVICE_NAME_LABEL,
-    pod::{KeptCondition, PodRecord},
-};
+use nad_model::{condition::KeptCondition, keys::Keys, labels::SERVICE_NAME_LABEL, pod::PodRecord};
 use nad_plugin_runtime::{BUILT_IN, Component, DEFAULT_PLUGIN_WASM, annotated, configmap};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -74,8 +72,12 @@ struct Live {
     nodes: Option<Vec<Node>>,
     slices: Vec<EndpointSlice>,
     plugin_configmap: Option<ConfigMap>,
-    /// Whether the network's NetworkAttachmentDefinition exists (`None`: unknown).
+    /// Whether the network's NetworkAttachmentDefinition, or DeviceClass, exists (`None`:
+    /// unknown).
     network_defined: Option<bool>,
+    /// The namespace's ResourceClaims, for a Service on a DRA network (`None`: not read, or
+    /// not readable).
+    claims: Option<Vec<ResourceClaim>>,
 }
 
 /// Explains the Service; fails when it is not one the controller serves.
@@ -95,8 +97,9 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write) -> anyhow::Result<()> {
         &live,
         target.annotations.get(POLICY_ANNOTATION),
     )?;
-    let pods = pod_records(&live.pods);
+    let pods = pod_records(&live.pods, live.claims.as_deref());
     let network_ready = network_readiness(&pods, &target.network);
+    let devices = devices(&pods, &target.network);
     let case = Case {
         target: target.clone(),
         pods,
@@ -113,6 +116,7 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write) -> anyhow::Result<()> {
         evaluation: &evaluation,
         published: &published,
         network_ready: &network_ready,
+        devices: &devices,
         slices: live.slices.len(),
         notes: &notes,
     };
@@ -138,7 +142,8 @@ fn managed_target(service: &Service, key: &str) -> anyhow::Result<Arc<ServiceTar
     match target::classify(service) {
         Target::Managed(target) => Ok(target),
         Target::Unmanaged => bail!(
-            "Service {key} has no {NETWORK_ANNOTATION} annotation: the controller does not manage it"
+            "Service {key} has neither an {NETWORK_ANNOTATION} nor an {CLASS_ANNOTATION} \
+             annotation: the controller does not manage it"
         ),
         Target::Invalid(problems) => bail!(
             "Service {key} is invalid, so the controller publishes no slices for it (and removes \
@@ -148,11 +153,28 @@ fn managed_target(service: &Service, key: &str) -> anyhow::Result<Arc<ServiceTar
     }
 }
 
-/// The pods as the controller indexes them, with every key kept.
-fn pod_records(pods: &[Pod]) -> Vec<Arc<PodRecord>> {
+/// The pods as the controller indexes them, with every key kept, and their DRA attachments
+/// made from `claims`.
+fn pod_records(pods: &[Pod], claims: Option<&[ResourceClaim]>) -> Vec<Arc<PodRecord>> {
     let keys = Keys::all();
+    let claims: Vec<ClaimRecord> = claims
+        .into_iter()
+        .flatten()
+        .map(ClaimRecord::read)
+        .collect();
+    let claims: Vec<&ClaimRecord> = claims.iter().collect();
     pods.iter()
-        .map(|p| Arc::new(PodRecord::from_pod(p, &keys)))
+        .map(|p| {
+            let record = PodRecord::from_pod(p, &keys);
+            Arc::new(record.with_devices(&claims).unwrap_or(record))
+        })
+        .collect()
+}
+
+/// Each pod's attachment to the DRA network `network`, for the pods that have one.
+fn devices(pods: &[Arc<PodRecord>], network: &str) -> BTreeMap<String, DeviceAttachment> {
+    pods.iter()
+        .filter_map(|p| Some((p.name.to_string(), p.device_attachment(network)?.clone())))
         .collect()
 }
 
@@ -173,10 +195,34 @@ fn zones(nodes: Option<&[Node]>) -> Option<Vec<(String, Option<String>)>> {
     })
 }
 
-/// What the cluster reads leave uncertain or wrong: a missing NetworkAttachmentDefinition,
-/// or nodes that could not be listed.
+/// What the cluster reads leave uncertain or wrong: a missing NetworkAttachmentDefinition or
+/// DeviceClass, ResourceClaims or nodes that could not be listed.
 fn cluster_notes(live: &Live, network: &str) -> Vec<String> {
     let mut notes = Vec::new();
+    if let Some(device) = DeviceNetwork::from_key(network) {
+        match live.network_defined {
+            Some(false) => notes.push(format!(
+                "DeviceClass {} does not exist: the controller warns (NetworkNotFound) and keeps \
+                 the Service's slices",
+                device.class
+            )),
+            None => notes.push(format!(
+                "DeviceClass {} was not checked (no DRA API, or not readable)",
+                device.class
+            )),
+            Some(true) => {}
+        }
+        if live.claims.is_none() {
+            notes.push(
+                "the ResourceClaims could not be listed: no pod is on the DRA network here"
+                    .to_owned(),
+            );
+        }
+        if live.nodes.is_none() {
+            notes.push("the nodes could not be listed: zones are left out".to_owned());
+        }
+        return notes;
+    }
     match live.network_defined {
         Some(false) => notes.push(format!(
             "network {network} names no NetworkAttachmentDefinition: the controller warns \
@@ -230,9 +276,25 @@ async fn read(args: &ExplainArgs) -> anyhow::Result<Live> {
             .await
             .ok()
             .flatten();
-    let network_defined = match target::managed_network(&service) {
-        Some(network) => network_defined(&client, &network).await,
+    let network = target::managed_network(&service);
+    let network_defined = match &network {
+        Some(network) => match DeviceNetwork::from_key(network) {
+            Some(device) => Api::<DeviceClass>::all(client.clone())
+                .get_opt(&device.class)
+                .await
+                .ok()
+                .map(|found| found.is_some()),
+            None => network_defined(&client, network).await,
+        },
         None => None,
+    };
+    let claims = match network.as_deref().map(device_network::is_device_network) {
+        Some(true) => Api::<ResourceClaim>::namespaced(client.clone(), &namespace)
+            .list(&ListParams::default())
+            .await
+            .ok()
+            .map(|l| l.items),
+        _ => None,
     };
     Ok(Live {
         service,
@@ -241,6 +303,7 @@ async fn read(args: &ExplainArgs) -> anyhow::Result<Live> {
         slices,
         plugin_configmap,
         network_defined,
+        claims,
     })
 }
 
@@ -327,8 +390,11 @@ struct Report<'a> {
     plugin: (&'a Loaded, &'a str),
     evaluation: &'a Evaluation,
     published: &'a BTreeMap<String, Vec<String>>,
-    /// Each pod's readiness on the network, as the network prober wrote it.
+    /// Each pod's readiness on the network, as the network prober wrote it (on a DRA network:
+    /// as its devices' drivers report it).
     network_ready: &'a BTreeMap<String, KeptCondition>,
+    /// Each pod's attachment to the DRA network, with its devices (empty on a Multus network).
+    devices: &'a BTreeMap<String, DeviceAttachment>,
     slices: usize,
     notes: &'a [String],
 }
@@ -358,6 +424,7 @@ impl Report<'_> {
         text.push_str(&self.evaluation.candidate_summary());
         text.push_str(&format!("; {} included\n", self.evaluation.included()));
         text.push_str(&self.unreconciled());
+        text.push_str(&self.devices_text());
         for note in self.notes.iter().chain(&self.evaluation.warnings) {
             text.push_str(&format!("note: {note}\n"));
         }
@@ -371,15 +438,76 @@ impl Report<'_> {
         let info = loaded.configured.plugin.info();
         format!(
             "Service {}: valid; network {}; plugin {} {} ({origin}); {} EndpointSlice{}\n\
-             Readiness on the network: pod condition {}\n\n",
+             Readiness on the network: {}\n\n",
             self.key,
-            self.network,
+            self.network_name(),
             loaded.name,
             info.version,
             self.slices,
             if self.slices == 1 { "" } else { "s" },
-            network_ready::condition_type(self.network),
+            self.readiness_source(),
         )
+    }
+
+    /// The network as a user names it: `<namespace>/<name>`, or `DeviceClass <class>
+    /// (request <request>)`.
+    fn network_name(&self) -> String {
+        DeviceNetwork::from_key(self.network)
+            .map_or_else(|| self.network.to_owned(), |device| device.to_string())
+    }
+
+    /// Where the NETWORK-READY column comes from.
+    fn readiness_source(&self) -> String {
+        if device_network::is_device_network(self.network) {
+            format!(
+                "the devices' {} conditions (their ResourceClaims' status.devices[])",
+                device_network::READINESS_CONDITIONS.join(" and ")
+            )
+        } else {
+            format!(
+                "pod condition {}",
+                network_ready::condition_type(self.network)
+            )
+        }
+    }
+
+    /// Each pod's devices on a DRA network: claim, device, interface, addresses, conditions.
+    fn devices_text(&self) -> String {
+        let mut text = String::new();
+        for (pod, attachment) in self.devices {
+            for attached in &attachment.devices {
+                let device = &attached.device;
+                let status = device.status.as_ref();
+                let interface = status
+                    .and_then(|s| s.interface_name.as_deref())
+                    .unwrap_or("-");
+                let hardware = status
+                    .and_then(|s| s.hardware_address.as_deref())
+                    .map(|a| format!(" ({a})"))
+                    .unwrap_or_default();
+                let addresses: Vec<String> = status
+                    .map(|s| s.ips.iter().map(ToString::to_string).collect())
+                    .unwrap_or_default();
+                let conditions: Vec<String> = status
+                    .map(|s| {
+                        s.conditions
+                            .iter()
+                            .map(|c| format!("{}={}", c.type_, c.status.as_str()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                text.push_str(&format!(
+                    "device: pod {pod}: claim {}, request {}, device {}, interface {interface}{hardware}, \
+                     addresses {}, conditions {}\n",
+                    attached.claim,
+                    device.request,
+                    device.id(),
+                    or_none(&addresses),
+                    or_none(&conditions),
+                ));
+            }
+        }
+        text
     }
 
     /// A pod's cells in the table, in the order of [`TABLE_HEADER`].
@@ -456,6 +584,9 @@ impl Report<'_> {
                 pod["networkReady"] = self.network_ready.get(&row.name).map_or(Value::Null, |c| {
                     json!({"status": c.status.as_str(), "reason": &*c.reason, "message": &*c.message})
                 });
+                if let Some(attachment) = self.devices.get(&row.name) {
+                    pod["devices"] = attachment.devices.iter().map(device_json).collect();
+                }
                 pod
             })
             .collect();
@@ -463,7 +594,8 @@ impl Report<'_> {
             "service": self.key,
             "valid": true,
             "network": self.network,
-            "networkReadyCondition": network_ready::condition_type(self.network),
+            "networkReadyCondition": (!device_network::is_device_network(self.network))
+                .then(|| network_ready::condition_type(self.network)),
             "plugin": {"name": loaded.name, "version": info.version, "source": origin},
             "endpointSlices": self.slices,
             "candidates": self.evaluation.candidates,
@@ -472,6 +604,36 @@ impl Report<'_> {
             "notes": self.notes.iter().chain(&self.evaluation.warnings).collect::<Vec<_>>(),
         })
     }
+}
+
+/// `a b`, or `none`.
+fn or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "none".to_owned()
+    } else {
+        items.join(" ")
+    }
+}
+
+/// One device behind a pod's addresses on a DRA network, for `--output json`.
+fn device_json(attached: &device_network::AttachedDevice) -> Value {
+    let device = &attached.device;
+    let status = device.status.as_ref();
+    json!({
+        "claim": &*attached.claim,
+        "request": &*device.request,
+        "driver": &*device.driver,
+        "pool": &*device.pool,
+        "device": &*device.device,
+        "shareID": device.share_id.as_deref(),
+        "interfaceName": status.and_then(|s| s.interface_name.as_deref()),
+        "hardwareAddress": status.and_then(|s| s.hardware_address.as_deref()),
+        "ips": status.map(|s| s.ips.iter().map(ToString::to_string).collect::<Vec<_>>()).unwrap_or_default(),
+        "unusable": status.map(|s| s.unusable.iter().map(ToString::to_string).collect::<Vec<_>>()).unwrap_or_default(),
+        "conditions": status.map(|s| s.conditions.iter().map(|c| json!({
+            "type": &*c.type_, "status": c.status.as_str(), "reason": &*c.reason, "message": &*c.message,
+        })).collect::<Vec<_>>()).unwrap_or_default(),
+    })
 }
 
 /// The columns of the text table.

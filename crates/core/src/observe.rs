@@ -12,6 +12,7 @@ use nad_model::intern::Name;
 use crate::index::{NodeZones, PodIndex};
 use nad_model::{
     input::{
+        device_network,
         network_status::{StatusError, Unusable},
         target::ServiceTarget,
     },
@@ -105,6 +106,9 @@ pub fn candidates<'a>(
     zone: impl Fn(&str) -> Option<Option<String>>,
 ) -> Observation {
     let mut observation = Observation::default();
+    // A pod's Multus annotation says nothing of its DRA devices: unreadable, it hides no
+    // device attachment.
+    let multus = !device_network::is_device_network(&target.network);
     for pod in pods {
         if *pod.namespace != *target.namespace {
             continue;
@@ -114,12 +118,12 @@ pub fn candidates<'a>(
             reason,
         };
         let attachment = match &pod.attachments {
-            Err(e) if **e == StatusError::Missing => continue,
-            Err(e) => {
+            Err(e) if multus && **e == StatusError::Missing => continue,
+            Err(e) if multus => {
                 observation.unreadable.push(skip((**e).clone().into()));
                 continue;
             }
-            Ok(_) => match pod.attachment(&target.network) {
+            _ => match pod.attachment(&target.network) {
                 None => continue,
                 Some(Err(e)) => {
                     observation.skipped.push(skip(e.clone().into()));
@@ -306,6 +310,42 @@ pub(crate) mod tests {
             got.skipped[1].reason,
             SkipReason::NetworkStatus(StatusError::NoUsableIps { .. })
         ));
+    }
+
+    #[test]
+    fn an_unreadable_multus_annotation_hides_no_device_attachment() {
+        use nad_model::input::device_network::ClaimRecord;
+        let bad_json: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "dra", "namespace": "team-a", "uid": "uid-dra",
+                         "annotations": {network_status::ANNOTATION: "{oops"}},
+            "spec": {"containers": [], "resourceClaims": [{"name": "nic", "resourceClaimName": "dra-nic"}]},
+        }))
+        .unwrap();
+        let bad_json = PodRecord::from_pod(&bad_json, &Keys::all());
+        let claim = ClaimRecord::read(
+            &serde_json::from_value(json!({
+                "metadata": {"name": "dra-nic", "namespace": "team-a"},
+                "spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "dranet"}}]}},
+                "status": {
+                    "allocation": {"devices": {"results": [
+                        {"request": "nic", "driver": "dra.net", "pool": "n1", "device": "eth1"}]}},
+                    "reservedFor": [{"resource": "pods", "name": "dra", "uid": "uid-dra"}],
+                    "devices": [{"driver": "dra.net", "pool": "n1", "device": "eth1",
+                                 "networkData": {"ips": ["192.168.2.4/24"]}}],
+                },
+            }))
+            .unwrap(),
+        );
+        let record = Arc::new(bad_json.with_devices(&[&claim]).unwrap());
+        let on_devices = candidates(&target("deviceclass:dranet"), [&record], |_| Some(None));
+        assert_eq!(on_devices.candidates.len(), 1);
+        assert!(on_devices.unreadable.is_empty());
+        let on_multus = candidates(&target("team-a/macvlan"), [&record], |_| Some(None));
+        assert_eq!(
+            on_multus.unreadable.len(),
+            1,
+            "its Multus Services still report it"
+        );
     }
 
     #[test]

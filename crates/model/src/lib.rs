@@ -2,10 +2,12 @@
 //! Kubernetes objects and what its parts say to each other. Pure: no Kubernetes client, no
 //! Wasm runtime.
 //!
-//! - [`input`]: which Services are managed (the `isim.dev/network` annotation), a pod's IPs on
-//!   a network (the Multus `network-status` annotation), which addresses the EndpointSlice API
-//!   accepts, the network-readiness condition;
-//! - [`pod`], [`keys`]: a pod reduced to what planning and plugins read;
+//! - [`input`]: which Services are managed (the `isim.dev/network` and
+//!   `isim.dev/device-class` annotations), a pod's IPs on a network (the Multus
+//!   `network-status` annotation, or its ResourceClaims' DRA devices), which addresses the
+//!   EndpointSlice API accepts, the network-readiness condition;
+//! - [`pod`], [`keys`]: a pod reduced to what planning and plugins read; [`uid`] and
+//!   [`condition`]: its UID and the conditions kept of it (and of its DRA devices);
 //! - [`intern`]: values many pods share, kept once;
 //! - [`candidate`]: a pod attached to a Service's network, as its policy is asked about it;
 //! - [`decision`]: the policy's answer, and the endpoint conditions it sets;
@@ -18,6 +20,7 @@
 //! - [`reason`]: why a Service's slices do not follow its pods (Event reasons, metric labels).
 
 pub mod candidate;
+pub mod condition;
 pub mod decision;
 pub mod digest;
 pub mod fetch;
@@ -30,4 +33,5 @@ pub mod probe;
 pub mod reason;
 pub mod service_ref;
 pub mod slice;
+pub mod uid;
 pub mod watch;

@@ -13,12 +13,15 @@ use k8s_openapi::{
 };
 use kube_core::ResourceExt;
 
+use crate::condition::KeptCondition;
 use crate::input::{
+    device_network::{self, ClaimRecord, DeviceAttachment},
     network_ready::{self, Status},
     network_status::{self, Attachment, StatusError},
 };
 use crate::intern::{Interner, Name};
 use crate::keys::{Entries, KeySet, Keys};
+use crate::uid::Uid;
 
 /// A pod's attachment to each network (`<namespace>/<name>`) it is on, or why its annotation
 /// cannot be read at all (then it is on no network).
@@ -65,91 +68,6 @@ pub struct NamedPort {
     pub protocol: Name,
 }
 
-/// One of a pod's `status.conditions` that the index keeps.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeptCondition {
-    pub type_: Name,
-    pub status: Status,
-    pub reason: Name,
-    pub message: Box<str>,
-}
-
-/// A pod's `metadata.uid`: the API server's UUIDs kept as their 16 bytes, anything else (a
-/// test's, another server's) as it was written.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub enum Uid {
-    Uuid([u8; 16]),
-    Other(Box<str>),
-}
-
-impl Uid {
-    /// `text` as a UUID when it is one in the canonical lowercase form (so that it reads back
-    /// exactly as written), else as written.
-    pub fn parse(text: &str) -> Self {
-        match uuid_bytes(text) {
-            Some(bytes) => Uid::Uuid(bytes),
-            None => Uid::Other(text.into()),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        matches!(self, Uid::Other(text) if text.is_empty())
-    }
-}
-
-/// The 16 bytes of a UUID in the canonical lowercase hyphenated form; `None` for any other text.
-fn uuid_bytes(text: &str) -> Option<[u8; 16]> {
-    const HYPHENS: [usize; 4] = [8, 13, 18, 23];
-    let text = text.as_bytes();
-    if text.len() != 36 || HYPHENS.iter().any(|&i| text[i] != b'-') {
-        return None;
-    }
-    let nibble = |b: u8| match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        _ => None,
-    };
-    let mut digits = text
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !HYPHENS.contains(i))
-        .map(|(_, &b)| nibble(b));
-    let mut bytes = [0; 16];
-    for byte in &mut bytes {
-        *byte = digits.next()?? << 4 | digits.next()??;
-    }
-    Some(bytes)
-}
-
-impl Default for Uid {
-    fn default() -> Self {
-        Uid::Other(Box::default())
-    }
-}
-
-impl std::fmt::Display for Uid {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Uid::Other(text) => f.write_str(text),
-            Uid::Uuid(bytes) => {
-                for (i, b) in bytes.iter().enumerate() {
-                    if matches!(i, 4 | 6 | 8 | 10) {
-                        f.write_str("-")?;
-                    }
-                    write!(f, "{b:02x}")?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-impl std::fmt::Debug for Uid {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", self.to_string())
-    }
-}
-
 /// A Kubernetes timestamp in 8 bytes: whole seconds, as the API writes `metav1.Time`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Stamp(i64);
@@ -187,15 +105,21 @@ pub struct Shared {
     pub ports: Box<[NamedPort]>,
 }
 
-/// What few pods have: `spec.hostname` and `spec.subdomain`, and the kept conditions (network
+/// What few pods have: `spec.hostname` and `spec.subdomain`, the kept conditions (network
 /// readiness, which only Services with a network probe have written, and the types plugins
-/// read).
+/// read), and DRA: the ResourceClaims the pod uses and its attachments to the networks of
+/// their devices.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Extras {
     pub hostname: Option<Box<str>>,
     pub subdomain: Option<Name>,
     /// Sorted by type.
     pub conditions: Box<[KeptCondition]>,
+    /// The names of the pod's ResourceClaims ([`device_network::claim_names`]), sorted.
+    pub claims: Box<[Name]>,
+    /// The pod's attachments to DRA networks, sorted by key; made from the claims' records by
+    /// [`PodRecord::with_devices`].
+    pub devices: Box<[DeviceAttachment]>,
 }
 
 /// What the controller knows of one pod. Entries for every pod in the cluster, so kept small:
@@ -271,7 +195,7 @@ impl PodRecord {
                 .and_then(|s| s.node_name.as_deref())
                 .map(|n| interners.name(n)),
             shared: shared(pod, keys, interners),
-            extras: extras(spec, status, keys, interners),
+            extras: extras(pod, keys, interners),
             attachments: network_status::attachments(annotation, &namespace)
                 .map(|all| {
                     all.into_iter()
@@ -286,23 +210,68 @@ impl PodRecord {
         }
     }
 
-    /// The networks the pod is attached to (none when its annotation cannot be read).
+    /// The networks the pod is attached to: those of its Multus annotation (none when it
+    /// cannot be read), then those of its DRA devices.
     pub fn networks(&self) -> impl Iterator<Item = &str> {
         self.attachments
             .as_ref()
             .into_iter()
             .flatten()
             .map(|(network, _)| &**network)
+            .chain(self.devices().iter().map(|d| &*d.key))
     }
 
     /// The pod's attachment to `network`: `None` when it is not attached.
     pub fn attachment(&self, network: &str) -> Option<Result<&Attachment, &StatusError>> {
+        if device_network::is_device_network(network) {
+            return self
+                .device_attachment(network)
+                .map(|d| d.attachment.as_ref());
+        }
         self.attachments
             .as_ref()
             .ok()?
             .iter()
             .find(|(n, _)| **n == *network)
             .map(|(_, a)| a.as_ref().map_err(|e| &**e))
+    }
+
+    /// The pod's attachment to the DRA network `network` (its key), with its devices.
+    pub fn device_attachment(&self, network: &str) -> Option<&DeviceAttachment> {
+        self.devices().iter().find(|d| &*d.key == network)
+    }
+
+    /// The pod's attachments to DRA networks, sorted by key.
+    pub fn devices(&self) -> &[DeviceAttachment] {
+        self.extras.as_ref().map_or(&[], |e| &e.devices)
+    }
+
+    /// The names of the pod's ResourceClaims, sorted.
+    pub fn claims(&self) -> &[Name] {
+        self.extras.as_ref().map_or(&[], |e| &e.claims)
+    }
+
+    /// This record with its DRA attachments made again from `claims`, the records of the
+    /// claims it names that exist (a claim it does not name, or that does not serve it, is
+    /// left out). `None` when they are the same as before.
+    pub fn with_devices(&self, claims: &[&ClaimRecord]) -> Option<Self> {
+        let named: Vec<&ClaimRecord> = claims
+            .iter()
+            .copied()
+            .filter(|c| {
+                c.namespace.as_ref() == &*self.namespace
+                    && self.claims().iter().any(|n| **n == *c.name)
+            })
+            .collect();
+        let devices = device_network::attachments(&self.uid, &named);
+        if *devices == *self.devices() {
+            return None;
+        }
+        let mut record = self.clone();
+        let mut extras = record.extras.take().map_or_else(Extras::default, |e| *e);
+        extras.devices = devices.into();
+        record.extras = (extras != Extras::default()).then(|| Box::new(extras));
+        Some(record)
     }
 
     /// The pod's usable addresses on `network`.
@@ -322,8 +291,12 @@ impl PodRecord {
             .map(|i| &conditions[i])
     }
 
-    /// The pod's readiness on `network`, as the network prober wrote it.
+    /// The pod's readiness on `network`: as the network prober wrote it, or on a DRA network
+    /// as its devices' drivers report it ([`DeviceAttachment::readiness`]).
     pub fn network_readiness(&self, network: &str) -> Option<&KeptCondition> {
+        if device_network::is_device_network(network) {
+            return self.device_attachment(network)?.readiness();
+        }
         self.condition(&network_ready::condition_type(network))
     }
 
@@ -360,18 +333,19 @@ impl PodRecord {
     }
 }
 
-fn extras(
-    spec: Option<&PodSpec>,
-    status: Option<&PodStatus>,
-    keys: &Keys,
-    interners: &mut Interners,
-) -> Option<Box<Extras>> {
+fn extras(pod: &Pod, keys: &Keys, interners: &mut Interners) -> Option<Box<Extras>> {
+    let (spec, status) = (pod.spec.as_ref(), pod.status.as_ref());
     let extras = Extras {
         hostname: spec.and_then(|s| s.hostname.as_deref()).map(Into::into),
         subdomain: spec
             .and_then(|s| s.subdomain.as_deref())
             .map(|s| interners.name(s)),
         conditions: conditions(status, keys, interners),
+        claims: device_network::claim_names(pod)
+            .iter()
+            .map(|name| interners.name(name))
+            .collect(),
+        devices: Box::default(),
     };
     (extras != Extras::default()).then(|| Box::new(extras))
 }
@@ -555,36 +529,6 @@ mod tests {
     }
 
     #[test]
-    fn api_server_uids_are_kept_as_bytes_and_read_back_as_written() {
-        for text in [
-            "6f1c2a3b-4d5e-4f60-8a7b-00000000002a",
-            "u",
-            "",
-            "6F1C2A3B-4D5E-4F60-8A7B-00000000002A",
-        ] {
-            assert_eq!(Uid::parse(text).to_string(), text);
-        }
-        assert!(matches!(
-            Uid::parse("6f1c2a3b-4d5e-4f60-8a7b-00000000002a"),
-            Uid::Uuid(_)
-        ));
-        assert!(matches!(
-            Uid::parse("6F1C2A3B-4D5E-4F60-8A7B-00000000002A"),
-            Uid::Other(_)
-        ));
-        for not_canonical in [
-            "6f1c2a3b-4d5e-4f60-8a7b-00000000002",
-            "6f1c2a3b4-d5e-4f60-8a7b-00000000002a",
-            "6f1c2a3b-4d5e-4f60-8a7b-00000000002g",
-            "6f1c2a3b-4d5e-4f60-8a7b-0000000000é",
-        ] {
-            assert!(matches!(Uid::parse(not_canonical), Uid::Other(_)));
-            assert_eq!(Uid::parse(not_canonical).to_string(), not_canonical);
-        }
-        assert!(Uid::parse("").is_empty() && !Uid::parse("u").is_empty());
-    }
-
-    #[test]
     fn records_of_one_template_share_their_names_labels_and_ports() {
         let pod = |name: &str| -> Pod {
             serde_json::from_value(json!({
@@ -614,5 +558,73 @@ mod tests {
             a.extras.is_none(),
             "no hostname, subdomain or kept condition: no extras"
         );
+    }
+    #[test]
+    fn a_pod_with_claims_is_on_the_networks_of_their_devices() {
+        let uid = "0b0e6e1c-6d5e-4f0e-9d61-7a1c1b7f2a10";
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web-0", "namespace": "ns", "uid": uid,
+                "annotations": {network_status::ANNOTATION: r#"[{"name":"macvlan","ips":["192.168.9.4"]}]"#}},
+            "spec": {"containers": [], "resourceClaims": [{"name": "nic", "resourceClaimTemplateName": "t"}]},
+            "status": {"resourceClaimStatuses": [{"name": "nic", "resourceClaimName": "web-0-nic"}]},
+        }))
+        .unwrap();
+        let record = PodRecord::from_pod(&pod, &Keys::default());
+        assert_eq!(record.claims(), [Name::from("web-0-nic")]);
+        assert!(record.devices().is_empty());
+        let claim = |name: &str, reserved: &str, ready: &str| {
+            ClaimRecord::read(
+                &serde_json::from_value(json!({
+                    "metadata": {"name": name, "namespace": "ns"},
+                    "spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "dranet"}}]}},
+                    "status": {
+                        "allocation": {"devices": {"results": [
+                            {"request": "nic", "driver": "dra.net", "pool": "n", "device": "eth1"}]}},
+                        "reservedFor": [{"resource": "pods", "name": "web-0", "uid": reserved}],
+                        "devices": [{"driver": "dra.net", "pool": "n", "device": "eth1",
+                            "conditions": [{"type": "Ready", "status": ready, "reason": "R", "message": "",
+                                            "lastTransitionTime": "2026-12-07T00:00:00Z"}],
+                            "networkData": {"ips": ["192.168.2.4/24"]}}],
+                    },
+                }))
+                .unwrap(),
+            )
+        };
+        let ours = claim("web-0-nic", uid, "True");
+        let unnamed = claim("other", uid, "True");
+        let with = record.with_devices(&[&ours, &unnamed]).unwrap();
+        assert_eq!(
+            with.networks().collect::<Vec<_>>(),
+            ["ns/macvlan", "deviceclass:dranet", "deviceclass:dranet/nic"]
+        );
+        assert_eq!(
+            with.ips("deviceclass:dranet"),
+            ["192.168.2.4".parse::<IpAddr>().unwrap()]
+        );
+        assert_eq!(with.ips("ns/macvlan").len(), 1);
+        assert_eq!(
+            with.devices()[0].devices.len(),
+            1,
+            "only the claims it names"
+        );
+        assert_eq!(
+            with.network_readiness("deviceclass:dranet")
+                .map(|c| c.status),
+            Some(Status::True)
+        );
+        assert_eq!(with.with_devices(&[&ours]), None, "nothing changed");
+        let down = claim("web-0-nic", uid, "False");
+        let later = with.with_devices(&[&down]).unwrap();
+        assert_eq!(
+            later
+                .network_readiness("deviceclass:dranet/nic")
+                .map(|c| c.status),
+            Some(Status::False)
+        );
+        // Reserved for an earlier pod of the same name: not this pod's.
+        let stale = claim("web-0-nic", "5a4c2f3e-1b0d-4c9a-8e7f-6d5c4b3a2910", "True");
+        let gone = later.with_devices(&[&stale]).unwrap();
+        assert_eq!(gone.networks().collect::<Vec<_>>(), ["ns/macvlan"]);
+        assert_eq!(gone.claims().len(), 1, "still names its claim");
     }
 }

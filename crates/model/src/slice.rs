@@ -21,7 +21,8 @@ use kube_core::ObjectMeta;
 use crate::{
     intern::{Interner, Name},
     keys::Entries,
-    pod::{Stamp, Uid},
+    pod::Stamp,
+    uid::Uid,
 };
 
 /// The values many slices share (namespaces, node and zone names, a Service's label set),

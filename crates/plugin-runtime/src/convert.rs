@@ -9,12 +9,12 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{
     Plugin,
-    conditions::{CallConditions, PodCondition},
+    conditions::{CallConditions, NetworkDevice, PodCondition},
     wit,
 };
 use nad_model::{
     candidate::Candidate,
-    input::{network_ready, target::ServiceTarget},
+    input::{device_network, network_ready, target::ServiceTarget},
     pod::Phase,
 };
 
@@ -92,21 +92,27 @@ pub fn pod_view(candidate: &Candidate, plugin: &Plugin) -> wit::Pod {
 }
 
 /// The conditions of `candidates` (a call's pods, in order) on `network` as `plugin` reads
-/// them; `None` for a plugin that does not import `pod-conditions`.
+/// them, and their DRA devices there; `None` for a plugin that imports neither
+/// `pod-conditions` nor `network-devices`.
 pub fn conditions_view<'a>(
     candidates: impl IntoIterator<Item = &'a Candidate>,
     plugin: &Plugin,
     network: &str,
 ) -> Option<CallConditions> {
-    if !plugin.reads_conditions() {
+    if !plugin.reads_conditions() && !plugin.reads_devices() {
         return None;
     }
-    let network_type = network_ready::condition_type(network);
+    let on_devices = device_network::is_device_network(network);
+    // The prober's condition type, worked out once for the call.
+    let network_type = (!on_devices).then(|| network_ready::condition_type(network));
     let mut view = CallConditions::default();
     for candidate in candidates {
         let pod = &candidate.pod;
-        view.network
-            .push(pod.condition(&network_type).map(PodCondition::from));
+        let readiness = match &network_type {
+            Some(network_type) => pod.condition(network_type),
+            None => pod.network_readiness(network),
+        };
+        view.network.push(readiness.map(PodCondition::from));
         view.declared.push(
             pod.conditions()
                 .iter()
@@ -114,6 +120,12 @@ pub fn conditions_view<'a>(
                 .map(PodCondition::from)
                 .collect(),
         );
+        view.devices.push(match pod.device_attachment(network) {
+            Some(attachment) if plugin.reads_devices() => {
+                attachment.devices.iter().map(NetworkDevice::from).collect()
+            }
+            _ => Vec::new(),
+        });
     }
     Some(view)
 }

@@ -13,10 +13,11 @@ use wasmtime::{
 
 /// The interfaces a plugin may import (any `0.2.x` of WASI, any `1.x` of ours): those
 /// [`super::sandbox::link_minimal_wasi`] and the bindings link.
-pub const PROVIDED_IMPORTS: [&str; 16] = [
+pub const PROVIDED_IMPORTS: [&str; 17] = [
     "isim:nad-endpoints/types",
     "isim:nad-endpoints/log",
     "isim:nad-endpoints/pod-conditions",
+    "isim:nad-endpoints/network-devices",
     "wasi:io/error",
     "wasi:io/poll",
     "wasi:io/streams",
@@ -392,7 +393,7 @@ mod tests {
         assert!(text.starts_with("imports wasi:filesystem/types@0.2.0, wasi:filesystem/preopens@0.2.0, which this host does not provide"), "{text}");
         assert!(
             text.contains(
-                "isim:nad-endpoints/log, isim:nad-endpoints/pod-conditions, wasi:io/error"
+                "isim:nad-endpoints/pod-conditions, isim:nad-endpoints/network-devices, wasi:io/error"
             ),
             "{text}"
         );

@@ -107,6 +107,7 @@ impl Runtime {
             },
             scope: DecisionScope::WholeSet,
             reads_conditions: imports_interface(component, conditions::IMPORT_INTERFACE),
+            reads_devices: imports_interface(component, conditions::DEVICES_INTERFACE),
             condition_types: Vec::new(),
         };
         plugin.info = plugin.call("info", None, |exports, store| {
@@ -188,6 +189,8 @@ pub struct Plugin {
     scope: DecisionScope,
     /// The plugin imports `pod-conditions` (since 1.2): its calls carry their pods' conditions.
     reads_conditions: bool,
+    /// The plugin imports `network-devices` (since 1.3): its calls carry their pods' devices.
+    reads_devices: bool,
     /// The condition types it declares in `condition-keys` (since 1.2).
     condition_types: Vec<String>,
 }
@@ -326,6 +329,11 @@ impl Plugin {
         self.reads_conditions
     }
 
+    /// Whether the plugin reads its pods' DRA devices (it imports `network-devices`).
+    pub fn reads_devices(&self) -> bool {
+        self.reads_devices
+    }
+
     /// The condition types the plugin declares (`*` means all).
     pub fn condition_types(&self) -> &[String] {
         &self.condition_types
@@ -407,9 +415,10 @@ impl Plugin {
         pods: usize,
         conditions: Option<Arc<CallConditions>>,
     ) -> Arc<CallConditions> {
+        let reads = self.reads_conditions || self.reads_devices;
         match conditions {
-            Some(conditions) if self.reads_conditions => conditions,
-            None if self.reads_conditions => Arc::new(CallConditions::none(pods)),
+            Some(conditions) if reads => conditions,
+            None if reads => Arc::new(CallConditions::none(pods)),
             _ => Arc::default(),
         }
     }

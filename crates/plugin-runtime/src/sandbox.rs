@@ -371,8 +371,8 @@ fn frames(source: &wasmtime::Error) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Links `pod-conditions` at this host's version: each function answers from the call's
-/// [`CallConditions`] (lists of the call's length; empty outside `evaluate`).
+/// Links `pod-conditions` and `network-devices` at this host's version: each function answers
+/// from the call's [`CallConditions`] (lists of the call's length; empty outside `evaluate`).
 pub fn link_conditions(
     linker: &mut Linker<CallState>,
     version: (u64, u64, u64),
@@ -387,6 +387,12 @@ pub fn link_conditions(
     instance.func_wrap("declared", |store, (): ()| {
         let state: &CallState = store.data();
         Ok((state.conditions.declared.clone(),))
+    })?;
+    let interface = conditions::DEVICES_INTERFACE;
+    let mut instance = linker.instance(&format!("{interface}{major}.{minor}.{patch}"))?;
+    instance.func_wrap("devices", |store, (): ()| {
+        let state: &CallState = store.data();
+        Ok((state.conditions.devices.clone(),))
     })?;
     Ok(())
 }

@@ -23,8 +23,9 @@ use prometheus_client::{
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabels {
-    /// `pods`, `services`, `endpointslices`, `nodes`, `networkattachmentdefinitions` or
-    /// `configmaps` (the plugin ConfigMap).
+    /// `pods`, `services`, `endpointslices`, `nodes`, `networkattachmentdefinitions`,
+    /// `resourceclaims`, `deviceclasses` (where the cluster serves DRA) or `configmaps` (the
+    /// plugin ConfigMap).
     pub resource: String,
 }
 

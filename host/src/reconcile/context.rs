@@ -25,7 +25,7 @@ use nad_core::{
 };
 use nad_model::service_ref::ServiceRef;
 use nad_model::{
-    input::target::ServiceTarget,
+    input::{device_network, target::ServiceTarget},
     reason::{Action, Reason},
 };
 use nad_plugin_runtime::{Plugins, SharedPlugins};
@@ -179,7 +179,11 @@ impl Context {
         let (pods, zones) = (self.shared.pods.clone(), self.shared.zones.clone());
         let (cache, of) = (self.candidates.clone(), target.clone());
         Snapshot {
-            missing: read(&self.shared.definitions).missing(&target.network),
+            missing: if device_network::is_device_network(&target.network) {
+                read(&self.shared.device_classes).missing(&target.network)
+            } else {
+                read(&self.shared.definitions).missing(&target.network)
+            },
             target,
             existing,
             taken: begun.taken,

@@ -7,7 +7,7 @@ use k8s_openapi::{api::core::v1::Service, jiff::Timestamp};
 use kube::runtime::controller::Action as Next;
 use nad_core::{book::Recorded, findings::Finding};
 use nad_model::{
-    input::target::NETWORK_ANNOTATION,
+    input::{device_network::CLASS_ANNOTATION, target::NETWORK_ANNOTATION},
     reason::{Action, Reason},
     service_ref::ServiceRef,
 };
@@ -292,11 +292,18 @@ fn told(problem: &Finding, network: &str, service: &str) -> Option<(Reason, Acti
         }
         Finding::NetworkNotFound(missing) => {
             tracing::warn!(%missing, "the Service's network does not exist; its EndpointSlices are kept");
-            let fix = match &missing.closest {
-                Some(closest) => format!(
+            let fix = match (missing.device_class(), &missing.closest) {
+                (Some(_), Some(_)) => format!(
+                    "set the annotation {CLASS_ANNOTATION} to {}, or create the DeviceClass",
+                    missing.closest_class().unwrap_or_default()
+                ),
+                (Some(_), None) => format!(
+                    "create the DeviceClass (the DRA driver's install brings it), or fix the annotation {CLASS_ANNOTATION}"
+                ),
+                (None, Some(closest)) => format!(
                     "set the annotation {NETWORK_ANNOTATION} to {closest}, or create the NetworkAttachmentDefinition"
                 ),
-                None => format!(
+                (None, None) => format!(
                     "create the NetworkAttachmentDefinition, or fix the annotation {NETWORK_ANNOTATION}"
                 ),
             };

@@ -3,13 +3,16 @@
 //!
 //! - [`services`]: the Service store (the Controller's own), and which Services are on which
 //!   network;
-//! - [`pods`]: the pod index, relisted when the plugins start to read new pod keys; pod
-//!   changes screened ([`screen`]) so that only the Services they can move reconcile;
+//! - [`pods`]: the pod index, relisted when the plugins start to read new pod keys, and the
+//!   ResourceClaims its pods' DRA attachments come from; pod changes screened ([`screen`]) so
+//!   that only the Services they can move reconcile;
 //! - [`nodes`]: the node zones;
-//! - [`networks`]: which NetworkAttachmentDefinitions exist;
+//! - [`networks`]: which NetworkAttachmentDefinitions exist; [`devices`]: whether the cluster
+//!   serves DRA, and which DeviceClasses exist (the ResourceClaims are watched with the pods);
 //! - [`slices`]: this controller's slices, telling its own writes from anyone else's;
 //! - [`plugin_dir`]: the plugin directory, rescanned for new, changed and removed plugins;
 //! - [`registry`]: the registry credentials and CAs the plugins are pulled with;
+//! - [`discovery`]: whether the API server serves an optional kind;
 //! - [`named`]: one object watched by name (the plugin ConfigMap, the registry settings);
 //! - [`recovery`]: after an outage, the Services that failed meanwhile;
 //! - [`shared`]: the state they feed, shared with the reconciles.
@@ -17,6 +20,8 @@
 //! Every watch retries on its own with a bounded backoff ([`health`]) and never ends; what a
 //! relist triggers waits until the relist is complete ([`nad_core::relist`]).
 
+pub mod devices;
+pub mod discovery;
 pub mod health;
 pub mod named;
 pub mod networks;

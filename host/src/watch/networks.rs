@@ -3,7 +3,6 @@
 //! (or goes). A cluster without the CRD (no Multus) is reported once, and nothing is checked.
 
 use k8s_openapi::jiff::Timestamp;
-use std::time::Duration;
 
 use futures::{Stream, StreamExt, future, stream};
 use kube::{
@@ -13,6 +12,7 @@ use kube::{
 };
 
 use super::{
+    discovery::find,
     health::backoff,
     shared::{Shared, read, seen, write},
 };
@@ -21,8 +21,6 @@ use nad_model::service_ref::ServiceRef;
 const GROUP: &str = "k8s.cni.cncf.io";
 const VERSION: &str = "v1";
 const KIND: &str = "NetworkAttachmentDefinition";
-/// How long to wait before asking the API server again whether the CRD exists.
-const DISCOVERY_RETRY: Duration = Duration::from_secs(2);
 
 pub fn watch(client: Client, shared: Shared) -> impl Stream<Item = ServiceRef> + Send {
     stream::once(discover(client))
@@ -54,24 +52,11 @@ pub fn watch(client: Client, shared: Shared) -> impl Stream<Item = ServiceRef> +
         })
 }
 
-/// The API of the definitions, or `None` when the cluster has no such CRD. Asked again until
-/// the API server answers.
+/// The API of the definitions, or `None` when the cluster has no such CRD.
 async fn discover(client: Client) -> Option<Api<PartialObjectMeta<DynamicObject>>> {
     let gvk = GroupVersionKind::gvk(GROUP, VERSION, KIND);
-    let mut reported = false;
-    loop {
-        match kube::discovery::pinned_kind(&client, &gvk).await {
-            Ok((resource, _)) => return Some(Api::all_with(client, &resource)),
-            Err(kube::Error::Api(status)) if status.code == 404 => break,
-            Err(kube::Error::Discovery(_)) => break,
-            Err(e) => {
-                if !reported {
-                    tracing::warn!(error = %nad_process::kube_error::describe(&e), "cannot discover the NetworkAttachmentDefinition API (retrying)");
-                    reported = true;
-                }
-                tokio::time::sleep(DISCOVERY_RETRY).await;
-            }
-        }
+    if let Some(resource) = find(&client, &gvk, "NetworkAttachmentDefinition API").await {
+        return Some(Api::all_with(client, &resource));
     }
     tracing::warn!(
         crd = "network-attachment-definitions.k8s.cni.cncf.io",

@@ -22,9 +22,13 @@ pub struct Shared {
     pub zones: Arc<RwLock<NodeZones>>,
     pub networks: Arc<RwLock<ServiceNetworks>>,
     pub definitions: Arc<RwLock<NetworkDefinitions>>,
+    /// The DeviceClasses that exist (DRA networks), by `deviceclass:<name>`.
+    pub device_classes: Arc<RwLock<NetworkDefinitions>>,
     pub slices: Arc<RwLock<SliceStore>>,
     pub recovery: Arc<Recovery>,
     pub metrics: Arc<Metrics>,
+    /// Whether the cluster serves the DRA API, asked once (`watch::devices::served`).
+    pub dra: Arc<tokio::sync::OnceCell<bool>>,
 }
 
 impl Shared {

@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Service;
 use kube::api::ObjectMeta;
 
-use nad_model::input::target::NETWORK_ANNOTATION;
+use nad_model::input::target;
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -23,7 +23,7 @@ pub fn strip_service(service: &mut Service) {
         .metadata
         .annotations
         .as_ref()
-        .is_some_and(|a| a.contains_key(NETWORK_ANNOTATION));
+        .is_some_and(target::opted_in);
     if !managed {
         service.spec = None;
         service.status = None;
@@ -33,6 +33,7 @@ pub fn strip_service(service: &mut Service) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nad_model::input::{device_network::CLASS_ANNOTATION, target::NETWORK_ANNOTATION};
     use serde_json::json;
 
     #[test]
@@ -54,6 +55,12 @@ mod tests {
         assert!(
             ours.spec.is_some(),
             "a managed Service keeps what planning reads"
+        );
+        let mut on_devices = service(json!({CLASS_ANNOTATION: "dranet"}));
+        strip_service(&mut on_devices);
+        assert!(
+            on_devices.spec.is_some(),
+            "a Service on a DRA network is managed too"
         );
     }
 }

@@ -277,10 +277,11 @@ fn inspect_describes_a_plugin_and_whether_it_runs_here() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     for line in [
-        "targets:         isim:nad-endpoints@1.2.0",
+        "targets:         isim:nad-endpoints@1.3.0",
         "name:            opt-out",
         "decisions:       per-pod",
         "conditions:      network readiness\n",
+        "devices:         no (it does not import network-devices)\n",
         "label keys:      *",
         "annotation keys: (none)",
         "runs here:       yes",
@@ -718,8 +719,8 @@ fn inspect_lists_imports_and_exports_the_config_and_the_self_test() {
     assert!(out.status.success(), "{stdout}");
     for line in [
         "file:            the built-in plugin",
-        "imports:\n  isim:nad-endpoints/pod-conditions@1.2.0\n  isim:nad-endpoints/log@1.2.0\n",
-        "exports:\n  isim:nad-endpoints/condition-keys@1.2.0\n  isim:nad-endpoints/decisions@1.2.0\n  isim:nad-endpoints/policy@1.2.0\n",
+        "imports:\n  isim:nad-endpoints/pod-conditions@1.3.0\n  isim:nad-endpoints/log@1.3.0\n",
+        "exports:\n  isim:nad-endpoints/condition-keys@1.3.0\n  isim:nad-endpoints/decisions@1.3.0\n  isim:nad-endpoints/policy@1.3.0\n",
         "config:          accepted (none: the empty document)",
         "self-test:       a (ready, IPv4): include ready=true serving=true terminating=false; b (not ready, IPv6): include ready=false serving=false terminating=false",
     ] {
@@ -979,7 +980,7 @@ fn the_c_example_builds_and_decides_as_the_default_plugin() {
     assert!(inspected.contains("runs here:       yes"), "{inspected}");
     assert!(
         inspected.contains(
-            "imports:\n  isim:nad-endpoints/pod-conditions@1.2.0\n  isim:nad-endpoints/log@1.2.0\n  isim:nad-endpoints/types@1.2.0\nexports:"
+            "imports:\n  isim:nad-endpoints/pod-conditions@1.3.0\n  isim:nad-endpoints/log@1.3.0\n  isim:nad-endpoints/types@1.3.0\nexports:"
         ),
         "no WASI import at all without stdio: {inspected}"
     );

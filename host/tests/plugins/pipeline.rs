@@ -18,6 +18,7 @@ const OPT_OUT: &[u8] = include_bytes!(env!("NSC_EXAMPLE_OPT_OUT_WASM"));
 const MISBEHAVING: &[u8] = include_bytes!(env!("NSC_TEST_MISBEHAVING_WASM"));
 const CONTRACT_1_0: &[u8] = include_bytes!(env!("NSC_TEST_CONTRACT_1_0_WASM"));
 const CONTRACT_1_1: &[u8] = include_bytes!(env!("NSC_TEST_CONTRACT_1_1_WASM"));
+const CONTRACT_1_2: &[u8] = include_bytes!(env!("NSC_TEST_CONTRACT_1_2_WASM"));
 const PREFERRED_ZONES: &[u8] = include_bytes!(env!("NSC_EXAMPLE_PREFERRED_ZONES_WASM"));
 const STALE_WIT: &[u8] = include_bytes!(env!("NSC_TEST_STALE_WIT_WASM"));
 const IMPORTS_FILESYSTEM: &[u8] = include_bytes!(env!("NSC_TEST_IMPORTS_FILESYSTEM_WASM"));
@@ -130,6 +131,36 @@ fn a_1_1_plugin_runs_unchanged_and_reads_no_conditions() {
         let plugin = prepare(&runtime, name, bytes, "").unwrap().plugin;
         assert!(plugin.reads_conditions(), "{name}");
         assert!(plugin.condition_types().is_empty(), "{name}");
+    }
+}
+
+/// 1.3 added the DRA devices beside the call (an import), so a 1.2 plugin links, reads its
+/// pods' conditions as before and no devices; the plugins built here call no device function,
+/// so they import none, but for the misbehaving one.
+#[test]
+fn a_1_2_plugin_runs_unchanged_and_reads_no_devices() {
+    let runtime = runtime();
+    let inspection = inspect(&runtime, "contract-1-2", CONTRACT_1_2, "");
+    assert_eq!(inspection.wit_version, Some((1, 2, 0)));
+    let plugin = inspection.result.unwrap().plugin;
+    assert_eq!(plugin.decision_scope(), DecisionScope::PerPod);
+    assert!(plugin.reads_conditions());
+    assert!(!plugin.reads_devices());
+    for bytes in [CONTRACT_1_0, CONTRACT_1_1] {
+        assert!(
+            !prepare(&runtime, "old", bytes, "")
+                .unwrap()
+                .plugin
+                .reads_devices()
+        );
+    }
+    for (name, bytes, config, reads) in [
+        ("default", DEFAULT, "", false),
+        ("opt-out", OPT_OUT, "", false),
+        ("misbehaving", MISBEHAVING, "echo", true),
+    ] {
+        let plugin = prepare(&runtime, name, bytes, config).unwrap().plugin;
+        assert_eq!(plugin.reads_devices(), reads, "{name}");
     }
 }
 
@@ -258,7 +289,7 @@ fn an_import_the_host_does_not_provide_is_named_with_what_it_provides() {
         "{message}"
     );
     assert!(
-        message.contains("which this host does not provide; a plugin may import only isim:nad-endpoints/types, isim:nad-endpoints/log, isim:nad-endpoints/pod-conditions, wasi:io/error"),
+        message.contains("which this host does not provide; a plugin may import only isim:nad-endpoints/types, isim:nad-endpoints/log, isim:nad-endpoints/pod-conditions, isim:nad-endpoints/network-devices, wasi:io/error"),
         "{message}"
     );
     assert!(message.contains("printf"), "{message}");

@@ -772,3 +772,96 @@ fn one_plugin_serves_calls_from_many_threads() {
         }
     });
 }
+
+/// A pod on the DRA network `deviceclass:dranet`, its device's `Ready` as given.
+fn on_device(name: &str, device_ready: &str) -> Candidate {
+    use nad_model::input::device_network::ClaimRecord;
+    let uid = format!("uid-{name}");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "team-a", "uid": uid, "labels": {"app": "web"}},
+        "spec": {"containers": [], "nodeName": "node-1",
+                 "resourceClaims": [{"name": "nic", "resourceClaimName": format!("{name}-nic")}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }))
+    .unwrap();
+    let claim = ClaimRecord::read(
+        &serde_json::from_value(json!({
+            "metadata": {"name": format!("{name}-nic"), "namespace": "team-a"},
+            "spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "dranet"}}]}},
+            "status": {
+                "allocation": {"devices": {"results": [
+                    {"request": "nic", "driver": "dra.net", "pool": "node-1", "device": "eth1"}]}},
+                "reservedFor": [{"resource": "pods", "name": name, "uid": uid}],
+                "devices": [{"driver": "dra.net", "pool": "node-1", "device": "eth1",
+                    "conditions": [{"type": "Ready", "status": device_ready, "reason": "NetworkDeviceReady",
+                                    "message": "", "lastTransitionTime": "2026-12-07T00:00:00Z"}],
+                    "networkData": {"interfaceName": "net1", "ips": ["192.168.2.4/24", "fd00::4/64"]}}],
+            },
+        }))
+        .unwrap(),
+    );
+    let record = PodRecord::from_pod(&pod, &Keys::all());
+    let record = record.with_devices(&[&claim]).unwrap();
+    Candidate {
+        ips: record.ips("deviceclass:dranet").into(),
+        pod: Arc::new(record),
+        zone: Some("zone-a".into()),
+    }
+}
+
+fn on_dranet(labels: &[(&str, &str)]) -> ServiceTarget {
+    ServiceTarget {
+        network: "deviceclass:dranet".into(),
+        ..target(labels, false)
+    }
+}
+
+/// 1.3's `network-devices`: a plugin that imports it gets each pod's devices on a DRA
+/// network, in the call's order; on a NetworkAttachmentDefinition's network, none.
+#[test]
+fn a_plugin_reads_the_devices_behind_its_pods_addresses() {
+    let rt = runtime();
+    let guest = rt.load("misbehaving", MISBEHAVING).unwrap();
+    assert!(guest.reads_devices());
+    let pods = [on_device("up", "True"), on_device("down", "False")];
+    let got = evaluate(&guest, &on_dranet(&[]), &pods, "show-devices").unwrap();
+    assert_eq!(
+        got,
+        [
+            Decision::Exclude(
+                "devices: [up-nic:dra.net/node-1/eth1@net1[192.168.2.4 fd00::4]{Ready=True(NetworkDeviceReady)}]"
+                    .into()
+            ),
+            Decision::Exclude(
+                "devices: [down-nic:dra.net/node-1/eth1@net1[192.168.2.4 fd00::4]{Ready=False(NetworkDeviceReady)}]"
+                    .into()
+            ),
+        ]
+    );
+    let got = evaluate(&guest, &target(&[], false), &pods, "show-devices").unwrap();
+    assert_eq!(
+        got,
+        [
+            Decision::Exclude("devices: []".into()),
+            Decision::Exclude("devices: []".into())
+        ]
+    );
+}
+
+/// On a DRA network, a pod's network readiness is its devices' as their drivers report it:
+/// the default plugin publishes a pod whose device is not Ready as not serving.
+#[test]
+fn the_default_plugin_publishes_a_pod_whose_device_is_not_ready_as_not_serving() {
+    let rt = runtime();
+    let plugin = rt.load("default", DEFAULT_PLUGIN_WASM).unwrap();
+    assert!(
+        !plugin.reads_devices(),
+        "it calls no network-devices function, so imports none"
+    );
+    let pods = [on_device("up", "True"), on_device("down", "False")];
+    let got = evaluate(&plugin, &on_dranet(&[("app", "web")]), &pods, "").unwrap();
+    assert_eq!(
+        got,
+        [include(true, true, false), include(false, false, false)]
+    );
+}

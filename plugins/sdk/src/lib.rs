@@ -1,8 +1,10 @@
 //! What every Rust endpoint-policy plugin shares, so that a plugin is its policy and nothing
 //! else, and a change of the WIT package touches this crate, not every plugin:
 //!
-//! - the bindings of world `isim:nad-endpoints/conditioned-endpoint-policy` (the types, the
-//!   `log` and `pod-conditions` imports, the traits to implement) and [`export_plugin!`];
+//! - the bindings of world `isim:nad-endpoints/device-endpoint-policy` (the types, the `log`,
+//!   `pod-conditions` and `network-devices` imports, the traits to implement) and
+//!   [`export_plugin!`]. A plugin imports only what it calls: one that never calls
+//!   [`network_devices`] does not import `network-devices`;
 //! - [`k8s`]: the rules of Kubernetes' own EndpointSlice controller a policy should follow;
 //! - [`testing`]: builders for the `pod` and `service` records, for native unit tests.
 //!
@@ -44,7 +46,7 @@ pub mod testing;
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",
-        world: "conditioned-endpoint-policy",
+        world: "device-endpoint-policy",
         pub_export_macro: true,
         export_macro_name: "export_plugin",
         default_bindings_module: "nad_plugin_sdk::bindings",
@@ -58,6 +60,9 @@ pub use bindings::exports::isim::nad_endpoints::condition_keys::Guest as Conditi
 pub use bindings::exports::isim::nad_endpoints::decisions::{DecisionScope, Guest as Decisions};
 pub use bindings::exports::isim::nad_endpoints::policy::Guest as Plugin;
 pub use bindings::isim::nad_endpoints::log::{Level, log};
+pub use bindings::isim::nad_endpoints::network_devices::{
+    NetworkDevice, devices as network_devices,
+};
 pub use bindings::isim::nad_endpoints::pod_conditions::{
     ConditionStatus, PodCondition, declared, network_readiness,
 };

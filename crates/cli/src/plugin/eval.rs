@@ -21,6 +21,7 @@ use nad_core::{
     step::{self, Candidates, Snapshot, Step},
 };
 use nad_model::input::{
+    device_network::DeviceNetwork,
     network_status::{self, StatusError},
     target::ServiceTarget,
 };
@@ -54,7 +55,10 @@ impl NotCandidate {
                 (format!("has {what}"), format!("have {what}"))
             }
             NotCandidate::NotAttached => {
-                let what = format!("no network-status entry for {}", target.network);
+                let what = match DeviceNetwork::from_key(&target.network) {
+                    Some(device) => format!("no device of {device}"),
+                    None => format!("no network-status entry for {}", target.network),
+                };
                 (format!("has {what}"), format!("have {what}"))
             }
             NotCandidate::Unreadable => (
@@ -62,7 +66,10 @@ impl NotCandidate {
                 "have a network-status annotation that is not a JSON list".to_owned(),
             ),
             NotCandidate::Unusable => {
-                let what = format!("an unusable network-status entry for {}", target.network);
+                let what = match DeviceNetwork::from_key(&target.network) {
+                    Some(device) => format!("no usable address on {device}"),
+                    None => format!("an unusable network-status entry for {}", target.network),
+                };
                 (format!("has {what}"), format!("have {what}"))
             }
             NotCandidate::NodeMissing => (
@@ -350,6 +357,34 @@ fn not_candidate(
     }
     if let Some(reason) = skipped_for_node.get(&*pod.name) {
         return (NotCandidate::NodeMissing, reason.clone());
+    }
+    if let Some(device) = DeviceNetwork::from_key(&target.network) {
+        return match pod.attachment(&target.network) {
+            Some(Err(e)) => (NotCandidate::Unusable, e.to_string()),
+            Some(Ok(_)) => (
+                NotCandidate::Unusable,
+                "not a candidate (the host left it out)".to_owned(),
+            ),
+            None if pod.claims().is_empty() => (
+                NotCandidate::NotAttached,
+                format!(
+                    "the pod names no ResourceClaim (spec.resourceClaims): it gets a device of \
+                     {device} through a claim or a ResourceClaimTemplate"
+                ),
+            ),
+            None => (
+                NotCandidate::NotAttached,
+                format!(
+                    "none of its ResourceClaims ({}) has a device of {device} allocated and \
+                     reserved for this pod",
+                    pod.claims()
+                        .iter()
+                        .map(|c| &**c)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ),
+        };
     }
     match &pod.attachments {
         Err(e) => (NotCandidate::Unreadable, e.to_string()),

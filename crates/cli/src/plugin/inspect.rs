@@ -100,7 +100,17 @@ fn write_plugin(plugin: &Plugin, out: &mut impl Write) -> anyhow::Result<()> {
     writeln!(out, "annotation keys: {}", keys(&info.annotation_keys))?;
     writeln!(out, "decisions:       {}", plugin.decision_scope().as_str())?;
     writeln!(out, "conditions:      {}", conditions(plugin))?;
+    writeln!(out, "devices:         {}", devices(plugin))?;
     Ok(())
+}
+
+/// Whether the plugin reads its pods' DRA devices.
+fn devices(plugin: &Plugin) -> &'static str {
+    if plugin.reads_devices() {
+        "yes (it imports network-devices)"
+    } else {
+        "no (it does not import network-devices)"
+    }
 }
 
 /// The keys, comma-separated, or `(none)`.

@@ -1,11 +1,14 @@
-//! The NetworkAttachmentDefinitions that exist, by `<namespace>/<name>`: whether a Service's
-//! network names one, and if not, which existing name is closest (a misspelling's fix).
+//! The networks that exist: NetworkAttachmentDefinitions by `<namespace>/<name>`, and
+//! DeviceClasses (DRA networks) by their key `deviceclass:<name>`. Whether a Service's network
+//! names one, and if not, which existing name is closest (a misspelling's fix). One
+//! [`NetworkDefinitions`] per kind, each fed by its own watch.
 
 use std::collections::BTreeSet;
 
+use nad_model::input::device_network::{self, DeviceNetwork};
 use nad_model::watch;
 
-/// A Service's network that names no NetworkAttachmentDefinition.
+/// A Service's network that names no NetworkAttachmentDefinition, or no DeviceClass.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Missing {
     pub network: String,
@@ -13,16 +16,39 @@ pub struct Missing {
     pub closest: Option<String>,
 }
 
+impl Missing {
+    /// The DeviceClass a DRA network names; `None` for a NetworkAttachmentDefinition.
+    pub fn device_class(&self) -> Option<String> {
+        DeviceNetwork::from_key(&self.network).map(|n| n.class)
+    }
+
+    /// The closest existing DeviceClass's name, for a DRA network.
+    pub fn closest_class(&self) -> Option<String> {
+        DeviceNetwork::from_key(self.closest.as_deref()?).map(|n| n.class)
+    }
+}
+
 impl std::fmt::Display for Missing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "network {} names no NetworkAttachmentDefinition",
-            self.network
-        )?;
-        match &self.closest {
-            Some(closest) => write!(f, " (did you mean {closest}?)"),
-            None => Ok(()),
+        match self.device_class() {
+            Some(class) => {
+                write!(f, "DeviceClass {class} does not exist")?;
+                match self.closest_class() {
+                    Some(closest) => write!(f, " (did you mean {closest}?)"),
+                    None => Ok(()),
+                }
+            }
+            None => {
+                write!(
+                    f,
+                    "network {} names no NetworkAttachmentDefinition",
+                    self.network
+                )?;
+                match &self.closest {
+                    Some(closest) => write!(f, " (did you mean {closest}?)"),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
@@ -69,12 +95,25 @@ impl NetworkDefinitions {
         }
     }
 
-    /// `Some` when `network` (`<namespace>/<name>`) is known not to exist.
+    /// `Some` when `network` (`<namespace>/<name>`, or a DRA network's key: its DeviceClass)
+    /// is known not to exist.
     pub fn missing(&self, network: &str) -> Option<Missing> {
-        if !self.listed || self.names.contains(network) {
+        let looked_up = match DeviceNetwork::from_key(network) {
+            Some(device) => DeviceNetwork {
+                request: None,
+                ..device
+            }
+            .key(),
+            None => network.to_owned(),
+        };
+        if !self.listed || self.names.contains(&looked_up) {
             return None;
         }
-        let closest = closest(network, &self.names);
+        let closest = if device_network::is_device_network(network) {
+            closest_class(&looked_up, &self.names)
+        } else {
+            closest(network, &self.names)
+        };
         Some(Missing {
             network: network.to_owned(),
             closest,
@@ -104,13 +143,31 @@ fn closest(network: &str, names: &BTreeSet<String>) -> Option<String> {
         })
 }
 
+/// The existing DeviceClass a few edits away from `class` (a key `deviceclass:<name>`).
+fn closest_class(class: &str, names: &BTreeSet<String>) -> Option<String> {
+    let limit = (class.len().saturating_sub(device_network::KEY_PREFIX.len()) / 4).clamp(1, 3);
+    names
+        .iter()
+        .filter(|n| device_network::is_device_network(n))
+        .map(|n| (strsim::levenshtein(class, n), n))
+        .filter(|(distance, _)| *distance <= limit)
+        .min()
+        .map(|(_, n)| n.clone())
+}
+
+/// A NetworkAttachmentDefinition's `<namespace>/<name>`; a cluster-scoped object's (a
+/// DeviceClass) `deviceclass:<name>`.
 fn key<K: kube_core::Resource>(object: &K) -> Option<String> {
     let meta = object.meta();
-    Some(format!(
-        "{}/{}",
-        meta.namespace.as_deref()?,
-        meta.name.as_deref()?
-    ))
+    let name = meta.name.as_deref()?;
+    Some(match meta.namespace.as_deref() {
+        Some(namespace) => format!("{namespace}/{name}"),
+        None => DeviceNetwork {
+            class: name.to_owned(),
+            request: None,
+        }
+        .key(),
+    })
 }
 
 #[cfg(test)]
@@ -199,5 +256,36 @@ mod tests {
             definitions.on_event::<ConfigMap>(watch::Event::InitDone),
             ["shop/macvlan", "shop/sriov"]
         );
+    }
+    #[test]
+    fn a_device_class_that_does_not_exist_is_told_the_closest_one() {
+        let class = |name: &str| ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        };
+        let mut classes = NetworkDefinitions::default();
+        classes.on_event::<ConfigMap>(watch::Event::Init);
+        classes.on_event(watch::Event::InitApply(&class("dranet")));
+        assert_eq!(
+            classes.on_event::<ConfigMap>(watch::Event::InitDone),
+            ["deviceclass:dranet"]
+        );
+        assert_eq!(classes.missing("deviceclass:dranet"), None);
+        assert_eq!(
+            classes.missing("deviceclass:dranet/nic"),
+            None,
+            "a request of an existing class"
+        );
+        let missing = classes.missing("deviceclass:drannet/nic").unwrap();
+        assert_eq!(
+            missing.to_string(),
+            "DeviceClass drannet does not exist (did you mean dranet?)"
+        );
+        assert_eq!(missing.device_class().as_deref(), Some("drannet"));
+        assert_eq!(missing.closest_class().as_deref(), Some("dranet"));
+        assert_eq!(classes.missing("deviceclass:sriov").unwrap().closest, None);
     }
 }

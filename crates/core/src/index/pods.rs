@@ -15,12 +15,16 @@ use std::{
     sync::Arc,
 };
 
-use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
+use k8s_openapi::{
+    api::{core::v1::Pod, resource::v1::ResourceClaim},
+    jiff::Timestamp,
+};
 use kube_core::ResourceExt;
 use nad_model::watch::Event;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
+use super::claims::Claims;
 use super::pair::{Pair, PairMap};
 use crate::relist::RelistGate;
 use nad_model::input::network_status::StatusError;
@@ -61,6 +65,11 @@ pub struct PodIndex {
     relisting: Option<HashSet<usize>>,
     gate: RelistGate<NetworkKey>,
     synced: bool,
+    /// The claims the pods' DRA attachments are made from, with their relists' own gate.
+    claims: Claims,
+    claim_gate: RelistGate<NetworkKey>,
+    claims_expected: bool,
+    claims_synced: bool,
     /// Per network, a number that changes whenever its pods do (see [`Self::generation`]),
     /// and the pods changed last.
     generations: PairMap<Recent>,
@@ -140,9 +149,15 @@ impl PodIndex {
         self.keys = keys;
     }
 
-    /// Whether the first list is complete.
+    /// Whether the first list is complete: the pods', and the claims' when they are watched
+    /// ([`Self::expect_claims`]).
     pub fn is_synced(&self) -> bool {
-        self.synced
+        self.synced && (!self.claims_expected || self.claims_synced)
+    }
+
+    /// The claims are watched: the index is not synced until their first list is complete.
+    pub fn expect_claims(&mut self) {
+        self.claims_expected = true;
     }
 
     pub fn len(&self) -> usize {
@@ -228,7 +243,8 @@ impl PodIndex {
         let mut affected = Vec::new();
         match event {
             Event::Apply(pod) | Event::InitApply(pod) => {
-                let record = Arc::new(PodRecord::read(pod, &self.keys, &mut self.interners));
+                let record = PodRecord::read(pod, &self.keys, &mut self.interners);
+                let record = Arc::new(self.with_devices(&record).unwrap_or(record));
                 let key = (record.namespace.to_string(), record.name.to_string());
                 change.unreadable = self.note_readability(&key, &record);
                 if let (Event::InitApply(_), Some(seen)) = (event, self.relisting.as_mut()) {
@@ -266,6 +282,73 @@ impl PodIndex {
         affected.dedup();
         change.networks = affected;
         change
+    }
+
+    /// Takes a ResourceClaim watch event seen at `now`: the pods that name a claim whose
+    /// record changed get their DRA attachments made again.
+    pub fn on_claim_event(&mut self, event: Event<&ResourceClaim>, now: Timestamp) -> PodChange {
+        let changed = self.claims.on_event(event);
+        if matches!(event, Event::InitDone) {
+            self.claims_synced = true;
+        }
+        let users: BTreeSet<(String, Name)> = changed
+            .iter()
+            .flat_map(|key| {
+                self.claims
+                    .users(key)
+                    .map(|name| (key.0.clone(), name.clone()))
+            })
+            .collect();
+        let mut affected = Vec::new();
+        for (namespace, name) in &users {
+            let Some(record) = self.get(namespace, name).cloned() else {
+                continue;
+            };
+            let Some(updated) = self.with_devices(&record) else {
+                continue;
+            };
+            let updated = Arc::new(updated);
+            if let Some(seen) = self.relisting.as_mut()
+                && seen.remove(&address(&record))
+            {
+                seen.insert(address(&updated));
+            }
+            let before = self.insert(updated.clone());
+            affected.extend(networks_of(namespace, before.as_deref(), Some(&updated)));
+        }
+        let mut change = PodChange::default();
+        // One pod's change, as a pod event's; several pods' (a shared claim) or a relist's
+        // make their Services plan everything.
+        if matches!(event, Event::Apply(_) | Event::Delete(_))
+            && users.len() == 1
+            && let Some((_, name)) = users.first()
+        {
+            change.pod = Some((name.to_string(), now));
+        }
+        let mut affected = self.claim_gate.pass(event, affected);
+        affected.sort();
+        affected.dedup();
+        change.networks = affected;
+        change
+    }
+
+    /// Whether the claims' first list is complete.
+    pub fn claims_synced(&self) -> bool {
+        self.claims_synced
+    }
+
+    /// How many claims are kept.
+    pub fn claim_count(&self) -> usize {
+        self.claims.len()
+    }
+
+    /// `record` with its DRA attachments made from the claims it names; `None` when they are
+    /// the same as its own.
+    fn with_devices(&self, record: &PodRecord) -> Option<PodRecord> {
+        if record.claims().is_empty() && record.devices().is_empty() {
+            return None;
+        }
+        record.with_devices(&self.claims.of(record))
     }
 
     /// Removes the pods a relist did not deliver (deleted while the watch was down); returns
@@ -308,6 +391,7 @@ impl PodIndex {
 
     fn insert(&mut self, record: Arc<PodRecord>) -> Option<Arc<PodRecord>> {
         let before = self.remove(&record.namespace, &record.name);
+        self.claims.add_user(&record);
         for network in record.networks() {
             let network = Pair(&record.namespace, network);
             self.changed(network, &record.name);
@@ -330,6 +414,7 @@ impl PodIndex {
             .find_entry(hash(&self.hasher, namespace, name), is(namespace, name))
             .ok()?
             .remove();
+        self.claims.remove_user(&before);
         for network in before.networks() {
             let network = Pair(namespace, network);
             self.changed(network, &before.name);
@@ -517,5 +602,154 @@ mod tests {
             vec![pair("ns/a"), pair("ns/b")],
             "after the relist, events pass at once"
         );
+    }
+    const UID: &str = "0b0e6e1c-6d5e-4f0e-9d61-7a1c1b7f2a10";
+
+    fn pod_with_claim(name: &str, claim: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": UID},
+            "spec": {"containers": [], "resourceClaims": [{"name": "nic", "resourceClaimTemplateName": "t"}]},
+            "status": {"resourceClaimStatuses": [{"name": "nic", "resourceClaimName": claim}]},
+        }))
+        .unwrap()
+    }
+
+    fn claim(name: &str, ips: &[&str], reserved_for: &str) -> ResourceClaim {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "dranet"}}]}},
+            "status": {
+                "allocation": {"devices": {"results": [
+                    {"request": "nic", "driver": "dra.net", "pool": "n", "device": "eth1"}]}},
+                "reservedFor": [{"resource": "pods", "name": "p", "uid": reserved_for}],
+                "devices": [{"driver": "dra.net", "pool": "n", "device": "eth1",
+                             "networkData": {"ips": ips}}],
+            },
+        }))
+        .unwrap()
+    }
+
+    const DRA: &str = "deviceclass:dranet";
+    const DRA_NIC: &str = "deviceclass:dranet/nic";
+
+    #[test]
+    fn a_claim_event_moves_the_pods_that_name_it() {
+        let mut index = PodIndex::default();
+        let change = index.on_event(Event::Apply(&pod_with_claim("p", "p-nic")), at());
+        assert!(change.networks.is_empty(), "no claim yet: on no network");
+        let change = index.on_claim_event(
+            Event::Apply(&claim("p-nic", &["192.168.2.4/24"], UID)),
+            at(),
+        );
+        assert_eq!(change.networks, vec![pair(DRA), pair(DRA_NIC)]);
+        assert_eq!(change.pod.map(|(name, _)| name).as_deref(), Some("p"));
+        assert_eq!(names(&index, DRA), ["p"]);
+        let generation = index.generation("ns", DRA);
+        // The driver writes the same status again: nothing moves.
+        let change = index.on_claim_event(
+            Event::Apply(&claim("p-nic", &["192.168.2.4/24"], UID)),
+            at(),
+        );
+        assert!(change.networks.is_empty());
+        assert_eq!(index.generation("ns", DRA), generation);
+        // A new address.
+        let change = index.on_claim_event(
+            Event::Apply(&claim("p-nic", &["192.168.2.5/24"], UID)),
+            at(),
+        );
+        assert_eq!(change.networks, vec![pair(DRA), pair(DRA_NIC)]);
+        let ips = index.get("ns", "p").unwrap().ips(DRA).to_vec();
+        assert_eq!(ips, ["192.168.2.5".parse::<std::net::IpAddr>().unwrap()]);
+        // The claim goes away: so does the pod's attachment.
+        let change = index.on_claim_event(Event::Delete(&claim("p-nic", &[], UID)), at());
+        assert_eq!(change.networks, vec![pair(DRA), pair(DRA_NIC)]);
+        assert!(names(&index, DRA).is_empty());
+        assert_eq!(index.len(), 1);
+    }
+
+    #[test]
+    fn a_pod_after_its_claim_finds_it_and_a_pod_gone_no_longer_uses_it() {
+        let mut index = PodIndex::default();
+        index.on_claim_event(
+            Event::Apply(&claim("p-nic", &["192.168.2.4/24"], UID)),
+            at(),
+        );
+        let change = index.on_event(Event::Apply(&pod_with_claim("p", "p-nic")), at());
+        assert_eq!(change.networks, vec![pair(DRA), pair(DRA_NIC)]);
+        index.on_event(Event::Delete(&pod_with_claim("p", "p-nic")), at());
+        let change = index.on_claim_event(
+            Event::Apply(&claim("p-nic", &["192.168.2.6/24"], UID)),
+            at(),
+        );
+        assert!(change.networks.is_empty() && change.pod.is_none());
+        assert_eq!(
+            index
+                .claims
+                .users(&("ns".to_owned(), "p-nic".to_owned()))
+                .count(),
+            0
+        );
+    }
+
+    #[test]
+    fn a_claim_reserved_for_an_earlier_pod_of_the_name_is_not_this_one_s() {
+        let mut index = PodIndex::default();
+        index.on_event(Event::Apply(&pod_with_claim("p", "p-nic")), at());
+        let earlier = "5a4c2f3e-1b0d-4c9a-8e7f-6d5c4b3a2910";
+        let change = index.on_claim_event(
+            Event::Apply(&claim("p-nic", &["192.168.2.4/24"], earlier)),
+            at(),
+        );
+        assert!(change.networks.is_empty());
+        let change = index.on_claim_event(
+            Event::Apply(&claim("p-nic", &["192.168.2.4/24"], UID)),
+            at(),
+        );
+        assert_eq!(change.networks, vec![pair(DRA), pair(DRA_NIC)]);
+    }
+
+    #[test]
+    fn a_claim_relist_releases_its_changes_when_done() {
+        let mut index = PodIndex::default();
+        index.on_event(Event::Apply(&pod_with_claim("p", "p-nic")), at());
+        index.on_claim_event(
+            Event::Apply(&claim("p-nic", &["192.168.2.4/24"], UID)),
+            at(),
+        );
+        assert!(index.on_claim_event(Event::Init, at()).networks.is_empty());
+        let change = index.on_claim_event(
+            Event::InitApply(&claim("p-nic", &["192.168.2.7/24"], UID)),
+            at(),
+        );
+        assert!(change.networks.is_empty(), "held until the relist is done");
+        let change = index.on_claim_event(Event::InitDone, at());
+        assert_eq!(change.networks, vec![pair(DRA), pair(DRA_NIC)]);
+        assert!(change.pod.is_none());
+        assert!(index.claims_synced());
+        index.expect_claims();
+        assert!(!index.is_synced(), "the pods' first list is not complete");
+        index.on_event(Event::Init, at());
+        index.on_event(Event::InitApply(&pod_with_claim("p", "p-nic")), at());
+        index.on_event(Event::InitDone, at());
+        assert!(index.is_synced(), "both lists complete");
+        // A relist that does not list the claim: deleted meanwhile.
+        index.on_claim_event(Event::Init, at());
+        let change = index.on_claim_event(Event::InitDone, at());
+        assert_eq!(change.networks, vec![pair(DRA), pair(DRA_NIC)]);
+        assert!(names(&index, DRA).is_empty());
+    }
+
+    #[test]
+    fn a_claim_event_during_a_pod_relist_keeps_the_pod_listed() {
+        let mut index = PodIndex::default();
+        index.on_event(Event::Init, at());
+        index.on_event(Event::InitApply(&pod_with_claim("p", "p-nic")), at());
+        index.on_claim_event(
+            Event::Apply(&claim("p-nic", &["192.168.2.4/24"], UID)),
+            at(),
+        );
+        index.on_event(Event::InitDone, at());
+        assert_eq!(index.len(), 1, "the record made again is the relist's");
+        assert_eq!(names(&index, DRA), ["p"]);
     }
 }

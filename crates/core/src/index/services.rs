@@ -7,7 +7,7 @@ use kube_core::ResourceExt;
 use nad_model::service_ref::ServiceRef;
 
 use super::pods::NetworkKey;
-use nad_model::input::target;
+use nad_model::input::{device_network::DeviceNetwork, target};
 
 #[derive(Debug, Default)]
 pub struct ServiceNetworks {
@@ -52,6 +52,18 @@ impl ServiceNetworks {
             .services
             .keys()
             .filter(|(_, n)| n == network)
+            .cloned()
+            .collect();
+        self.on(&keys)
+    }
+
+    /// The Services on a DRA network of `class` (`deviceclass:<class>`, narrowed to a request
+    /// or not), in any namespace.
+    pub fn on_device_class(&self, class: &str) -> Vec<ServiceRef> {
+        let keys: Vec<NetworkKey> = self
+            .services
+            .keys()
+            .filter(|(_, n)| DeviceNetwork::from_key(n).is_some_and(|d| d.class == class))
             .cloned()
             .collect();
         self.on(&keys)
@@ -111,5 +123,31 @@ mod tests {
         index.remove(&ServiceRef::new("ns", "api"));
         assert!(index.on(&[a]).is_empty());
         assert!(index.services.is_empty() && index.networks.is_empty());
+    }
+    #[test]
+    fn services_on_a_device_class_are_found_by_it() {
+        let mut index = ServiceNetworks::default();
+        let on_class = |name: &str, annotations: serde_json::Value| -> Service {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
+                "spec": {"clusterIP": "None"},
+            }))
+            .unwrap()
+        };
+        index.apply(&on_class("all", json!({"isim.dev/device-class": "dranet"})));
+        index.apply(&on_class(
+            "nic",
+            json!({"isim.dev/device-class": "dranet", "isim.dev/device-request": "nic"}),
+        ));
+        index.apply(&on_class(
+            "other",
+            json!({"isim.dev/device-class": "dranet2"}),
+        ));
+        index.apply(&service("multus", Some("dranet")));
+        assert_eq!(names(index.on_device_class("dranet")), ["all", "nic"]);
+        assert_eq!(
+            names(index.on(&[("ns".to_owned(), "deviceclass:dranet/nic".to_owned())])),
+            ["nic"]
+        );
     }
 }

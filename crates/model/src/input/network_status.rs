@@ -41,6 +41,21 @@ pub enum StatusError {
         network: String,
         unusable: Vec<Unusable>,
     },
+    /// A DRA network's devices (`network` is its key) whose driver reported no address.
+    #[error(
+        "no device of network {network} has networkData.ips in its claim's status ({}); the DRA driver writes them once it has configured the device, so check the driver on the pod's node",
+        .devices.join("; ")
+    )]
+    NoDeviceIps {
+        network: String,
+        devices: Vec<String>,
+    },
+    /// A DRA network's devices whose reported addresses all are unusable.
+    #[error("the devices of network {network} report no usable IP address in networkData.ips: {}", list(.unusable))]
+    NoUsableDeviceIps {
+        network: String,
+        unusable: Vec<Unusable>,
+    },
 }
 
 /// Why one entry of an attachment's `ips` is left out.

@@ -1,12 +1,17 @@
-//! Which Services this controller manages: the `isim.dev/network` opt-in and the shape checks.
+//! Which Services this controller manages: the opt-in annotations and the shape checks.
 //!
-//! Pure: a Service in, a [`Target`] out. The controller turns [`Target::Invalid`] into a
-//! Warning Event and removes the Service's slices.
+//! A Service opts in by naming its network: a NetworkAttachmentDefinition (Multus) with
+//! `isim.dev/network`, or a DeviceClass (DRA) with `isim.dev/device-class`, optionally narrowed
+//! to one request with `isim.dev/device-request` ([`device_network`]). Pure: a Service in, a
+//! [`Target`] out. The controller turns [`Target::Invalid`] into a Warning Event and removes
+//! the Service's slices.
 
 use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 use kube_core::ResourceExt;
+
+use crate::input::device_network::{self, CLASS_ANNOTATION, REQUEST_ANNOTATION};
 
 /// The opt-in annotation: `<nad>` (the Service's namespace) or `<namespace>/<nad>`.
 pub const NETWORK_ANNOTATION: &str = "isim.dev/network";
@@ -48,7 +53,8 @@ pub struct ServiceTarget {
     pub name: String,
     pub namespace: String,
     pub uid: String,
-    /// `<namespace>/<name>` of the NetworkAttachmentDefinition.
+    /// The network's key: `<namespace>/<name>` of the NetworkAttachmentDefinition, or a DRA
+    /// network's ([`device_network::DeviceNetwork::key`]).
     pub network: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
@@ -112,17 +118,68 @@ pub fn resolve_network(value: &str, service_namespace: &str) -> Result<String, S
     Ok(format!("{namespace}/{name}"))
 }
 
-/// The annotation's network and every problem with the Service, read without copying it.
-fn check(service: &Service) -> Option<(Result<String, String>, Vec<String>)> {
-    let value = service.annotations().get(NETWORK_ANNOTATION)?;
+/// Whether `annotations` opt a Service in (any of the network annotations, valid or not).
+pub fn opted_in(annotations: &BTreeMap<String, String>) -> bool {
+    [NETWORK_ANNOTATION, CLASS_ANNOTATION, REQUEST_ANNOTATION]
+        .iter()
+        .any(|key| annotations.contains_key(*key))
+}
+
+/// The key of the network the annotations name, or what is wrong with them.
+fn network_of(
+    annotations: &BTreeMap<String, String>,
+    namespace: &str,
+) -> Result<String, Vec<String>> {
+    let nad = annotations.get(NETWORK_ANNOTATION);
+    let class = annotations.get(CLASS_ANNOTATION);
+    let request = annotations.get(REQUEST_ANNOTATION).map(String::as_str);
+    match (nad, class) {
+        (Some(_), Some(_)) => Err(vec![format!(
+            "annotations {NETWORK_ANNOTATION} and {CLASS_ANNOTATION} both name a network: keep \
+             {NETWORK_ANNOTATION} for a NetworkAttachmentDefinition (Multus) or \
+             {CLASS_ANNOTATION} for a DeviceClass (DRA), not both"
+        )]),
+        (Some(nad), None) => {
+            let mut problems = Vec::new();
+            if request.is_some() {
+                problems.push(format!(
+                    "annotation {REQUEST_ANNOTATION} narrows a DeviceClass, and this Service \
+                     names a NetworkAttachmentDefinition ({NETWORK_ANNOTATION}): remove \
+                     {REQUEST_ANNOTATION}, or name the DeviceClass with {CLASS_ANNOTATION} \
+                     instead of {NETWORK_ANNOTATION}"
+                ));
+            }
+            match resolve_network(nad, namespace) {
+                Ok(network) if problems.is_empty() => Ok(network),
+                Ok(_) => Err(problems),
+                Err(problem) => {
+                    problems.insert(0, problem);
+                    Err(problems)
+                }
+            }
+        }
+        (None, Some(class)) => device_network::resolve(class, request).map(|n| n.key()),
+        (None, None) => Err(vec![format!(
+            "annotation {REQUEST_ANNOTATION} is set without {CLASS_ANNOTATION}: add \
+             {CLASS_ANNOTATION} with the name of the DeviceClass whose devices carry the \
+             network, or remove {REQUEST_ANNOTATION}"
+        )]),
+    }
+}
+
+/// The annotations' network and every problem with the Service, read without copying it.
+fn check(service: &Service) -> Option<(Option<String>, Vec<String>)> {
+    let annotations = service.annotations();
+    if !opted_in(annotations) {
+        return None;
+    }
     let namespace = service.metadata.namespace.as_deref().unwrap_or_default();
     let empty = Default::default();
     let spec = service.spec.as_ref().unwrap_or(&empty);
-    let mut problems = Vec::new();
-    let network = resolve_network(value, namespace);
-    if let Err(problem) = &network {
-        problems.push(problem.clone());
-    }
+    let (network, mut problems) = match network_of(annotations, namespace) {
+        Ok(network) => (Some(network), Vec::new()),
+        Err(problems) => (None, problems),
+    };
     if spec.type_.as_deref() == Some("ExternalName") {
         problems.push(
             "spec.type is ExternalName: use a headless Service (spec.clusterIP: None) without \
@@ -150,7 +207,7 @@ fn check(service: &Service) -> Option<(Result<String, String>, Vec<String>)> {
 /// route every pod event.
 pub fn managed_network(service: &Service) -> Option<String> {
     match check(service)? {
-        (Ok(network), problems) if problems.is_empty() => Some(network),
+        (Some(network), problems) if problems.is_empty() => Some(network),
         _ => None,
     }
 }
@@ -160,7 +217,7 @@ pub fn classify(service: &Service) -> Target {
     let Some((network, problems)) = check(service) else {
         return Target::Unmanaged;
     };
-    let (Ok(network), true) = (network, problems.is_empty()) else {
+    let (Some(network), true) = (network, problems.is_empty()) else {
         return Target::Invalid(problems);
     };
     let namespace = service.namespace().unwrap_or_default();
@@ -319,5 +376,82 @@ mod tests {
         };
         assert_eq!(problems.len(), 1);
         assert!(problems[0].contains("ExternalName"));
+    }
+    #[test]
+    fn a_device_class_names_a_dra_network_optionally_narrowed_to_a_request() {
+        let Target::Managed(t) =
+            classify(&service(json!({CLASS_ANNOTATION: "dranet"}), headless()))
+        else {
+            panic!("expected managed")
+        };
+        assert_eq!(t.network, "deviceclass:dranet");
+        let narrowed = service(
+            json!({CLASS_ANNOTATION: "dranet", REQUEST_ANNOTATION: "nic"}),
+            headless(),
+        );
+        assert_eq!(
+            managed_network(&narrowed).as_deref(),
+            Some("deviceclass:dranet/nic")
+        );
+    }
+
+    #[test]
+    fn both_kinds_of_network_or_a_stray_request_say_what_to_change() {
+        let both = service(
+            json!({NETWORK_ANNOTATION: "macvlan", CLASS_ANNOTATION: "dranet"}),
+            headless(),
+        );
+        let Target::Invalid(problems) = classify(&both) else {
+            panic!("expected invalid")
+        };
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("not both"), "{problems:?}");
+        assert_eq!(managed_network(&both), None);
+
+        let request_with_nad = service(
+            json!({NETWORK_ANNOTATION: "macvlan", REQUEST_ANNOTATION: "nic"}),
+            headless(),
+        );
+        let Target::Invalid(problems) = classify(&request_with_nad) else {
+            panic!("expected invalid")
+        };
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains(&format!("remove {REQUEST_ANNOTATION}")),
+            "{problems:?}"
+        );
+
+        let request_alone = service(json!({REQUEST_ANNOTATION: "nic"}), headless());
+        let Target::Invalid(problems) = classify(&request_alone) else {
+            panic!("expected invalid")
+        };
+        assert!(
+            problems[0].contains(&format!("add {CLASS_ANNOTATION}")),
+            "{problems:?}"
+        );
+
+        // Every problem at once: a bad class, a bad request and a cluster IP.
+        let all = service(
+            json!({CLASS_ANNOTATION: "Bad_Class", REQUEST_ANNOTATION: "a.b"}),
+            json!({"clusterIP": "10.0.0.1"}),
+        );
+        let Target::Invalid(problems) = classify(&all) else {
+            panic!("expected invalid")
+        };
+        assert_eq!(problems.len(), 3, "{problems:?}");
+    }
+
+    #[test]
+    fn any_network_annotation_opts_in() {
+        let annotations = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        assert!(opted_in(&annotations(&[(NETWORK_ANNOTATION, "m")])));
+        assert!(opted_in(&annotations(&[(CLASS_ANNOTATION, "dranet")])));
+        assert!(opted_in(&annotations(&[(REQUEST_ANNOTATION, "nic")])));
+        assert!(!opted_in(&annotations(&[(POLICY_ANNOTATION, "default")])));
     }
 }

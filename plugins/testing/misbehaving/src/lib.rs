@@ -15,6 +15,7 @@
 //! | `trap-on-team-red` | like `echo`, but traps when a pod has the label `team=red` |
 //! | `environment`  | excludes every pod with a reason listing the environment variables, arguments and working directory it sees |
 //! | `show-conditions` | excludes every pod with a reason listing its network readiness and declared conditions (`pod-conditions`) |
+//! | `show-devices` | excludes every pod with a reason listing its DRA devices on the Service's network (`network-devices`) |
 //!
 //! It declares the condition type `example.com/disk-ready` (`condition-keys`).
 //! `bad-config` is always rejected by `validate-config` (and by `evaluate`); anything else is an
@@ -27,7 +28,7 @@ use core::hint::black_box;
 mod bindings {
     wit_bindgen::generate!({
         path: "../../../wit",
-        world: "conditioned-endpoint-policy",
+        world: "device-endpoint-policy",
     });
 
     use super::Misbehaving;
@@ -38,6 +39,7 @@ use bindings::exports::isim::nad_endpoints::condition_keys::Guest as ConditionKe
 use bindings::exports::isim::nad_endpoints::decisions::{DecisionScope, Guest as Decisions};
 use bindings::exports::isim::nad_endpoints::policy::Guest;
 use bindings::isim::nad_endpoints::log::{Level, log};
+use bindings::isim::nad_endpoints::network_devices::{self, NetworkDevice};
 use bindings::isim::nad_endpoints::pod_conditions::{self, ConditionStatus, PodCondition};
 use bindings::isim::nad_endpoints::types::{
     Conditions, Decision, KeyValue, PluginInfo, Pod, PodPhase, Service,
@@ -56,10 +58,11 @@ enum Mode {
     TrapOnTeamRed,
     Environment,
     ShowConditions,
+    ShowDevices,
 }
 
 const MODES: &str = "loop, memory-bomb, trap, short-answer, policy-error, echo, show-inputs, \
-                     trap-on-team-red, environment, show-conditions";
+                     trap-on-team-red, environment, show-conditions, show-devices";
 
 impl Mode {
     fn parse(config: &str) -> Result<Self, String> {
@@ -74,6 +77,7 @@ impl Mode {
             "trap-on-team-red" => Ok(Self::TrapOnTeamRed),
             "environment" => Ok(Self::Environment),
             "show-conditions" => Ok(Self::ShowConditions),
+            "show-devices" => Ok(Self::ShowDevices),
             "bad-config" => Err("bad-config is never valid".to_string()),
             other => Err(format!("unknown mode {other:?} (expected one of: {MODES})")),
         }
@@ -103,6 +107,21 @@ fn show_condition(c: &PodCondition) -> String {
         ConditionStatus::Unknown => "Unknown",
     };
     format!("{}={status}({})", c.type_, c.reason)
+}
+
+/// `claim:driver/pool/device@interface[ips]{conditions}`.
+fn show_device(d: &NetworkDevice) -> String {
+    let conditions: Vec<String> = d.conditions.iter().map(show_condition).collect();
+    format!(
+        "{}:{}/{}/{}@{}[{}]{{{}}}",
+        d.claim,
+        d.driver,
+        d.pool,
+        d.device,
+        d.interface_name,
+        d.ips.join(" "),
+        conditions.join(", ")
+    )
 }
 
 impl Guest for Misbehaving {
@@ -157,6 +176,20 @@ impl Guest for Misbehaving {
                             "network: {network}; declared: [{}]",
                             declared.join(", ")
                         ))
+                    })
+                    .collect())
+            }
+            Mode::ShowDevices => {
+                let devices = network_devices::devices();
+                Ok((0..pods.len())
+                    .map(|i| {
+                        let shown: Vec<String> = devices
+                            .get(i)
+                            .into_iter()
+                            .flatten()
+                            .map(show_device)
+                            .collect();
+                        Decision::Exclude(format!("devices: [{}]", shown.join(", ")))
                     })
                     .collect())
             }
