@@ -22,6 +22,7 @@ use k8s_openapi::api::{
     core::v1::{Pod, Secret, Service},
     discovery::v1::EndpointSlice,
     events::v1::Event,
+    resource::v1::{DeviceClass, ResourceClaim},
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -2779,4 +2780,257 @@ async fn a_controller_that_does_not_stop_fails_the_test() {
         .catch_unwind()
         .await;
     assert!(stopped.is_err(), "a stop slower than the bound passed");
+}
+
+// ---- DRA networks: addresses from ResourceClaims, written as the drivers write them ------------
+
+/// A DeviceClass of this test's own (cluster-scoped, so named after the namespace).
+async fn device_class(env: &Env, suffix: &str) -> String {
+    let name = format!("{}-{suffix}", env.ns);
+    let class: DeviceClass =
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {}})).unwrap();
+    Api::<DeviceClass>::all(env.client.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+    name
+}
+
+/// A running pod naming the ResourceClaim `claim` directly.
+async fn pod_with_claim(env: &Env, name: &str, claim: &str, ready: bool) -> Pod {
+    let pod = json!({
+        "metadata": {"name": name, "labels": {"app": "nics"}},
+        "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}],
+                 "resourceClaims": [{"name": "nic", "resourceClaimName": claim}]},
+    });
+    env.sim.create_and_start(&env.ns, pod, ready).await.unwrap()
+}
+
+/// A claim with the request `nic` of `class` and the request `gpu` of another class.
+async fn claim(env: &Env, name: &str, class: &str, other_class: &str) {
+    let claim: ResourceClaim = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [
+            {"name": "nic", "exactly": {"deviceClassName": class}},
+            {"name": "gpu", "exactly": {"deviceClassName": other_class}},
+        ]}},
+    }))
+    .unwrap();
+    env.api::<ResourceClaim>()
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+}
+
+/// A device's status as DRANET v1.0.1 writes it (pkg/driver/nri_hooks.go).
+fn dranet_device(device: &str, ips: &[&str], ready: &str) -> Value {
+    json!({
+        "driver": "dra.net", "pool": "node-0", "device": device,
+        "conditions": [
+            {"type": "Ready", "status": ready, "reason": "NetworkDeviceReady", "message": "",
+             "lastTransitionTime": "2026-12-07T00:00:00Z"},
+            {"type": "NetworkReady", "status": "True", "reason": "NetworkReady", "message": "",
+             "lastTransitionTime": "2026-12-07T00:00:00Z"},
+        ],
+        "networkData": {"interfaceName": "net1", "hardwareAddress": "02:42:c0:a8:32:04", "ips": ips},
+    })
+}
+
+/// Merges `status` into the claim's status, as the scheduler, kubelet and the drivers do.
+async fn claim_status(env: &Env, name: &str, status: Value) {
+    env.api::<ResourceClaim>()
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": status})),
+        )
+        .await
+        .unwrap();
+}
+
+/// The scheduler's allocation (`nic` to device `device`, `gpu` to `gpu-0`) and kubelet's
+/// reservation for `pod`.
+async fn allocate(env: &Env, name: &str, device: &str, pod: &Pod) {
+    let status = json!({
+        "allocation": {"devices": {"results": [
+            {"request": "nic", "driver": "dra.net", "pool": "node-0", "device": device},
+            {"request": "gpu", "driver": "gpu.example.com", "pool": "node-0", "device": "gpu-0"},
+        ]}},
+        "reservedFor": [reservation(pod)],
+    });
+    claim_status(env, name, status).await;
+}
+
+fn reservation(pod: &Pod) -> Value {
+    json!({"resource": "pods", "name": pod.name_any(), "uid": pod.uid().unwrap()})
+}
+
+fn addresses(slices: &[EndpointSlice]) -> Vec<String> {
+    let mut all: Vec<String> = slices
+        .iter()
+        .flat_map(endpoints)
+        .flat_map(|e| e.addresses.clone())
+        .collect();
+    all.sort();
+    all
+}
+
+/// The mapping on a real API server (with kube-controller-manager's claim controller): a
+/// Service on a DeviceClass publishes the addresses its pods' claims report (DRANET's write,
+/// link-local left out, another class's device ignored), follows a driver's late write, a
+/// device going not Ready and a claim deallocated, and a pod of a reused name once the claim
+/// is reserved for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_on_a_device_class_publishes_the_addresses_its_pods_claims_report() {
+    let env = env("dra-map").await;
+    let class = device_class(&env, "nics").await;
+    let gpus = device_class(&env, "gpus").await;
+    env.service(
+        "nics",
+        json!({"app": "nics"}),
+        json!({"isim.dev/device-class": class}),
+        json!({"clusterIP": "None", "ports": [{"name": "http", "port": 80}]}),
+    )
+    .await;
+
+    // DRANET's write: CIDRs, a link-local address beside the routable one; the GPU of the
+    // same claim reports an address of its own, on another class.
+    claim(&env, "web-0-nic", &class, &gpus).await;
+    let web0 = pod_with_claim(&env, "web-0", "web-0-nic", true).await;
+    let gpu = json!({"driver": "gpu.example.com", "pool": "node-0", "device": "gpu-0",
+                     "networkData": {"ips": ["10.99.0.1/24"]}});
+    allocate(&env, "web-0-nic", "eth1", &web0).await;
+    let devices = json!([
+        dranet_device("eth1", &["192.168.50.4/24", "fe80::4/64"], "True"),
+        gpu
+    ]);
+    claim_status(&env, "web-0-nic", json!({"devices": devices})).await;
+    let slices = env
+        .wait_slices("nics", "web-0's NIC address", |s| {
+            addresses(s) == ["192.168.50.4"]
+        })
+        .await;
+    assert_eq!(
+        conditions(&slices),
+        [("192.168.50.4".to_owned(), true, true, false)]
+    );
+
+    // SR-IOV standalone's late write: allocated and reserved, no status yet, then the address.
+    claim(&env, "web-1-nic", &class, &gpus).await;
+    let web1 = pod_with_claim(&env, "web-1", "web-1-nic", true).await;
+    allocate(&env, "web-1-nic", "eth2", &web1).await;
+    env.settled().await;
+    assert_eq!(addresses(&env.slices("nics").await), ["192.168.50.4"]);
+    let devices = json!([dranet_device("eth2", &["192.168.50.5/24"], "True")]);
+    claim_status(&env, "web-1-nic", json!({"devices": devices})).await;
+    env.wait_slices("nics", "web-1's late address", |s| {
+        addresses(s) == ["192.168.50.4", "192.168.50.5"]
+    })
+    .await;
+
+    // A device that goes not Ready: its pod is published not serving.
+    let devices = json!([dranet_device("eth1", &["192.168.50.4/24"], "False")]);
+    claim_status(&env, "web-0-nic", json!({"devices": devices})).await;
+    env.wait_slices("nics", "web-0 not serving", |s| {
+        conditions(s).contains(&("192.168.50.4".to_owned(), false, false, false))
+    })
+    .await;
+
+    // A claim deallocated while its pod runs: the pod leaves the Service.
+    let deallocated = json!({"allocation": null, "reservedFor": null, "devices": null});
+    claim_status(&env, "web-1-nic", deallocated).await;
+    env.wait_slices("nics", "web-1 gone with its allocation", |s| {
+        addresses(s) == ["192.168.50.4"]
+    })
+    .await;
+
+    // A new pod of the same name names the same claim. kube-controller-manager's claim
+    // controller drops the old pod's reservation and reserves the claim for the new one (it
+    // was scheduled); the new pod is published once the claim is reserved for its UID, never
+    // on the strength of its name (the window before is unit-tested: nad-core's index).
+    env.api::<Pod>()
+        .delete("web-0", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    env.wait_slices("nics", "web-0 gone", |s| addresses(s).is_empty())
+        .await;
+    let again = pod_with_claim(&env, "web-0", "web-0-nic", true).await;
+    assert_ne!(again.uid(), web0.uid());
+    env.wait_slices("nics", "the new web-0, once reserved for it", |s| {
+        addresses(s) == ["192.168.50.4"]
+    })
+    .await;
+    let reserved: Vec<String> = env
+        .api::<ResourceClaim>()
+        .get("web-0-nic")
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.reserved_for)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| r.uid)
+        .collect();
+    assert!(
+        reserved.contains(&again.uid().unwrap()),
+        "published while the claim is reserved for {reserved:?}, not the new web-0"
+    );
+    // The driver reports the new sandbox's address.
+    let devices = json!([dranet_device("eth1", &["192.168.50.6/24"], "True")]);
+    claim_status(&env, "web-0-nic", json!({"devices": devices})).await;
+    env.wait_slices("nics", "the new web-0's address", |s| {
+        addresses(s) == ["192.168.50.6"]
+    })
+    .await;
+
+    for name in [class, gpus] {
+        let _ = Api::<DeviceClass>::all(env.client.clone())
+            .delete(&name, &DeleteParams::default())
+            .await;
+    }
+    env.finish().await;
+}
+
+/// A Service naming a DeviceClass that does not exist is told the closest one; one naming both
+/// kinds of network is invalid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_device_class_and_both_kinds_of_network_are_warned_about() {
+    let env = env("dra-warn").await;
+    let class = device_class(&env, "nics").await;
+    env.service(
+        "typo",
+        json!({}),
+        json!({"isim.dev/device-class": format!("{class}x")}),
+        json!({"clusterIP": "None"}),
+    )
+    .await;
+    let note = env.event_note("typo", "does not exist").await;
+    assert!(
+        note.contains(&format!(
+            "DeviceClass {class}x does not exist (did you mean {class}?)"
+        )),
+        "{note}"
+    );
+    assert!(
+        note.contains(&format!(
+            "set the annotation isim.dev/device-class to {class}"
+        )),
+        "{note}"
+    );
+    env.service(
+        "both",
+        json!({}),
+        json!({"isim.dev/device-class": class, "isim.dev/network": "macvlan"}),
+        json!({"clusterIP": "None"}),
+    )
+    .await;
+    let event = env.event("both", "InvalidService").await;
+    assert!(
+        event.note.unwrap_or_default().contains("not both"),
+        "the Event says to keep one"
+    );
+    let _ = Api::<DeviceClass>::all(env.client.clone())
+        .delete(&class, &DeleteParams::default())
+        .await;
+    env.finish().await;
 }

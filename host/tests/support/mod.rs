@@ -217,7 +217,12 @@ impl Controller {
     /// since. What a test checks next is then not the echo of an earlier change, nor a state
     /// from before its own.
     pub async fn settled(&self, client: &Client, namespaces: &[&str]) {
-        let mut wanted = [("pods", 0), ("services", 0), ("endpointslices", 0)];
+        let mut wanted = [
+            ("pods", 0),
+            ("services", 0),
+            ("endpointslices", 0),
+            ("resourceclaims", 0),
+        ];
         for namespace in namespaces {
             for (resource, version) in &mut wanted {
                 // The slice watch sees this controller's slices only.
@@ -232,6 +237,12 @@ impl Controller {
                     }
                     "services" => {
                         newest::<k8s_openapi::api::core::v1::Service>(client, namespace, "").await
+                    }
+                    "resourceclaims" => {
+                        newest::<k8s_openapi::api::resource::v1::ResourceClaim>(
+                            client, namespace, "",
+                        )
+                        .await
                     }
                     _ => {
                         newest::<k8s_openapi::api::discovery::v1::EndpointSlice>(
