@@ -9,7 +9,7 @@
 //! ([`ClaimRecord::serves`]).
 
 use std::{
-    collections::{BTreeSet, HashMap, HashSet},
+    collections::{BTreeSet, HashSet},
     sync::Arc,
 };
 
@@ -17,14 +17,17 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube_core::ResourceExt;
 use nad_model::{input::device_network::ClaimRecord, intern::Name, pod::PodRecord, watch::Event};
 
+use super::pair::{Pair, PairMap};
+
 /// `(namespace, claim name)`.
 pub type ClaimKey = (String, String);
 
 #[derive(Debug, Default)]
 pub struct Claims {
-    records: HashMap<ClaimKey, Arc<ClaimRecord>>,
+    /// Found by borrowed names ([`Pair`]): a pod's every event looks its claims up.
+    records: PairMap<Arc<ClaimRecord>>,
     /// The pods that name each claim, by name (only pods that name a claim are here).
-    users: HashMap<ClaimKey, BTreeSet<Name>>,
+    users: PairMap<BTreeSet<Name>>,
     /// During a relist, the claims it listed.
     relisting: Option<HashSet<ClaimKey>>,
 }
@@ -43,7 +46,7 @@ impl Claims {
     }
 
     pub fn get(&self, namespace: &str, name: &str) -> Option<&Arc<ClaimRecord>> {
-        self.records.get(&(namespace.to_owned(), name.to_owned()))
+        self.records.get(&Pair(namespace, name))
     }
 
     /// The records of the claims `pod` names that exist.
@@ -64,7 +67,7 @@ impl Claims {
     pub fn add_user(&mut self, pod: &PodRecord) {
         for claim in pod.claims() {
             self.users
-                .entry((pod.namespace.to_string(), claim.to_string()))
+                .entry_ref(&Pair(&pod.namespace, claim))
                 .or_default()
                 .insert(pod.name.clone());
         }
@@ -73,7 +76,7 @@ impl Claims {
     /// Forgets the claims `pod` named (a pod no longer indexed as it was).
     pub fn remove_user(&mut self, pod: &PodRecord) {
         for claim in pod.claims() {
-            let key = (pod.namespace.to_string(), claim.to_string());
+            let key = Pair(&pod.namespace, claim);
             if let Some(users) = self.users.get_mut(&key) {
                 users.remove(&pod.name);
                 if users.is_empty() {

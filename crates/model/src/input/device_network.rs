@@ -290,6 +290,19 @@ pub struct ClaimRecord {
     pub devices: Box<[ClaimDevice]>,
 }
 
+/// What joins a device's status to its allocation result: driver, pool, device and share ID
+/// (a shared device has one status per share).
+type DeviceKey<'a> = (&'a str, &'a str, &'a str, Option<&'a str>);
+
+fn device_key<'a>(
+    driver: &'a str,
+    pool: &'a str,
+    device: &'a str,
+    share_id: Option<&'a str>,
+) -> DeviceKey<'a> {
+    (driver, pool, device, share_id)
+}
+
 impl ClaimRecord {
     pub fn read(claim: &ResourceClaim) -> Self {
         let status = claim.status.as_ref();
@@ -308,18 +321,15 @@ impl ClaimRecord {
             .and_then(|s| s.devices.as_ref())
             .and_then(|d| d.requests.as_deref())
             .unwrap_or_default();
-        let statuses: BTreeMap<(&str, &str, &str, Option<&str>), &AllocatedDeviceStatus> = status
+        let statuses: BTreeMap<DeviceKey<'_>, &AllocatedDeviceStatus> = status
             .and_then(|s| s.devices.as_ref())
             .into_iter()
             .flatten()
             .map(|d| {
-                let key = (
-                    d.driver.as_str(),
-                    d.pool.as_str(),
-                    d.device.as_str(),
-                    d.share_id.as_deref(),
-                );
-                (key, d)
+                (
+                    device_key(&d.driver, &d.pool, &d.device, d.share_id.as_deref()),
+                    d,
+                )
             })
             .collect();
         let devices = status
@@ -329,10 +339,10 @@ impl ClaimRecord {
             .into_iter()
             .flatten()
             .map(|result| {
-                let key = (
-                    result.driver.as_str(),
-                    result.pool.as_str(),
-                    result.device.as_str(),
+                let key = device_key(
+                    &result.driver,
+                    &result.pool,
+                    &result.device,
                     result.share_id.as_deref(),
                 );
                 ClaimDevice {
