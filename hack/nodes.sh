@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Real nodes for the local control plane of hack/local-up.sh: each a network namespace on a LAN
-# of its own, running containerd (runc), kubelet, kube-proxy (nftables) and, on the first,
-# CoreDNS; kube-scheduler places the pods; Multus over the CNI plugins wires them, called by
-# containerd's CRI. See hack/README.md ("The nodes").
+# of its own, running containerd (runc), kubelet, kube-proxy (nftables), DRANET (the DRA network
+# driver) and, on the first, CoreDNS; kube-scheduler places the pods; Multus over the CNI plugins
+# wires them, called by containerd's CRI. Each node also has DRA NICs on a second LAN, which
+# DRANET publishes and moves into the pods that claim one. See hack/README.md ("The nodes").
 #
 #   hack/nodes.sh up     build what is missing (first time: minutes), start the nodes, wait until
-#                        every node is Ready and kube-proxy and CoreDNS answer. Idempotent.
+#                        every node is Ready, kube-proxy and CoreDNS answer, and each node's DRANET
+#                        answers and has published its ResourceSlice. Idempotent.
 #   hack/nodes.sh down   stop the nodes, their containers (by their cgroups) and the scheduler,
 #                        remove their namespaces and files, restore the kernel settings kubelet
 #                        needs. hack/local-down.sh runs it.
@@ -36,7 +38,7 @@
 #   - no registry: the images are built here and imported into each node's containerd.
 #
 # Environment: NAD_LOCAL_DIR [<repo>/.local], NAD_NODES [2], NAD_READY_TIMEOUT [240] seconds,
-# NAD_SCHEDULER_PORT [16259].
+# NAD_SCHEDULER_PORT [16259], NAD_DRA_DEVICES [4] DRA NICs per node (at most 9).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -51,6 +53,17 @@ lan_netns=nsc-lan
 lan_address=172.30.0.1 # the API server's advertised address (hack/local-up.sh)
 cluster_cidrs="10.244.0.0/16,fd00:10:244::/56"
 zones=(zone-a zone-b zone-c)
+# The DRA LAN: a second bridge in nsc-lan, without an address (nothing on it but the NICs). Each
+# node has an uplink on it (a veth, which DRANET's filter leaves out) and, as an SR-IOV NIC has
+# VFs, macvlan children of that uplink (bridge mode: pods on one node reach each other through
+# it, pods on others through the bridge), named dra0, dra1, ..., with an address of their own.
+dra_bridge=br-dra
+dra_uplink=dra-up
+dra_devices="${NAD_DRA_DEVICES:-4}"
+dra_subnet=192.168.70.0/24
+# The port of DRANET's /healthz and /metrics, on 127.0.0.1 in each node (its default, 9177; below
+# the ephemeral range, where containerd's streaming server takes its port).
+dranet_port=9177
 # The machine-wide settings kubelet insists on (see above).
 kernel_settings=(vm.overcommit_memory=1 vm.panic_on_oom=0 kernel.panic=10 kernel.panic_on_oops=1
   kernel.keys.root_maxkeys=1000000 kernel.keys.root_maxbytes=25000000)
@@ -73,6 +86,14 @@ pod_cidr() { echo "10.244.$1.0/24"; }
 pod_cidr6() { printf 'fd00:10:244:%x::/64\n' "$1"; }
 gateway() { echo "10.244.$1.1"; }
 gateway6() { printf 'fd00:10:244:%x::1\n' "$1"; }
+# Node i's DRA NIC j: 192.168.70.<10 (i + 1) + j>/24 (node 0: .10 to .13, node 1: .20 to .23).
+dra_ip() { echo "192.168.70.$((10 * ($1 + 1) + $2))"; }
+# "dra0=192.168.70.10/24 dra1=..." for node i: what node.sh keeps on its NICs.
+dra_nics() {
+  local j out=()
+  for ((j = 0; j < dra_devices; j++)); do out+=("dra$j=$(dra_ip "$1" "$j")/${dra_subnet#*/}"); done
+  echo "${out[*]}"
+}
 
 # The cgroup hierarchies: the v1 ones and, in the hybrid layout, the v2 one (runc makes its paths there too).
 cgroup_hierarchies() {
@@ -116,7 +137,7 @@ declare -A bin part
 build() {
   local name path
   while read -r name path; do bin[$name]="$path"; done < <("$repo/hack/controlplane/build.sh" kubelet kube-proxy kube-scheduler nsc-net)
-  while read -r name path; do part[$name]="$path"; done < <("$repo/hack/dataplane/build.sh" multus cni-plugins whereabouts coredns containerd)
+  while read -r name path; do part[$name]="$path"; done < <("$repo/hack/dataplane/build.sh" multus cni-plugins whereabouts coredns containerd dranet)
   images="$("$repo/hack/nodes/images.sh")"
 }
 
@@ -131,6 +152,8 @@ network_up() {
   in_ns "$lan_netns" link add br0 type bridge
   in_ns "$lan_netns" addr add "$lan_address/24" dev br0
   in_ns "$lan_netns" link set br0 up
+  in_ns "$lan_netns" link add "$dra_bridge" type bridge
+  in_ns "$lan_netns" link set "$dra_bridge" up
   for ((i = 0; i < count; i++)); do
     node="$(node_name "$i")"
     ip netns add "$node"
@@ -153,6 +176,25 @@ network_up() {
     ip netns exec "$node" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
     # The relay's answers to the node's pods.
     in_ns "$lan_netns" route add "$(pod_cidr "$i")" via "$(node_ip "$i")"
+    dra_nics_up "$i"
+  done
+}
+
+# Node i's DRA NICs: its uplink on the DRA LAN and the macvlan children DRANET publishes, each up
+# with its address. The address has no prefix route (noprefixroute): the node itself has no route
+# to the DRA LAN, so only a pod holding a NIC reaches it (a pod without one times out, as on the
+# macvlan network of testdata/). DRANET hands the address to the pod with its prefix, where the
+# kernel adds the route. node.sh puts an address back when DRANET returns a NIC without it.
+dra_nics_up() {
+  local i="$1" node spec
+  node="$(node_name "$i")"
+  ip link add "$dra_uplink" netns "$node" type veth peer name "d$i" netns "$lan_netns"
+  in_ns "$lan_netns" link set "d$i" master "$dra_bridge" up
+  in_ns "$node" link set "$dra_uplink" up
+  for spec in $(dra_nics "$i"); do
+    in_ns "$node" link add "${spec%%=*}" link "$dra_uplink" type macvlan mode bridge
+    in_ns "$node" addr add "${spec#*=}" dev "${spec%%=*}" noprefixroute
+    in_ns "$node" link set "${spec%%=*}" up
   done
 }
 
@@ -230,6 +272,11 @@ imports = []
   BinaryName = "$(command -v runc)"
   Root = "$dir/state/runc"
   SystemdCgroup = false
+# NRI, where DRANET connects as a plugin (containerd 2's default, said here because DRANET's path
+# is fixed: /var/run is /run, the node's own tmpfs, see node.sh).
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  socket_path = "/var/run/nri/nri.sock"
 EOF
   echo "nameserver $(node_ip 0)" >"$dir/resolv.conf"
   cat >"$dir/kubelet.yaml" <<EOF
@@ -289,6 +336,9 @@ COREDNS=$( ((i == 0)) && echo "${part[coredns]}/coredns")
 COMPONENT_KUBECONFIG=$state/kubeconfig
 CLUSTER_CIDRS=$cluster_cidrs
 IMAGES=$images
+DRANET=${part[dranet]}/dranet
+DRANET_PORT=$dranet_port
+DRA_NICS="$(dra_nics "$i")"
 EOF
   local h
   for h in $(cgroup_hierarchies); do mkdir -p "$h/$node"; done
@@ -305,20 +355,40 @@ nodes_ready() {
 in_first() { nsenter --net="/run/netns/$(node_name 0)" "$@"; }
 kube_proxy_healthy() { answer="$(in_first curl -fsS --max-time 2 http://127.0.0.1:10256/healthz 2>&1)"; }
 coredns_ready() { answer="$(in_first curl -fsS --max-time 2 http://127.0.0.1:8181/ready 2>&1)"; }
+# DRANET answers /healthz once kubelet has registered it as a DRA driver (it connects to
+# containerd's NRI right after, in the background).
+dranet_healthy() {
+  local i node
+  for ((i = 0; i < count; i++)); do
+    node="$(node_name "$i")"
+    answer="$node: $(nsenter --net="/run/netns/$node" curl -fsS --max-time 2 "http://127.0.0.1:$dranet_port/healthz" 2>&1)" || return 1
+  done
+}
+# A ResourceSlice of dra.net's for every node (its first one lists every NIC: they exist before
+# DRANET starts; later ones leave out those pods hold, so only the slice's presence is asked).
+dra_slices_published() {
+  answer="$(kubectl get resourceslices --field-selector spec.driver=dra.net -o jsonpath='{range .items[*]}{.spec.nodeName} {end}' 2>&1)" || return 1
+  local i
+  for ((i = 0; i < count; i++)); do
+    [[ " $answer " == *" $(node_name "$i") "* ]] || { answer="no dra.net ResourceSlice of $(node_name "$i") (slices of: $answer)"; return 1; }
+  done
+}
 ready() {
   local check
-  for check in nodes_ready kube_proxy_healthy coredns_ready; do
+  for check in nodes_ready kube_proxy_healthy coredns_ready dranet_healthy dra_slices_published; do
     failed_check="$check"
     "$check" || return 1
   done
 }
 
 failed_start() {
+  # Once: its own exit below would run the EXIT trap (this function) again.
+  trap - EXIT
   echo "nodes: error: $1" >&2
   local node
   for ((i = 0; i < count; i++)); do
     node="$(node_name "$i")"
-    for f in "$nodes_dir/$node/logs/kubelet.log" "$nodes_dir/$node/logs/containerd.log"; do
+    for f in "$nodes_dir/$node/logs/kubelet.log" "$nodes_dir/$node/logs/containerd.log" "$nodes_dir/$node/logs/dranet.log"; do
       [[ -f "$f" ]] && proc_log_tail "$f" 15 >&2
     done
   done
@@ -334,6 +404,7 @@ up() {
   local lacks
   lacks="$(missing)"
   [[ -z "$lacks" ]] || die "this machine cannot run nodes: $(tr '\n' ';' <<<"$lacks")"
+  [[ "$dra_devices" =~ ^[1-9]$ ]] || die "NAD_DRA_DEVICES must be 1 to 9 (each node's NICs are 192.168.70.<10 (node + 1) + NIC>)"
   if running nodes-relay && ready 2>/dev/null; then
     log "already running"
     return 0
@@ -373,7 +444,7 @@ up() {
     configure_node "$i"
     local node
     node="$(node_name "$i")"
-    log "starting $node (containerd, kubelet, kube-proxy$( ((i == 0)) && echo ", CoreDNS"); logs: $nodes_dir/$node/logs)"
+    log "starting $node (containerd, kubelet, kube-proxy$( ((i == 0)) && echo ", CoreDNS"), DRANET; logs: $nodes_dir/$node/logs)"
     proc_start "$pids/$node.pid" "$nodes_dir/$node/logs/node.log" \
       nsenter --net="/run/netns/$node" unshare --mount --propagation slave "$repo/hack/nodes/node.sh" "$nodes_dir/$node"
   done

@@ -4,7 +4,9 @@
 #   ${NAD_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nad-service-controller/bin}/<part>-<version>/
 # Parts: multus (thin plugin), the CNI reference plugins (bridge, macvlan, host-local, loopback),
 # whereabouts (IPAM, with its CRDs in crds/), coredns (with the Corefile's plugins only: coredns/),
-# containerd (with ctr and the runc shim; runc itself is Debian's). kubelet, kube-proxy and
+# containerd (with ctr and the runc shim; runc itself is Debian's), dranet (Google's DRA network
+# driver, which publishes the nodes' DRA NICs and moves one into each pod that claims it; it links
+# no C: its eBPF and netlink code is pure Go). kubelet, kube-proxy and
 # kube-scheduler come from hack/controlplane/build.sh (the same k8s.io/kubernetes module as the
 # control plane).
 # Prints one line per part: "<part> <directory holding its binaries>". Used by hack/nodes.sh.
@@ -20,6 +22,7 @@ COREDNS_VERSION=v1.14.7
 # version is CoreDNS's and its sources'.
 COREDNS_BUILD="$COREDNS_VERSION-$(cat "$here"/coredns/go.mod "$here"/coredns/go.sum "$here"/coredns/*.go | sha256sum | cut -c1-12)"
 CONTAINERD_VERSION=v2.4.2
+DRANET_VERSION=v1.0.1
 
 command -v go >/dev/null || { echo "dataplane/build.sh: go is required (Go >= 1.26)" >&2; exit 1; }
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
@@ -35,6 +38,7 @@ parts=(
   "whereabouts:${WHEREABOUTS_VERSION}:github.com/k8snetworkplumbingwg/whereabouts:cmd"
   "coredns:${COREDNS_BUILD}:./coredns:."
   "containerd:${CONTAINERD_VERSION}:github.com/containerd/containerd/v2:cmd/containerd,cmd/containerd-shim-runc-v2,cmd/ctr:urfave_cli_no_docs,no_btrfs"
+  "dranet:${DRANET_VERSION}:github.com/google/dranet:cmd/dranet"
 )
 
 # Builds each package of $3 into directory $1, naming a binary after its package's last element
