@@ -105,7 +105,7 @@ step "cargo test" "cargo test (unit, plugin-runtime, plugin-CLI, cluster and RBA
 # features: nothing is built again.
 hack/static-cargo.sh test --release --locked --workspace --exclude nad-fault-tests --exclude nad-node-tests
 
-step "nodes" "the data plane on real nodes (hack/nodes.sh: kubelet, containerd, kube-scheduler, Multus, CNI plugins, whereabouts, kube-proxy, CoreDNS), the images loaded, and its tests (testing/nodes: kubelet, node loss, the stock install, the Helm chart, the data plane)"
+step "nodes" "the data plane on real nodes (hack/nodes.sh: kubelet, containerd, kube-scheduler, Multus, CNI plugins, whereabouts, kube-proxy, CoreDNS, DRANET), the images loaded, and its tests (testing/nodes: kubelet, node loss, the stock install, the Helm chart, the data plane, the DRA network)"
 proc_running .local/pids/nodes-relay.pid || started_nodes=true
 step_repeatable "starting the nodes" "hack/nodes.sh up" hack/nodes.sh up || exit 1
 for image in "$image_layout:$image_tag=localhost/isim/nad-service-controller:$image_tag" \
@@ -114,4 +114,4 @@ for image in "$image_layout:$image_tag=localhost/isim/nad-service-controller:$im
 done
 # The same packages selected as above: the test binaries built then are run.
 hack/static-cargo.sh test --release --locked --workspace --exclude nad-fault-tests --test kubelet --test node_loss --test stock \
-  --test helm --test dataplane
+  --test helm --test dataplane --test dra

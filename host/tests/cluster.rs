@@ -2865,6 +2865,28 @@ fn reservation(pod: &Pod) -> Value {
     json!({"resource": "pods", "name": pod.name_any(), "uid": pod.uid().unwrap()})
 }
 
+/// `explain <ns>/<service>` as text and as JSON; both must succeed.
+fn explain_dra(env: &Env, service: &str) -> (String, Value) {
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_nad-service-controller"))
+            .args(["explain", &format!("{}/{service}", env.ns)])
+            .args(extra)
+            .env("KUBECONFIG", support::kubeconfig_path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "explain {extra:?}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let text = run(&[]);
+    let doc = serde_json::from_str(&run(&["-o", "json"])).unwrap();
+    (text, doc)
+}
+
 fn addresses(slices: &[EndpointSlice]) -> Vec<String> {
     let mut all: Vec<String> = slices
         .iter()
@@ -2935,6 +2957,39 @@ async fn a_service_on_a_device_class_publishes_the_addresses_its_pods_claims_rep
         conditions(s).contains(&("192.168.50.4".to_owned(), false, false, false))
     })
     .await;
+
+    // `explain` shows, per pod, the claim, the device, its interface, addresses and conditions.
+    let (text, doc) = explain_dra(&env, "nics");
+    assert!(
+        text.contains(
+            "device: pod web-0: claim web-0-nic, request nic, device dra.net/node-0/eth1, \
+             interface net1 (02:42:c0:a8:32:04), addresses 192.168.50.4, \
+             conditions NetworkReady=True Ready=False\n"
+        ) && text.contains(
+            "device: pod web-1: claim web-1-nic, request nic, device dra.net/node-0/eth2, \
+             interface net1 (02:42:c0:a8:32:04), addresses 192.168.50.5, \
+             conditions NetworkReady=True Ready=True\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        !text.contains("gpu-0"),
+        "another class's device shown:\n{text}"
+    );
+    let pods = doc["pods"].as_array().unwrap();
+    let row = pods.iter().find(|p| p["name"] == "web-0").unwrap();
+    assert_eq!(row["conditions"]["serving"], false, "{row}");
+    assert_eq!(row["devices"][0]["claim"], "web-0-nic");
+    assert_eq!(row["devices"][0]["device"], "eth1");
+    assert_eq!(row["devices"][0]["ips"], json!(["192.168.50.4"]));
+    let ready = row["devices"][0]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap();
+    assert_eq!(ready["status"], "False", "{row}");
+    assert_eq!(doc["networkReadyCondition"], Value::Null);
 
     // A claim deallocated while its pod runs: the pod leaves the Service.
     let deallocated = json!({"allocation": null, "reservedFor": null, "devices": null});

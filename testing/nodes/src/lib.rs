@@ -145,7 +145,13 @@ pub fn local_images(text: &str) -> String {
 /// `testdata/` as a user applies it, with the images the nodes hold ([`local_images`]): its files
 /// in their order, as one stream of documents.
 pub fn testdata() -> String {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("testdata"))
+    manifests("testdata")
+}
+
+/// The manifests of the repository's directory `dir` (its `*.yaml`, not its subdirectories') as
+/// [`testdata`] gives `testdata/`'s.
+pub fn manifests(dir: &str) -> String {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join(dir))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
@@ -284,6 +290,48 @@ pub fn built(name: &str) -> PathBuf {
         );
     }
     binary
+}
+
+/// The controller binary of this build, run on the host for one namespace, its log in a file.
+/// Stopped when dropped, however the test ends.
+pub struct HostController {
+    child: tokio::process::Child,
+    log: PathBuf,
+}
+
+impl HostController {
+    pub fn start(ns: &str) -> Self {
+        let binary = built("nad-service-controller");
+        let log = std::env::temp_dir().join(format!("{ns}-controller.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = tokio::process::Command::new(binary)
+            .args([
+                "run",
+                &format!("--watch-namespace={ns}"),
+                "--leader-election=false",
+                "--metrics-address=127.0.0.1:0",
+                "--health-address=127.0.0.1:0",
+                "--log-filter=info,nad_service_controller=debug",
+            ])
+            .env("KUBECONFIG", kubeconfig())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Self { child, log }
+    }
+
+    /// What it has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub async fn stop(mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+        let _ = std::fs::remove_file(&self.log);
+    }
 }
 
 /// A test's namespace, removed when it is dropped.

@@ -25,8 +25,8 @@ use kube::{
     api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams},
 };
 use nad_node_tests::{
-    NODE_LABEL, client, condition, eventually, image, kubectl_apart, kubectl_with, namespace,
-    pods_of, repo, resolve, testdata,
+    HostController, NODE_LABEL, client, condition, eventually, image, kubectl_apart, kubectl_with,
+    namespace, pods_of, repo, resolve, testdata,
 };
 use serde_json::Value;
 
@@ -57,48 +57,6 @@ async fn node_names(client: &Client) -> Vec<String> {
         .into_iter()
         .map(|n| n.name_any())
         .collect()
-}
-
-/// The controller binary of this build, run on the host for one namespace, its log in a file.
-/// Stopped when dropped, however the test ends.
-struct HostController {
-    child: tokio::process::Child,
-    log: PathBuf,
-}
-
-impl HostController {
-    fn start(ns: &str) -> Self {
-        let binary = nad_node_tests::built("nad-service-controller");
-        let log = std::env::temp_dir().join(format!("{ns}-controller.log"));
-        let file = std::fs::File::create(&log).unwrap();
-        let child = tokio::process::Command::new(binary)
-            .args([
-                "run",
-                &format!("--watch-namespace={ns}"),
-                "--leader-election=false",
-                "--metrics-address=127.0.0.1:0",
-                "--health-address=127.0.0.1:0",
-                "--log-filter=info,nad_service_controller=debug",
-            ])
-            .env("KUBECONFIG", nad_node_tests::kubeconfig())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        Self { child, log }
-    }
-
-    /// What it has logged so far.
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn stop(mut self) {
-        let _ = self.child.start_kill();
-        let _ = self.child.wait().await;
-        let _ = std::fs::remove_file(&self.log);
-    }
 }
 
 /// One test's namespace with `testdata/` applied and a controller for it.
