@@ -322,6 +322,70 @@ for net in json.loads(pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network
   show "OK: the link is back, and nginx-nad resolves to $(resolved) again"
 }
 
+# A Service on a DRA network: testdata/dra/ (DeviceClass dra-lan, a claim template, netutils-dra
+# and its Service annotated isim.dev/device-class: dra-lan, a client on the DRA LAN). Each pod's
+# claim is allocated a NIC of DRANET's on its node by kube-scheduler, and DRANET moves the NIC into
+# the pod and writes the claim's networkData; the controller publishes those addresses. Then one
+# device's claim reports Ready=False (as a driver that saw its link go down would; DRANET itself
+# does not report a link's state): the name resolves to the other pod only, until it is Ready.
+dra_demo() {
+  show "kubectl apply -f testdata/dra/    (image: the nodes' own for nicolaka/netshoot:v0.13)"
+  local file
+  for file in testdata/dra/*.yaml; do
+    sed "s|image: nicolaka/netshoot:v0.13|image: $(local_image netutils)|" "$file"
+    echo ---
+  done | kubectl apply -f -
+  kubectl rollout status deploy/netutils-dra --timeout="${timeout}s" >/dev/null
+  kubectl rollout status deploy/netutils-dra-client --timeout="${timeout}s" >/dev/null
+  show "kubectl get resourceclaims    (made from the template by kube-controller-manager, allocated by kube-scheduler, networkData written by DRANET)"
+  kubectl get resourceclaims -o custom-columns='CLAIM:.metadata.name,POD:.status.reservedFor[0].name,NODE:.status.allocation.devices.results[0].pool,DEVICE:.status.allocation.devices.results[0].device,INTERFACE:.status.devices[0].networkData.interfaceName,IPS:.status.devices[0].networkData.ips,READY:.status.devices[0].conditions[?(@.type=="Ready")].status'
+  local client base nics claims
+  client="$(pod_of netutils-dra-client)" base="$(pod_of netutils-base)"
+  # "<claim> <address>" of each netutils-dra pod: its claim's NIC, as DRANET reported it.
+  claims="$(kubectl get resourceclaims -o json | python3 -c '
+import json, sys
+for claim in json.load(sys.stdin)["items"]:
+    holder = (claim.get("status", {}).get("reservedFor") or [{}])[0].get("name", "")
+    if holder.startswith("netutils-dra-") and not holder.startswith("netutils-dra-client-"):
+        ips = claim["status"]["devices"][0]["networkData"]["ips"]
+        print(claim["metadata"]["name"], ips[0].split("/")[0])')"
+  nics="$(awk '{print $2}' <<<"$claims" | sort | xargs)"
+  resolved() { kubectl exec "$client" -- getent ahostsv4 netutils-dra | awk '{print $1}' | sort -u | xargs; }
+  local deadline=$((SECONDS + 30))
+  until [[ -n "$nics" && "$(resolved)" == "$nics" ]]; do
+    ((SECONDS < deadline)) || die "netutils-dra did not resolve to the NICs' addresses ($nics) in 30 s: $(resolved)"
+    sleep 0.5
+  done
+  show "netutils-dra resolves to $(resolved): the NICs DRANET moved into its pods"
+  curl_from "$client" netutils-dra:8080 200
+  curl_from "$base" netutils-dra:8080 000
+  ((failed == 0)) || die "the curls to netutils-dra did not answer on the DRA LAN only"
+  local claim dead
+  read -r claim dead <<<"$claims"
+  local ready='[{"op": "test", "path": "/status/devices/0/conditions/0/type", "value": "Ready"},
+    {"op": "replace", "path": "/status/devices/0/conditions/0/status", "value": "%s"}]'
+  show "\$ kubectl patch resourceclaim $claim --subresource=status    (its device, $dead, reports Ready=False)"
+  # shellcheck disable=SC2059 # the format is the patch
+  kubectl patch resourceclaim "$claim" --subresource=status --type=json -p "$(printf "$ready" False)" >/dev/null
+  local down=$SECONDS
+  deadline=$((SECONDS + 30))
+  while resolved | grep -qwF "$dead"; do
+    ((SECONDS < deadline)) || die "$dead was still in DNS 30 s after its device reported Ready=False"
+    sleep 0.5
+  done
+  show "after $((SECONDS - down)) s: netutils-dra resolves to $(resolved) only"
+  curl_from "$client" netutils-dra:8080 200
+  ((failed == 0)) || die "netutils-dra did not answer with its other pod"
+  # shellcheck disable=SC2059
+  kubectl patch resourceclaim "$claim" --subresource=status --type=json -p "$(printf "$ready" True)" >/dev/null
+  deadline=$((SECONDS + 30))
+  until [[ "$(resolved)" == "$nics" ]]; do
+    ((SECONDS < deadline)) || die "$dead was not back in DNS 30 s after its device reported Ready=True"
+    sleep 0.5
+  done
+  show "OK: the device is Ready again, and netutils-dra resolves to $(resolved) again"
+}
+
 if [[ "$nodes" == true ]]; then
   step "curls" "the seed's four curls, from inside the netutils pods (kubectl exec)"
   nad="$(pod_of netutils-nad)" base="$(pod_of netutils-base)"
@@ -338,6 +402,9 @@ if [[ "$nodes" == true ]]; then
 
   step "prober" "readiness on the network: the network prober on both nodes, attached to default/macvlan"
   prober_demo
+
+  step "dra" "a Service on a DRA network: DRANET's NICs, claimed through a ResourceClaimTemplate, published by their DeviceClass"
+  dra_demo
 fi
 
 steps_report
