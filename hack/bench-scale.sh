@@ -9,6 +9,9 @@
 #
 # NSC_BENCH_KEEP=1 keeps the namespace and its pods afterwards; a run that finds them complete
 # skips the setup (stop the control plane with hack/local-down.sh to free the memory).
+# NSC_BENCH_VARIANT=claims runs the claim variant instead (the pods' addresses from a
+# ResourceClaim each, the Services on DeviceClasses) and the Multus one after it at the same
+# scale (NSC_BENCH_SCALE divides both), side by side in hack/bench/envelope-claims.json.
 # Starts the local control plane if it is not running, and stops it afterwards unless it was.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,10 +33,26 @@ if [[ "$was_up" == false ]]; then
   trap 'echo "== stopping the local control plane" >&2; hack/local-down.sh' EXIT
 fi
 
-echo "== the envelope: 10 000 Services x 15 pods on 100 networks" >&2
-raw="$target_dir/bench/controller_envelope.json"
-NSC_BENCH_OUT="$raw" $cargo bench --locked -p nad-service-controller --bench controller_envelope >/dev/null
-cp "$raw" hack/bench/envelope.json
+if [[ "${NSC_BENCH_VARIANT:-}" == claims ]]; then
+  # The claim variant beside Multus, one after the other at the same scale on the same control
+  # plane: the pods' addresses from one ResourceClaim each, then from network-status.
+  scale="${NSC_BENCH_SCALE:-1}"
+  echo "== the claim variant and Multus: $((10000 / scale)) Services x 15 pods on $((100 / scale > 0 ? 100 / scale : 1)) networks each" >&2
+  for source in claims multus; do
+    NSC_BENCH_SOURCE="$source" NSC_BENCH_OUT="$target_dir/bench/controller_envelope_$source.json" \
+      $cargo bench --locked -p nad-service-controller --bench controller_envelope >/dev/null
+  done
+  python3 - "$target_dir/bench" >hack/bench/envelope-claims.json <<'PY'
+import json, sys
+runs = {s: json.load(open(f"{sys.argv[1]}/controller_envelope_{s}.json")) for s in ("claims", "multus")}
+print(json.dumps(runs, indent=2))
+PY
+else
+  echo "== the envelope: 10 000 Services x 15 pods on 100 networks" >&2
+  raw="$target_dir/bench/controller_envelope.json"
+  NSC_BENCH_OUT="$raw" $cargo bench --locked -p nad-service-controller --bench controller_envelope >/dev/null
+  cp "$raw" hack/bench/envelope.json
+fi
 
 echo "== report" >&2
 python3 hack/bench/report.py --markdown BENCHMARKS.md --json benchmarks.json

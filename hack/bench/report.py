@@ -392,6 +392,45 @@ def envelope_section(e: dict) -> list[str]:
     ]
 
 
+def claims_section(c: dict) -> list[str]:
+    claims, multus = c["claims"], c["multus"]
+    cold = claims["cold_start"]
+
+    def flip(run: dict) -> str:
+        lat = run["flips"]["pod_event_to_slice_event"]
+        return f"p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms"
+
+    def row(what: str, get) -> str:
+        return f"| {what} | {get(multus)} | {get(claims)} |"
+
+    extra_mib = claims["cost"]["peak_rss_mib"] - multus["cost"]["peak_rss_mib"]
+    return [
+        f"## The claim variant: addresses from ResourceClaims ({cold['pods']:,} pods, {cold['services']:,} Services, "
+        f"`NSC_BENCH_VARIANT=claims make bench-scale`, commit `{claims.get('commit', '?')}`, run on {claims.get('date', '?')})",
+        "",
+        f"The envelope's shape at {cold['pods']:,} pods ({cold['services']:,} Services of {claims['pods_per_service']} pods "
+        f"on {cold['networks']} networks), run twice on the same control plane, one after the other: the pods' "
+        "addresses from one ResourceClaim each (allocated, reserved for the pod, its status as DRANET writes it; the "
+        "Services on DeviceClasses), then from Multus' `network-status` (the Services on NetworkAttachmentDefinitions).",
+        "",
+        "| figure | Multus | claims |",
+        "|---|---:|---:|",
+        row("cold start: controller start until every Service's slice is correct",
+            lambda r: f"{r['cold_start']['seconds_to_correct_slices']:.1f} s"),
+        row("slice writes during the cold start", lambda r: f"{r['cold_start']['slice_writes']:,}"),
+        row(f"Ready flip, pod watch event → slice watch event ({claims['flips']['flips']} flips)", flip),
+        row("slice writes per flip (controller)",
+            lambda r: f"{r['flips']['writes_per_flip']['controller_metric']:.2f}"),
+        row("controller CPU, whole run", lambda r: f"{r['cost']['cpu_seconds']:.1f} s"),
+        row("controller peak RSS", lambda r: f"{r['cost']['peak_rss_mib']:.0f} MiB"),
+        "",
+        f"The claims' run holds {cold['pods']:,} claims beside the pods: {extra_mib:+.0f} MiB of peak RSS against "
+        f"Multus, {extra_mib * 1024 * 1024 / cold['pods']:+.0f} bytes a pod and its claim (the heap per cached claim, "
+        "counted exactly, is in the heap section above).",
+        "",
+    ]
+
+
 def plain_client_rows(e: dict) -> list[str]:
     plain = e.get("plain_client_writes")
     if not plain:
@@ -557,7 +596,24 @@ def memory_section(m: dict) -> list[str]:
         f"| the pod index (records, names, the network sets) | {m['index_bytes_per_pod']:.0f} | {m['index_blocks_per_pod']:.1f} |",
         f"| the network's shared observation | {m['observation_bytes_per_pod']:.0f} | {m['observation_blocks_per_pod']:.1f} |",
         "",
-    ] + slice_memory_rows(m)
+    ] + claim_memory_rows(m) + slice_memory_rows(m)
+
+
+def claim_memory_rows(m: dict) -> list[str]:
+    if "claim_bytes_per_claim" not in m:
+        return []
+    return [
+        f"Heap per cached claim: {m['claims']:,} pods of the claim variant's shape (no Multus annotations, one "
+        "ResourceClaim each, allocated, reserved for the pod, its status as DRANET writes it), fed to the pod "
+        "index as one relist, then their claims as the claims' relist. A claim's cost is its record, the "
+        "index's maps and its pod's record made again with the device's attachment.",
+        "",
+        "| what | bytes | blocks |",
+        "|---|---:|---:|",
+        f"| the pod index, a pod naming its claim | {m['claim_pod_index_bytes_per_pod']:.0f} | {m['claim_pod_index_blocks_per_pod']:.1f} |",
+        f"| a cached claim (record, maps, the pod's device attachment) | {m['claim_bytes_per_claim']:.0f} | {m['claim_blocks_per_claim']:.1f} |",
+        "",
+    ]
 
 
 def slice_memory_rows(m: dict) -> list[str]:
@@ -675,6 +731,8 @@ def main() -> int:
     parser.add_argument("--criterion", type=Path)
     parser.add_argument("--scale", type=Path)
     parser.add_argument("--envelope", type=Path, default=ROOT / "hack" / "bench" / "envelope.json")
+    parser.add_argument("--envelope-claims", type=Path,
+                        default=ROOT / "hack" / "bench" / "envelope-claims.json")
     parser.add_argument("--prober", type=Path)
     parser.add_argument("--memory", type=Path, help="the pod memory benchmark's JSON")
     parser.add_argument("--markdown", type=Path, default=ROOT / "BENCHMARKS.md")
@@ -697,6 +755,7 @@ def main() -> int:
     else:
         scale = last.get("controller")
     envelope = json.loads(args.envelope.read_text()) if args.envelope.exists() else None
+    claims = json.loads(args.envelope_claims.read_text()) if args.envelope_claims.exists() else None
     if args.prober:
         prober = json.loads(args.prober.read_text()) if args.prober.exists() else None
     else:
@@ -742,6 +801,8 @@ def main() -> int:
         md += memory_section(memory)
     if envelope:
         md += envelope_section(envelope)
+    if claims:
+        md += claims_section(claims)
     if prober:
         md += prober_section(prober)
     analysis = ROOT / "hack" / "bench" / "analysis.md"
@@ -756,6 +817,7 @@ def main() -> int:
         "plugin_boundary": {"criterion": criterion, **plugin},
         "controller": scale,
         "envelope": envelope,
+        "envelope_claims": claims,
         "memory": memory,
         "prober": prober,
     }, indent=2, ensure_ascii=False) + "\n")

@@ -15,6 +15,11 @@
 //!    applies them) in a scratch namespace, as many at once as the controller's
 //!    `--concurrent-syncs`; the cold start is measured against it.
 //!
+//! `NSC_BENCH_SOURCE=claims` is the claim variant: the Services name a DeviceClass of their
+//! network (`isim.dev/device-class`) and each pod gets its address from a ResourceClaim of its
+//! own, allocated and reserved for it, its status as DRANET writes it (one claim a pod; no
+//! Multus annotations), instead of from `network-status`.
+//!
 //! Setting the pods up takes most of the run: each pod is one create (bound to a simulated node,
 //! its network-status already set) and one status write; the simulated nodes' heartbeats run
 //! from the start to the end (a node without them goes NotReady, and the controller manager
@@ -38,6 +43,7 @@ use futures::{StreamExt, stream};
 use k8s_openapi::api::{
     core::v1::{Namespace, Pod, Service},
     discovery::v1::EndpointSlice,
+    resource::v1::{DeviceClass, ResourceClaim},
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -65,11 +71,38 @@ const SERVICES_PER_NETWORK: usize = 100;
 const PODS_PER_SERVICE: usize = 15;
 const NODES: usize = 4;
 
+/// Where the pods' secondary addresses come from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// Multus' `network-status` annotation, the network a NetworkAttachmentDefinition.
+    Multus,
+    /// A ResourceClaim a pod, the network a DeviceClass.
+    Claims,
+}
+
+impl Source {
+    fn from_env() -> Self {
+        match std::env::var("NSC_BENCH_SOURCE").as_deref() {
+            Ok("claims") => Self::Claims,
+            Ok("multus") | Err(_) => Self::Multus,
+            Ok(other) => panic!("NSC_BENCH_SOURCE is multus or claims, not {other}"),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Multus => "multus",
+            Self::Claims => "claims",
+        }
+    }
+}
+
 /// Which Service, network and addresses pod `i` has: everything is a function of the index, so
 /// a run that finds the pods already there knows them without reading them.
 #[derive(Clone, Copy)]
 struct Layout {
     services: usize,
+    source: Source,
 }
 
 impl Layout {
@@ -108,25 +141,74 @@ impl Layout {
         let network = self.network(s);
         let primary = Self::address(Ipv4Addr::new(10, 0, 0, 0), i);
         let secondary = Self::address(Ipv4Addr::new(10, 128, 0, 0), i);
-        let status = json!([
-            {"name": "sim-default", "interface": "eth0", "ips": [primary], "default": true, "dns": {}},
-            {"name": format!("{NAMESPACE}/{network}"), "interface": "net1", "ips": [secondary], "dns": {}},
-        ]);
-        json!({
+        let mut body = json!({
             "metadata": {
                 "name": Self::pod(i),
                 "labels": {"app": Self::service(s), "pod-template-hash": "5d8c7f9b6"},
-                "annotations": {
-                    node_sim::NETWORKS_ANNOTATION: network,
-                    node_sim::NETWORK_STATUS_ANNOTATION: status.to_string(),
-                },
             },
             "spec": {
-                "nodeName": format!("sim-node-{}", i % NODES),
+                "nodeName": Self::node(i),
                 "containers": [{"name": "web", "image": "nginx:1.27",
                                 "ports": [{"name": "http", "containerPort": 8080}]}],
             },
+        });
+        match self.source {
+            Source::Multus => {
+                let status = json!([
+                    {"name": "sim-default", "interface": "eth0", "ips": [primary], "default": true, "dns": {}},
+                    {"name": format!("{NAMESPACE}/{network}"), "interface": "net1", "ips": [secondary], "dns": {}},
+                ]);
+                body["metadata"]["annotations"] = json!({
+                    node_sim::NETWORKS_ANNOTATION: network,
+                    node_sim::NETWORK_STATUS_ANNOTATION: status.to_string(),
+                });
+            }
+            Source::Claims => {
+                body["spec"]["resourceClaims"] =
+                    json!([{"name": "nic", "resourceClaimName": Self::claim(i)}]);
+            }
+        }
+        body
+    }
+
+    fn node(i: usize) -> String {
+        format!("sim-node-{}", i % NODES)
+    }
+
+    fn claim(i: usize) -> String {
+        format!("{}-nic", Self::pod(i))
+    }
+
+    /// Pod `i`'s claim: one device of its network's DeviceClass.
+    fn claim_body(self, i: usize) -> Value {
+        let class = self.network(i / PODS_PER_SERVICE);
+        json!({
+            "metadata": {"name": Self::claim(i)},
+            "spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": class}}]}},
         })
+    }
+
+    /// Pod `i`'s claim's status: allocated on the pod's node, reserved for the pod, and the
+    /// device as DRANET reports it (interface, address in CIDR form, Ready and NetworkReady).
+    fn claim_status(i: usize, pod_uid: &str) -> Value {
+        let node = Self::node(i);
+        let device = format!("nic-{i}");
+        let secondary = Self::address(Ipv4Addr::new(10, 128, 0, 0), i);
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let condition = |type_: &str, reason: &str| {
+            json!({"type": type_, "status": "True",
+            "reason": reason, "message": "", "lastTransitionTime": now})
+        };
+        json!({"status": {
+            "allocation": {"devices": {"results": [
+                {"request": "nic", "driver": "dra.net", "pool": node, "device": device}]}},
+            "reservedFor": [{"resource": "pods", "name": Self::pod(i), "uid": pod_uid}],
+            "devices": [{"driver": "dra.net", "pool": node, "device": device,
+                "conditions": [condition("Ready", "NetworkDeviceReady"),
+                               condition("NetworkReady", "NetworkReady")],
+                "networkData": {"interfaceName": "net1", "hardwareAddress": "02:42:c0:a8:32:04",
+                                "ips": [format!("{secondary}/16")]}}],
+        }})
     }
 
     fn status(i: usize) -> Value {
@@ -155,10 +237,8 @@ fn simulator(client: &Client) -> Simulator {
     Simulator::new(client.clone(), config)
 }
 
-/// Creates the namespace, the Services and the pods (created and started), after removing
-/// what a kept run left.
-async fn populate(client: &Client, layout: Layout, t: Instant) -> f64 {
-    let started = Instant::now();
+/// Removes what a kept run left of the namespace, and waits until it is gone.
+async fn remove_kept_namespace(client: &Client, t: Instant) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     if namespaces.get_opt(NAMESPACE).await.unwrap().is_some() {
         progress(t, format!("removing the {NAMESPACE} a previous run kept"));
@@ -170,16 +250,43 @@ async fn populate(client: &Client, layout: Layout, t: Instant) -> f64 {
             Instant::now() < deadline,
             "{NAMESPACE} still there after 900 s"
         );
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        // Pods the namespace controller deletes gracefully stay Terminating: no kubelet ends
+        // them on the simulated nodes. A large delete may also have stopped short (the claim
+        // variant's). Delete what is left at once, again.
+        node_sim::delete_test_namespace(client, NAMESPACE).await;
     }
+}
+
+/// The networks: NetworkAttachmentDefinitions, or the claim variant's DeviceClasses.
+async fn define_networks(client: &Client, layout: Layout) {
+    let networks: Vec<String> = (0..layout.networks()).map(|s| layout.network(s)).collect();
+    match layout.source {
+        Source::Multus => {
+            let networks: Vec<&str> = networks.iter().map(String::as_str).collect();
+            node_sim::define_networks(client, NAMESPACE, &networks)
+                .await
+                .unwrap();
+        }
+        Source::Claims => {
+            let classes: Api<DeviceClass> = Api::all(client.clone());
+            for class in &networks {
+                create_if_missing(&classes, json!({"metadata": {"name": class}, "spec": {}})).await;
+            }
+        }
+    }
+}
+
+/// Creates the namespace, the Services and the pods (created and started), after removing
+/// what a kept run left.
+async fn populate(client: &Client, layout: Layout, t: Instant) -> f64 {
+    let started = Instant::now();
+    remove_kept_namespace(client, t).await;
     node_sim::create_test_namespace(client, NAMESPACE)
         .await
         .unwrap();
-    let networks: Vec<String> = (0..layout.networks()).map(|s| layout.network(s)).collect();
-    let networks: Vec<&str> = networks.iter().map(String::as_str).collect();
-    node_sim::define_networks(client, NAMESPACE, &networks)
-        .await
-        .unwrap();
+    define_networks(client, layout).await;
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), NAMESPACE);
     let services: Api<Service> = Api::namespaced(client.clone(), NAMESPACE);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let done = AtomicUsize::new(0);
@@ -187,9 +294,13 @@ async fn populate(client: &Client, layout: Layout, t: Instant) -> f64 {
         .map(|s| {
             let services = services.clone();
             async move {
+                let annotation = match layout.source {
+                    Source::Multus => "isim.dev/network",
+                    Source::Claims => "isim.dev/device-class",
+                };
                 let body = json!({
                     "metadata": {"name": Layout::service(s), "labels": {"app": Layout::service(s)},
-                                 "annotations": {"isim.dev/network": layout.network(s)}},
+                                 "annotations": {annotation: layout.network(s)}},
                     "spec": {"clusterIP": "None",
                              "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
                 });
@@ -202,9 +313,20 @@ async fn populate(client: &Client, layout: Layout, t: Instant) -> f64 {
     progress(t, format!("{NAMESPACE}: {} Services", layout.services));
     stream::iter(0..layout.pods())
         .map(|i| {
-            let (pods, done) = (pods.clone(), &done);
+            let (pods, claims, done) = (pods.clone(), claims.clone(), &done);
             async move {
-                create_if_missing(&pods, layout.body(i)).await;
+                let uid = create_if_missing(&pods, layout.body(i)).await;
+                if layout.source == Source::Claims {
+                    create_if_missing(&claims, layout.claim_body(i)).await;
+                    claims
+                        .patch_status(
+                            &Layout::claim(i),
+                            &PatchParams::default(),
+                            &kube::api::Patch::Merge(&Layout::claim_status(i, &uid)),
+                        )
+                        .await
+                        .unwrap();
+                }
                 pods.patch_status(
                     &Layout::pod(i),
                     &PatchParams::default(),
@@ -227,16 +349,20 @@ async fn populate(client: &Client, layout: Layout, t: Instant) -> f64 {
     started.elapsed().as_secs_f64()
 }
 
-async fn create_if_missing<K>(api: &Api<K>, body: Value)
+/// Creates the object unless it exists; returns its UID.
+async fn create_if_missing<K>(api: &Api<K>, body: Value) -> String
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
     let object: K = serde_json::from_value(body).unwrap();
-    match api.create(&PostParams::default(), &object).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
+    let made = match api.create(&PostParams::default(), &object).await {
+        Ok(made) => made,
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            api.get(&object.name_any()).await.unwrap()
+        }
         Err(e) => panic!("creating {}: {e}", object.name_any()),
-    }
+    };
+    made.uid().unwrap_or_default()
 }
 
 /// Deletes every slice in the namespace and waits until none is left.
@@ -505,6 +631,7 @@ async fn run() {
     let t = Instant::now();
     let layout = Layout {
         services: 10_000 / env_usize("NSC_BENCH_SCALE", 1).max(1),
+        source: Source::from_env(),
     };
     let flip_count = env_usize("NSC_BENCH_FLIPS", 250);
     let out = cluster::output("controller_envelope.json");
@@ -517,10 +644,11 @@ async fn run() {
     progress(
         t,
         format!(
-            "API server {}; {} Services x {PODS_PER_SERVICE} pods on {} networks",
+            "API server {}; {} Services x {PODS_PER_SERVICE} pods on {} networks, addresses from {}",
             version.git_version,
             layout.services,
-            layout.networks()
+            layout.networks(),
+            layout.source.name()
         ),
     );
     let sim = Arc::new(simulator(&client));
@@ -551,6 +679,7 @@ async fn run() {
         "machine": machine(),
         "kubernetes": version.git_version,
         "date": k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%d").to_string(),
+        "source": layout.source.name(),
         "setup_seconds": setup_seconds,
         "pods_per_service": PODS_PER_SERVICE,
         "cold_start": cold,

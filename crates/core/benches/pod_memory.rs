@@ -1,6 +1,8 @@
-//! Heap per cached pod: what the pod index and the shared observations keep of each pod; and
-//! heap per cached slice: what the slice store keeps of each of this controller's slices,
-//! against the whole object a reflector store keeps.
+//! Heap per cached pod: what the pod index and the shared observations keep of each pod; heap
+//! per cached claim: what the pod index keeps of each ResourceClaim of a pod on a DRA network
+//! (the envelope benchmark's claim variant: one claim a pod); and heap per cached slice: what
+//! the slice store keeps of each of this controller's slices, against the whole object a
+//! reflector store keeps.
 //!
 //! Feeds the index the pods of the scalability envelope's shape (`make bench-scale`: 15 pods a
 //! Service, 100 Services a network, the Multus network-status of a primary and one secondary
@@ -15,7 +17,7 @@
 
 use std::{collections::HashMap, net::Ipv4Addr, sync::Arc};
 
-use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice};
+use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice, resource::v1::ResourceClaim};
 use k8s_openapi::jiff::Timestamp;
 use nad_core::{
     index::{NodeZones, PodIndex, SliceStore},
@@ -117,6 +119,85 @@ fn slice(s: usize) -> EndpointSlice {
     .unwrap()
 }
 
+/// Pod `i` as the envelope benchmark's claim variant creates it: no Multus annotations, its
+/// one claim `<pod>-nic` named in `spec.resourceClaims`.
+fn dra_pod(i: usize) -> Pod {
+    let mut pod = pod(i);
+    pod.metadata.annotations = None;
+    let claim = format!("{}-nic", pod.metadata.name.as_deref().unwrap());
+    pod.spec.as_mut().unwrap().resource_claims = Some(vec![
+        serde_json::from_value(json!({"name": "nic", "resourceClaimName": claim})).unwrap(),
+    ]);
+    pod
+}
+
+/// Pod `i`'s claim as the envelope benchmark's claim variant writes it: allocated one device of
+/// the network's DeviceClass on the pod's node, reserved for the pod, its status as DRANET
+/// writes it (interface, hardware address, the address in CIDR form, Ready and NetworkReady).
+fn claim(i: usize) -> ResourceClaim {
+    let pod = format!(
+        "svc-{:05}-{:02}",
+        i / PODS_PER_SERVICE,
+        i % PODS_PER_SERVICE
+    );
+    let class = format!("net-{:02}", i / PODS_PER_NETWORK);
+    let node = format!("sim-node-{}", i % NODES);
+    let condition = |type_: &str, reason: &str| {
+        json!({"type": type_, "status": "True",
+        "reason": reason, "message": "", "lastTransitionTime": "2026-12-01T10:00:00Z"})
+    };
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("{pod}-nic"), "namespace": NAMESPACE,
+                     "uid": format!("9c1c2a3b-4d5e-4f60-8a7b-{i:012x}"),
+                     "resourceVersion": format!("{}", 2_000_000 + i),
+                     "creationTimestamp": "2026-12-01T10:00:00Z"},
+        "spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": class}}]}},
+        "status": {
+            "allocation": {"devices": {"results": [
+                {"request": "nic", "driver": "dra.net", "pool": node, "device": format!("nic-{i}")}]}},
+            "reservedFor": [{"resource": "pods", "name": pod,
+                             "uid": format!("6f1c2a3b-4d5e-4f60-8a7b-{i:012x}")}],
+            "devices": [{"driver": "dra.net", "pool": node, "device": format!("nic-{i}"),
+                "conditions": [condition("Ready", "NetworkDeviceReady"), condition("NetworkReady", "NetworkReady")],
+                "networkData": {"interfaceName": "net1", "hardwareAddress": "02:42:c0:a8:32:04",
+                    "ips": [format!("{}/16", address(Ipv4Addr::new(10, 128, 0, 0), i))]}}],
+        },
+    }))
+    .unwrap()
+}
+
+/// Heap per cached claim: `pods` pods of the claim variant's shape fed to a pod index as one
+/// relist, then their claims (one a pod) as the claims' relist. A claim's cost is its record,
+/// the index's maps, and its pod's record made again with the device's attachment.
+fn claim_memory(pods: usize, keys: &Keys) -> serde_json::Value {
+    let mut index = PodIndex::new(keys.clone());
+    index.expect_claims();
+    let (before, before_blocks) = heap();
+    index.on_event(Event::Init, Timestamp::UNIX_EPOCH);
+    for i in 0..pods {
+        index.on_event(Event::InitApply(&dra_pod(i)), Timestamp::UNIX_EPOCH);
+    }
+    index.on_event(Event::InitDone, Timestamp::UNIX_EPOCH);
+    let (pods_bytes, pods_blocks) = heap();
+    index.on_claim_event(Event::Init, Timestamp::UNIX_EPOCH);
+    for i in 0..pods {
+        index.on_claim_event(Event::InitApply(&claim(i)), Timestamp::UNIX_EPOCH);
+    }
+    index.on_claim_event(Event::InitDone, Timestamp::UNIX_EPOCH);
+    let (claims_bytes, claims_blocks) = heap();
+    assert_eq!(index.claim_count(), pods);
+    assert!(index.claims_synced());
+    #[allow(clippy::cast_precision_loss)]
+    let per = |b: usize, a: usize| (b - a) as f64 / pods as f64;
+    json!({
+        "claims": pods,
+        "claim_pod_index_bytes_per_pod": per(pods_bytes, before),
+        "claim_pod_index_blocks_per_pod": per(pods_blocks, before_blocks),
+        "claim_bytes_per_claim": per(claims_bytes, pods_bytes),
+        "claim_blocks_per_claim": per(claims_blocks, pods_blocks),
+    })
+}
+
 fn target(network: usize) -> ServiceTarget {
     let service = serde_json::from_value(json!({
         "metadata": {"name": "svc", "namespace": NAMESPACE, "uid": "s",
@@ -183,7 +264,7 @@ fn main() {
         labels: KeySet::only(["app.kubernetes.io/name", "app"]),
         ..Keys::default()
     };
-    let mut index = PodIndex::new(keys);
+    let mut index = PodIndex::new(keys.clone());
     let mut zones = NodeZones::default();
     for n in 0..NODES {
         let node = serde_json::from_value(json!({"metadata": {"name": format!("sim-node-{n}")}}));
@@ -208,6 +289,9 @@ fn main() {
     #[allow(clippy::cast_precision_loss)]
     let per_pod = |b: usize, a: usize| (b - a) as f64 / pods as f64;
 
+    drop(observed);
+    drop(index);
+    let claims = claim_memory(pods, &keys);
     let services = pods / PODS_PER_SERVICE;
     let slices = slice_memory(services);
     let mut result = json!({
@@ -218,10 +302,12 @@ fn main() {
         "observation_bytes_per_pod": per_pod(observed_bytes, indexed_bytes),
         "observation_blocks_per_pod": per_pod(observed_blocks, indexed_blocks),
     });
-    let serde_json::Value::Object(slices) = slices else {
-        unreachable!("an object")
-    };
-    result.as_object_mut().unwrap().extend(slices);
+    for part in [claims, slices] {
+        let serde_json::Value::Object(part) = part else {
+            unreachable!("an object")
+        };
+        result.as_object_mut().unwrap().extend(part);
+    }
     println!(
         "{pods} pods on {networks} networks: the index keeps {:.0} bytes a pod in {:.1} blocks; \
          the shared observations {:.0} bytes a pod in {:.1} blocks",
@@ -229,6 +315,13 @@ fn main() {
         result["index_blocks_per_pod"].as_f64().unwrap(),
         result["observation_bytes_per_pod"].as_f64().unwrap(),
         result["observation_blocks_per_pod"].as_f64().unwrap(),
+    );
+    println!(
+        "{pods} pods of the claim variant's shape: the index keeps {:.0} bytes a pod, and {:.0} \
+         bytes a claim in {:.1} blocks",
+        result["claim_pod_index_bytes_per_pod"].as_f64().unwrap(),
+        result["claim_bytes_per_claim"].as_f64().unwrap(),
+        result["claim_blocks_per_claim"].as_f64().unwrap(),
     );
     println!(
         "{services} slices of {PODS_PER_SERVICE} endpoints: the slice store keeps {:.0} bytes a \

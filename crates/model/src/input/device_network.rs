@@ -14,7 +14,7 @@
 //! Pure: a claim in, a [`ClaimRecord`] out (what the controller keeps of it); records and a pod
 //! UID in, the pod's [`DeviceAttachment`]s out.
 
-use std::{collections::BTreeMap, net::IpAddr};
+use std::{collections::BTreeMap, net::IpAddr, sync::Arc};
 
 use k8s_openapi::api::{
     core::v1::Pod,
@@ -287,7 +287,8 @@ pub struct ClaimRecord {
     /// The UIDs of the pods in `status.reservedFor`.
     pub reserved_for: Box<[Uid]>,
     /// The allocated devices in allocation order; empty while the claim is not allocated.
-    pub devices: Box<[ClaimDevice]>,
+    /// Shared with the pods' attachments ([`AttachedDevice`]), which hold them too.
+    pub devices: Box<[Arc<ClaimDevice>]>,
 }
 
 /// What joins a device's status to its allocation result: driver, pool, device and share ID
@@ -345,7 +346,7 @@ impl ClaimRecord {
                     &result.device,
                     result.share_id.as_deref(),
                 );
-                ClaimDevice {
+                Arc::new(ClaimDevice {
                     request: result.request.as_str().into(),
                     class: request_class(requests, &result.request).map(Into::into),
                     driver: result.driver.as_str().into(),
@@ -353,7 +354,7 @@ impl ClaimRecord {
                     device: result.device.as_str().into(),
                     share_id: result.share_id.as_deref().map(Into::into),
                     status: statuses.get(&key).copied().map(DeviceStatus::read),
-                }
+                })
             })
             .collect();
         ClaimRecord {
@@ -393,7 +394,8 @@ fn request_class<'a>(requests: &'a [DeviceRequest], request: &str) -> Option<&'a
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttachedDevice {
     pub claim: Box<str>,
-    pub device: ClaimDevice,
+    /// The claim record's own device, shared.
+    pub device: Arc<ClaimDevice>,
 }
 
 impl AttachedDevice {
@@ -494,7 +496,7 @@ pub fn attachment<'a>(
                 })
                 .map(|d| AttachedDevice {
                     claim: claim.name.clone(),
-                    device: d.clone(),
+                    device: Arc::clone(d),
                 })
         })
         .collect();
