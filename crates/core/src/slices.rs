@@ -299,15 +299,22 @@ fn name_and_build(
     // Names stay taken while a slice of that name exists, even one being deleted.
     let taken = &mut changes.taken;
     taken.extend(existing.iter().map(|s| s.name_any()));
-    let mut reusable = obsolete.iter().copied().collect::<VecDeque<_>>();
+    let mut reusable = obsolete.to_vec();
     for slice in &working {
         if !slice.changed {
             changes.unchanged += 1;
             continue;
         }
-        let (name, previous) = match slice.base.or_else(|| reusable.pop_front()) {
-            Some(previous) => (previous.name_any(), Some(previous)),
-            None => (fresh_name(&target.name, slice.family, taken), None),
+        let previous = slice.base.or_else(|| {
+            // A slice's address type is immutable: only one of the same family is taken over.
+            let at = reusable
+                .iter()
+                .position(|s| s.address_type == slice.family.address_type())?;
+            Some(reusable.remove(at))
+        });
+        let name = match previous {
+            Some(previous) => previous.name_any(),
+            None => fresh_name(&target.name, slice.family, taken),
         };
         let time = trigger.map(|t| t.to_string()).or_else(|| {
             previous?
@@ -666,6 +673,24 @@ mod tests {
         assert_eq!(changes.apply.len(), 1);
         assert_eq!(changes.apply[0].name_any(), "web-ipv4-0");
         assert_eq!(changes.apply[0].ports.as_ref().unwrap()[0].port, Some(8080));
+    }
+
+    /// An obsolete slice's name is taken over only by a slice of its address type: the API
+    /// refuses to change a slice's `addressType`.
+    #[test]
+    fn an_obsolete_slice_is_taken_over_only_by_its_own_family() {
+        let existing = stored(&place_all(&desired(pods(0..5)), &[]).apply);
+        let mut v6 = desired(vec![endpoint("p0000", "fd00::1", true)]);
+        v6.groups[0].family = Family::V6;
+        let changes = place_all(&v6, &existing);
+        assert_eq!(layout(&stored(&changes.apply)), [("web-ipv6-0".into(), 1)]);
+        assert_eq!(changes.apply[0].address_type, "IPv6");
+        assert!(
+            is_new(&changes.apply[0]),
+            "created, not an update of the IPv4 slice"
+        );
+        let deleted: Vec<_> = changes.delete.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(deleted, ["web-ipv4-0"]);
     }
 
     #[test]
