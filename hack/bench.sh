@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench: measures the plugin boundary (Criterion), the controller at scale (the real local
 # control plane with the node simulator; beside it kube-controller-manager's own EndpointSlice
-# controller on the same pods) and the network prober (on the local data plane, when this
+# controller on the same pods), what one slice write costs the API server and etcd by
+# server-side apply and by create/update, and the network prober (on the local data plane, when this
 # machine can run it: root), then writes BENCHMARKS.md and benchmarks.json, each target beside
 # the committed benchmarks.json's figure. The results record the commit measured (`-dirty` for
 # a work tree with changes other than these report files) and the machine.
@@ -14,7 +15,7 @@ target_dir="${CARGO_TARGET_DIR:-$repo/target}"
 cargo="${CARGO:-cargo}"
 
 echo "== building the benchmarks (release profile)" >&2
-$cargo bench --locked -p nad-service-controller --bench plugin_boundary --bench plugin_pull --bench controller_scale --no-run
+$cargo bench --locked -p nad-service-controller --bench plugin_boundary --bench plugin_pull --bench controller_scale --bench slice_writes --no-run
 
 echo "== 1/3 plugin boundary (Criterion: evaluate at 1..10 000 pods, Wasm and native; loading; fields)" >&2
 # Only this run's results feed the report.
@@ -41,6 +42,9 @@ if [[ "$was_up" == false ]]; then
 fi
 scale_json="$target_dir/bench/controller_scale.json"
 NSC_BENCH_OUT="$scale_json" $cargo bench --locked -p nad-service-controller --bench controller_scale >/dev/null
+echo "== what one slice write costs: server-side apply against create/update" >&2
+writes_json="$target_dir/bench/slice_writes.json"
+NSC_BENCH_OUT="$writes_json" $cargo bench --locked -p nad-service-controller --bench slice_writes >/dev/null
 
 echo "== 3/3 the network prober: 110 pods x 3 ports on the local nodes" >&2
 prober_json="$target_dir/bench/prober.json"
@@ -58,5 +62,5 @@ fi
 
 echo "== report" >&2
 python3 hack/bench/report.py --criterion "$target_dir/criterion" --scale "$scale_json" \
-  --prober "$prober_json" --memory "$memory_json" --markdown BENCHMARKS.md --json benchmarks.json
+  --prober "$prober_json" --memory "$memory_json" --writes "$writes_json" --markdown BENCHMARKS.md --json benchmarks.json
 sed -n '/^## Targets/,/^## Plugin/p' BENCHMARKS.md | head -n -1
