@@ -322,7 +322,7 @@ async fn populate(client: &Client, layout: Layout, t: Instant) -> f64 {
                         .patch_status(
                             &Layout::claim(i),
                             &PatchParams::default(),
-                            &kube::api::Patch::Merge(&Layout::claim_status(i, &uid)),
+                            &Patch::Merge(&Layout::claim_status(i, &uid)),
                         )
                         .await
                         .unwrap();
@@ -330,7 +330,7 @@ async fn populate(client: &Client, layout: Layout, t: Instant) -> f64 {
                 pods.patch_status(
                     &Layout::pod(i),
                     &PatchParams::default(),
-                    &kube::api::Patch::Merge(&Layout::status(i)),
+                    &Patch::Merge(&Layout::status(i)),
                 )
                 .await
                 .unwrap();
@@ -537,7 +537,7 @@ async fn flips(
 /// The controller's slices in `NAMESPACE` as it applies them: without what the API server adds
 /// (identity, versions, managed fields) and without owner references, whose owners (the
 /// Services) are not in the scratch namespace: the garbage collector would delete the copies.
-async fn slices_as_applied(client: &Client) -> Vec<EndpointSlice> {
+async fn slices_as_written(client: &Client) -> Vec<EndpointSlice> {
     let api: Api<EndpointSlice> = Api::namespaced(client.clone(), NAMESPACE);
     let mut params = ListParams::default().limit(500);
     let mut slices = Vec::new();
@@ -582,15 +582,18 @@ async fn scratch_namespace(client: &Client) {
         .unwrap();
 }
 
-/// A plain kube client makes the cold start's slice writes, each a server-side apply that
-/// creates its slice (the controller's kind of write), `CONCURRENT_SYNCS` at a time, in the
-/// scratch namespace, which is deleted afterwards: the time the API takes for the writes alone.
+/// A plain kube client makes the cold start's slice writes, each a create of its slice (the
+/// controller's kind of write), `CONCURRENT_SYNCS` at a time, in the scratch namespace, which
+/// is deleted afterwards: the time the API takes for the writes alone.
 async fn plain_client_writes(client: &Client, t: Instant) -> Value {
-    let slices = slices_as_applied(client).await;
+    let slices = slices_as_written(client).await;
     scratch_namespace(client).await;
     let plain = support::client().await;
     let api: Api<EndpointSlice> = Api::namespaced(plain, SCRATCH);
-    let params = PatchParams::apply("bench-plain-client");
+    let params = PostParams {
+        field_manager: Some("bench-plain-client".into()),
+        ..PostParams::default()
+    };
     let time_before = apiserver_slice_write_time(client).await;
     let started = Instant::now();
     let count = slices.len();
@@ -598,9 +601,7 @@ async fn plain_client_writes(client: &Client, t: Instant) -> Value {
         .map(|slice| {
             let (api, params) = (api.clone(), params.clone());
             async move {
-                api.patch(&slice.name_any(), &params, &Patch::Apply(&slice))
-                    .await
-                    .unwrap();
+                api.create(&params, &slice).await.unwrap();
             }
         })
         .buffer_unordered(CONCURRENT_SYNCS)

@@ -7,7 +7,8 @@
 //!   request reconciles; what they read of objects is `nad_model::input`;
 //! - [`reconcile`]: one Service's reconcile: the pure step (`nad_core::step`) with the plugins
 //!   as its policy (`nad_plugin_policy`, on `nad_plugin_runtime`), and its effects;
-//! - [`apply`]: the only writer (server-side apply, deletes), and the API's rules it checks;
+//! - [`apply`]: the only writer (creates, updates at the version seen, deletes), and the API's
+//!   rules it checks;
 //! - [`controller`]: the watches wired to the reconcile, for one term as leader;
 //! - the operational parts: [`args`] (the flags of `run`), [`leader`], [`metrics`], [`server`],
 //!   [`error`]; logging and shutdown come from `nad_process`, shared with the network prober

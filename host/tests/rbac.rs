@@ -868,6 +868,24 @@ async fn main_scenario(roles: Roles, launch: Launch) {
         )
         .await,
     );
+    // Slices are created, updated at the version seen and deleted: never patched (no
+    // server-side apply, no merge patch over another writer's fields), never read by name.
+    assert_forbidden(
+        "patching an EndpointSlice",
+        Api::<EndpointSlice>::namespaced(account.clone(), "default")
+            .patch(
+                "any",
+                &PatchParams::default().dry_run(),
+                &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+            )
+            .await,
+    );
+    assert_forbidden(
+        "reading an EndpointSlice by name",
+        Api::<EndpointSlice>::namespaced(account.clone(), "default")
+            .get("any")
+            .await,
+    );
     // DRA: claims and classes are read, nothing of DRA is written, ResourceSlices never read.
     assert_forbidden(
         "listing ResourceSlices",
@@ -1053,7 +1071,7 @@ async fn main_scenario(roles: Roles, launch: Launch) {
         holder.starts_with(&identity),
         "the Lease is held by this controller, not {holder:?}"
     );
-    // Slices (patch).
+    // Slices (update at the version seen).
     sim.set_ready(&ns, "web-a", false).await.unwrap();
     wait_for("web-a not ready", both(false, true)).await;
     // Events (create, then patch for the repeat).

@@ -44,8 +44,8 @@ pub const MAX_ENDPOINTS_PER_SLICE: usize = 1000;
 /// The writes that turn a Service's slices into what [`Desired`] asks for.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Changes {
-    /// Slices to server-side apply, whole: with the `resourceVersion` of the slice they update,
-    /// or without one when they are new.
+    /// Slices to write, whole: an update carries the `uid` and `resourceVersion` of the slice
+    /// it replaces, a new slice none.
     pub apply: Vec<EndpointSlice>,
     /// Slices that are no longer wanted, as they were seen.
     pub delete: Vec<Seen>,
@@ -117,13 +117,12 @@ pub fn is_managed_slice_of(slice: &EndpointSlice, name: &str) -> bool {
         && labels.get(SERVICE_NAME_LABEL).map(String::as_str) == Some(name)
 }
 
-/// Whether what this controller sets besides endpoints and ports is as it should be. Fields
-/// others add and it does not own (extra labels, annotations) do not count.
+/// Whether what this controller sets besides endpoints and ports is as it should be: the
+/// labels exactly the Service's and this controller's (an update writes them so: a label added
+/// by hand is repaired, as upstream's controller does), and the Service as controlling owner.
+/// What others add where this controller sets nothing (annotations, finalizers) does not count.
 fn metadata_up_to_date(target: &ServiceTarget, existing: &EndpointSlice) -> bool {
-    let labels = slice_labels(target);
-    labels
-        .iter()
-        .all(|(k, v)| existing.labels().get(k) == Some(v))
+    *existing.labels() == slice_labels(target)
         && existing.owner_references().iter().any(|have| {
             have.uid == target.uid && have.controller == Some(true) && have.kind == "Service"
         })
@@ -316,14 +315,10 @@ fn name_and_build(
             Some(previous) => previous.name_any(),
             None => fresh_name(&target.name, slice.family, taken),
         };
-        let time = trigger.map(|t| t.to_string()).or_else(|| {
-            previous?
-                .annotations()
-                .get(TRIGGER_TIME_ANNOTATION)
-                .cloned()
-        });
-        let seen = previous.and_then(|p| p.resource_version());
-        changes.apply.push(build(target, name, seen, slice, time));
+        let time = trigger.map(|t| t.to_string());
+        changes
+            .apply
+            .push(build(target, name, previous, slice, time));
     }
     changes.delete = reusable.iter().map(|s| Seen::of(s)).collect();
 }
@@ -354,31 +349,48 @@ pub fn next_free_name(slice: &EndpointSlice, taken: &mut BTreeSet<String>) -> St
     fresh_name(&service, family, taken)
 }
 
+/// The slice as it is to be written. A new slice has this controller's metadata only. An
+/// update is written whole (an update replaces the object): it carries the `uid` and
+/// `resourceVersion` it was planned against, and keeps what others added to the metadata and
+/// this controller does not set (annotations, finalizers, other owners), as the upstream
+/// EndpointSlice controller keeps them; the labels are the Service's and this controller's
+/// only, so a label removed from the Service, or added by hand, leaves the slice.
 fn build(
     target: &ServiceTarget,
     name: String,
-    resource_version: Option<String>,
+    previous: Option<&EndpointSlice>,
     slice: &Working<'_>,
     trigger_time: Option<String>,
 ) -> EndpointSlice {
-    EndpointSlice {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: Some(target.namespace.clone()),
-            resource_version,
-            labels: Some(slice_labels(target)),
-            annotations: trigger_time
-                .map(|t| BTreeMap::from([(TRIGGER_TIME_ANNOTATION.to_owned(), t)])),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "v1".to_owned(),
-                kind: "Service".to_owned(),
-                name: target.name.clone(),
-                uid: target.uid.clone(),
-                controller: Some(true),
-                ..OwnerReference::default()
-            }]),
-            ..ObjectMeta::default()
+    let owner = OwnerReference {
+        api_version: "v1".to_owned(),
+        kind: "Service".to_owned(),
+        name: target.name.clone(),
+        uid: target.uid.clone(),
+        controller: Some(true),
+        ..OwnerReference::default()
+    };
+    let mut metadata = match previous {
+        Some(previous) => ObjectMeta {
+            managed_fields: None,
+            ..previous.metadata.clone()
         },
+        None => ObjectMeta::default(),
+    };
+    metadata.name = Some(name);
+    metadata.namespace = Some(target.namespace.clone());
+    metadata.labels = Some(slice_labels(target));
+    if let Some(time) = trigger_time {
+        metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(TRIGGER_TIME_ANNOTATION.to_owned(), time);
+    }
+    let others = metadata.owner_references.take().into_iter().flatten();
+    let others = others.filter(|o| o.uid != owner.uid && o.controller != Some(true));
+    metadata.owner_references = Some(std::iter::once(owner.clone()).chain(others).collect());
+    EndpointSlice {
+        metadata,
         address_type: slice.family.address_type().to_owned(),
         endpoints: Some(slice.endpoints.clone()),
         ports: Some(slice.ports.clone()),
@@ -450,8 +462,8 @@ mod tests {
         }
     }
 
-    /// What the API returns for applied slices: the same fields plus server-set metadata and
-    /// others' labels.
+    /// What the API returns for written slices: the same fields plus server-set metadata and
+    /// an annotation someone else added.
     fn stored(slices: &[EndpointSlice]) -> Vec<Arc<EndpointSlice>> {
         slices
             .iter()
@@ -459,7 +471,8 @@ mod tests {
                 let mut s = slice.clone();
                 s.metadata.resource_version = Some("42".into());
                 s.metadata.uid = Some(format!("uid-{}", s.name_any()));
-                s.labels_mut().insert("added-by-someone".into(), "x".into());
+                s.annotations_mut()
+                    .insert("added-by-someone".into(), "x".into());
                 Arc::new(s)
             })
             .collect()
@@ -673,6 +686,53 @@ mod tests {
         assert_eq!(changes.apply.len(), 1);
         assert_eq!(changes.apply[0].name_any(), "web-ipv4-0");
         assert_eq!(changes.apply[0].ports.as_ref().unwrap()[0].port, Some(8080));
+    }
+
+    /// An update replaces the slice whole, as the upstream controller writes it: what others
+    /// added where this controller sets nothing stays, the labels are exactly the Service's and
+    /// this controller's, and it is conditional on the uid and version seen.
+    #[test]
+    fn an_update_keeps_what_others_added_except_labels() {
+        let want = desired(pods(0..3));
+        let mut edited = (*stored(&place_all(&want, &[]).apply)[0]).clone();
+        edited.metadata.finalizers = Some(vec!["example.com/keep".into()]);
+        let other = OwnerReference {
+            api_version: "example.com/v1".into(),
+            kind: "Audit".into(),
+            name: "audit".into(),
+            uid: "uid-audit".into(),
+            ..OwnerReference::default()
+        };
+        edited.owner_references_mut().push(other.clone());
+        let clean = place_all(&want, &[Arc::new(edited.clone())]);
+        assert!(
+            clean.is_empty(),
+            "others' annotations, finalizers and owners are no change"
+        );
+
+        edited
+            .labels_mut()
+            .insert("added-by-hand".into(), "x".into());
+        let changes = place_all(&want, &[Arc::new(edited)]);
+        let [update] = &changes.apply[..] else {
+            panic!("{changes:?}")
+        };
+        assert!(
+            !update.labels().contains_key("added-by-hand"),
+            "a hand-added label is repaired"
+        );
+        assert_eq!(*update.labels(), slice_labels(&target("team-a/m")));
+        assert_eq!(update.annotations()["added-by-someone"], "x");
+        assert_eq!(
+            update.finalizers(),
+            ["example.com/keep".to_owned()],
+            "a finalizer of someone else's is not dropped"
+        );
+        assert_eq!(update.owner_references().len(), 2);
+        assert_eq!(update.owner_references()[0].controller, Some(true));
+        assert_eq!(update.owner_references()[1], other);
+        assert_eq!(update.uid().as_deref(), Some("uid-web-ipv4-0"));
+        assert_eq!(update.resource_version().as_deref(), Some("42"));
     }
 
     /// An obsolete slice's name is taken over only by a slice of its address type: the API

@@ -1,13 +1,15 @@
-//! The only writer: server-side apply of changed slices and deletion of unwanted ones, and
+//! The only writer: creates and updates of changed slices and deletion of unwanted ones, and
 //! the EndpointSlice API's rules, checked before anything is sent (`nad_core::validate`).
 //!
-//! No write lands on an object this controller does not own:
-//! - a slice it saw is applied with the `resourceVersion` it saw (force takes over fields that
-//!   a hand edit took, and only of that version: had anyone changed the slice since, its
-//!   `managed-by` or `service-name` say, the API answers `409` and nothing is written);
-//! - a new slice is applied without force, so a slice of that name that this controller does
-//!   not manage, whose labels another field manager owns, is a conflict (`409`), not a take-over;
-//!   the slice then takes the next free name;
+//! Writes go as the upstream EndpointSlice controller sends them, a create or an update of the
+//! whole slice, not as server-side apply: the API server spends about a third of the time on
+//! them (`make bench`'s slice writes, in BENCHMARKS.md). No write lands on an object this
+//! controller does not own:
+//! - a slice it saw is updated with the `uid` and `resourceVersion` it saw: had anyone changed
+//!   the slice since, its `managed-by` or `service-name` say, or deleted it, the API answers
+//!   `409` (or `404`) and nothing is written; an update replaces a hand edit whole;
+//! - a new slice is a create, which never takes over an object of that name (`409`): the
+//!   slice then takes the next free name;
 //! - a delete is conditional on the uid and `resourceVersion` seen.
 
 use std::collections::BTreeSet;
@@ -15,13 +17,13 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, Preconditions},
+    api::{DeleteParams, PostParams, Preconditions},
 };
 
 use crate::error::Error;
 use nad_core::slices::{self, Changes};
 
-/// The one field manager this controller applies with.
+/// The one field manager this controller writes with.
 pub const FIELD_MANAGER: &str = "nad-service-controller.isim.dev";
 
 /// How many names a new slice tries when each is taken by an object of someone else.
@@ -54,7 +56,18 @@ fn conflict(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 409)
 }
 
-/// Applies every changed slice and deletes the unwanted ones.
+fn gone(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 404)
+}
+
+fn params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PostParams::default()
+    }
+}
+
+/// Writes every changed slice and deletes the unwanted ones.
 pub async fn write(client: &Client, namespace: &str, changes: Changes) -> Written {
     let api: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
     let mut taken = changes.taken;
@@ -64,10 +77,10 @@ pub async fn write(client: &Client, namespace: &str, changes: Changes) -> Writte
             create(&api, slice, &mut taken, &mut written.foreign).await
         } else {
             let name = slice.name_any();
-            let params = PatchParams::apply(FIELD_MANAGER).force();
-            match api.patch(&name, &params, &Patch::Apply(&slice)).await {
+            match api.replace(&name, &params(), &slice).await {
                 Ok(stored) => Ok((name, stored.metadata.generation)),
-                Err(e) if conflict(&e) => {
+                // Changed or deleted since it was seen: the watch brings that.
+                Err(e) if conflict(&e) || gone(&e) => {
                     written.outdated.push(name);
                     continue;
                 }
@@ -122,11 +135,10 @@ async fn create(
     taken: &mut BTreeSet<String>,
     foreign: &mut Vec<String>,
 ) -> Result<(String, Option<i64>), (EndpointSlice, kube::Error)> {
-    let params = PatchParams::apply(FIELD_MANAGER);
     let mut tries = 0;
     loop {
         let name = slice.name_any();
-        match api.patch(&name, &params, &Patch::Apply(&slice)).await {
+        match api.create(&params(), &slice).await {
             Ok(stored) => return Ok((name, stored.metadata.generation)),
             Err(e) if conflict(&e) && tries + 1 < NAME_TRIES => {
                 tracing::info!(
@@ -232,23 +244,20 @@ mod tests {
         }
     }
 
-    /// A slice seen is applied with force over the version seen; a new one without force; a
+    /// A slice seen is updated (`PUT`) at the version seen; a new one is created (`POST`); a
     /// delete is conditional on what was seen.
     #[tokio::test]
-    async fn updates_are_forced_over_the_version_seen_creates_are_not_deletes_are_conditional() {
+    async fn updates_are_at_the_version_seen_new_slices_are_created_deletes_are_conditional() {
         let (service, mut handle) = crate::mock_api::pair();
         let client = Client::new(service, "default");
         let server = tokio::spawn(async move {
             let (request, send) = handle.next_request().await.unwrap();
-            assert_eq!(request.method(), Method::PATCH);
+            assert_eq!(request.method(), Method::PUT);
             assert_eq!(
                 request.uri().to_string(),
-                "/apis/discovery.k8s.io/v1/namespaces/team-a/endpointslices/web-ipv4-0?&force=true&fieldManager=nad-service-controller.isim.dev"
+                "/apis/discovery.k8s.io/v1/namespaces/team-a/endpointslices/web-ipv4-0?&fieldManager=nad-service-controller.isim.dev"
             );
-            assert_eq!(
-                request.headers()["content-type"],
-                "application/apply-patch+yaml"
-            );
+            assert_eq!(request.headers()["content-type"], "application/json");
             let body: serde_json::Value = serde_json::from_slice(&body_of(request).await).unwrap();
             assert_eq!(body["apiVersion"], "discovery.k8s.io/v1");
             assert_eq!(body["kind"], "EndpointSlice");
@@ -258,13 +267,13 @@ mod tests {
             send.send_response(Response::new(Body::from(reply)));
 
             let (request, send) = handle.next_request().await.unwrap();
-            assert_eq!(request.method(), Method::PATCH);
+            assert_eq!(request.method(), Method::POST);
             assert_eq!(
                 request.uri().to_string(),
-                "/apis/discovery.k8s.io/v1/namespaces/team-a/endpointslices/web-ipv4-1?&fieldManager=nad-service-controller.isim.dev",
-                "a new slice is not forced over an object of that name"
+                "/apis/discovery.k8s.io/v1/namespaces/team-a/endpointslices?&fieldManager=nad-service-controller.isim.dev",
             );
             let body: serde_json::Value = serde_json::from_slice(&body_of(request).await).unwrap();
+            assert_eq!(body["metadata"]["name"], "web-ipv4-1");
             assert!(body["metadata"].get("resourceVersion").is_none());
             let reply = serde_json::to_vec(&slice("web-ipv4-1")).unwrap();
             send.send_response(Response::new(Body::from(reply)));
@@ -302,9 +311,9 @@ mod tests {
         server.await.unwrap();
     }
 
-    /// A name held by an object this controller does not manage (the apply conflicts) is left
-    /// to it: the new slice takes the next free name. A slice changed since it was seen is not
-    /// written, and that is no failure.
+    /// A name held by an object this controller does not manage (the create conflicts) is
+    /// left to it: the new slice takes the next free name. A slice changed or deleted since it
+    /// was seen is not written, and that is no failure.
     #[tokio::test]
     async fn a_taken_name_is_left_alone_and_an_outdated_write_is_not_made() {
         let (service, mut handle) = crate::mock_api::pair();
@@ -313,20 +322,28 @@ mod tests {
             let mut names = Vec::new();
             for _ in 0..2 {
                 let (request, send) = handle.next_request().await.unwrap();
-                names.push(request.uri().path().rsplit('/').next().unwrap().to_owned());
+                assert_eq!(request.method(), Method::POST);
+                let body: serde_json::Value =
+                    serde_json::from_slice(&body_of(request).await).unwrap();
+                names.push(body["metadata"]["name"].as_str().unwrap().to_owned());
                 if names.len() == 1 {
-                    send.send_response(status(409, "Conflict", "Apply failed with 1 conflict: conflict with \"kube-controller-manager\": .metadata.labels.endpointslice.kubernetes.io/managed-by"));
+                    send.send_response(status(
+                        409,
+                        "AlreadyExists",
+                        "endpointslices.discovery.k8s.io \"web-ipv4-0\" already exists",
+                    ));
                 } else {
-                    let body: serde_json::Value =
-                        serde_json::from_slice(&body_of(request).await).unwrap();
-                    assert_eq!(body["metadata"]["name"], "web-ipv4-2");
                     let reply = serde_json::to_vec(&slice("web-ipv4-2")).unwrap();
                     send.send_response(Response::new(Body::from(reply)));
                 }
             }
             assert_eq!(names, ["web-ipv4-0", "web-ipv4-2"], "web-ipv4-1 is ours");
-            let (_, send) = handle.next_request().await.unwrap();
+            let (request, send) = handle.next_request().await.unwrap();
+            assert_eq!(request.method(), Method::PUT);
             send.send_response(status(409, "Conflict", "the object has been modified"));
+            let (request, send) = handle.next_request().await.unwrap();
+            assert_eq!(request.method(), Method::PUT);
+            send.send_response(status(404, "NotFound", "not found"));
             let (_, send) = handle.next_request().await.unwrap();
             send.send_response(status(
                 409,
@@ -339,8 +356,10 @@ mod tests {
             .insert(nad_model::labels::SERVICE_NAME_LABEL.into(), "web".into());
         let mut outdated = slice("web-ipv4-1");
         outdated.metadata.resource_version = Some("7".into());
+        let mut deleted = slice("web-ipv4-4");
+        deleted.metadata.resource_version = Some("7".into());
         let changes = Changes {
-            apply: vec![new, outdated],
+            apply: vec![new, outdated, deleted],
             delete: vec![seen("web-ipv4-3")],
             taken: BTreeSet::from(["web-ipv4-0".into(), "web-ipv4-1".into()]),
             ..Changes::default()
@@ -348,7 +367,7 @@ mod tests {
         let written = write(&client, "team-a", changes).await;
         assert_eq!(written.applied, vec![("web-ipv4-2".into(), None)]);
         assert_eq!(written.foreign, ["web-ipv4-0"]);
-        assert_eq!(written.outdated, ["web-ipv4-1", "web-ipv4-3"]);
+        assert_eq!(written.outdated, ["web-ipv4-1", "web-ipv4-4", "web-ipv4-3"]);
         assert!(written.failed.is_empty(), "{:?}", written.failed);
         server.await.unwrap();
     }

@@ -51,9 +51,10 @@ fn built_in() -> Plugins {
 /// A call the mocked API expects, and how it answers.
 #[derive(Debug)]
 enum Call {
-    /// A server-side apply of this slice; answered with what was sent, at generation 1.
-    Apply(&'static str),
-    /// A server-side apply of this slice, answered `409`: it changed since it was seen.
+    /// A write of this slice: its create, or its update when it carries the version seen;
+    /// answered with what was sent, at generation 1.
+    Write(&'static str),
+    /// An update of this slice, answered `409`: it changed since it was seen.
     Outdated(&'static str),
     /// A delete of this slice.
     Delete(&'static str),
@@ -78,18 +79,23 @@ async fn verify(mut handle: Handle, calls: Vec<Call>) -> Vec<Value> {
             Call::Outdated(name) => {
                 assert_eq!(
                     (&method, path.as_str()),
-                    (&Method::PATCH, &*format!("{slices}/{name}"))
+                    (&Method::PUT, &*format!("{slices}/{name}"))
                 );
                 assert!(body["metadata"]["resourceVersion"].is_string(), "{body}");
                 code = 409;
                 json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409,
                     "reason": "Conflict", "message": "the object has been modified"})
             }
-            Call::Apply(name) => {
-                assert_eq!(
-                    (&method, path.as_str()),
-                    (&Method::PATCH, &*format!("{slices}/{name}"))
-                );
+            Call::Write(name) => {
+                assert_eq!(body["metadata"]["name"], *name, "{body}");
+                if body["metadata"]["resourceVersion"].is_string() {
+                    assert_eq!(
+                        (&method, path.as_str()),
+                        (&Method::PUT, &*format!("{slices}/{name}"))
+                    );
+                } else {
+                    assert_eq!((&method, path.as_str()), (&Method::POST, slices));
+                }
                 let mut stored = body.clone();
                 stored["metadata"]["generation"] = json!(1);
                 stored["metadata"]["uid"] = json!(format!("uid-{name}"));
@@ -456,7 +462,7 @@ async fn a_pod_change_asks_about_that_pod_alone_and_writes_one_slice() {
         h.pod(name, "web", true, "n1");
     }
     h.everything_changed();
-    let (result, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    let (result, sent) = h.reconcile(&web, vec![Call::Write("web-ipv4-0")]).await;
     assert_eq!(result.unwrap(), Action::requeue(RESYNC));
     assert_eq!(
         h.metric("nad_service_controller_plugin_evaluated_pods_total"),
@@ -478,7 +484,7 @@ async fn a_pod_change_asks_about_that_pod_alone_and_writes_one_slice() {
 
     h.pod("web-b", "web", false, "n1");
     let locked = h.ctx.shared().book.times_locked();
-    let (result, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    let (result, sent) = h.reconcile(&web, vec![Call::Write("web-ipv4-0")]).await;
     result.unwrap();
     assert_eq!(
         h.ctx.shared().book.times_locked() - locked,
@@ -549,10 +555,10 @@ async fn a_whole_set_plugin_is_asked_about_every_candidate() {
         h.pod(name, "web", true, "n1");
     }
     h.everything_changed();
-    let (_, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    let (_, sent) = h.reconcile(&web, vec![Call::Write("web-ipv4-0")]).await;
     h.stored(&sent);
     h.pod("web-b", "web", false, "n1");
-    let (result, _) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    let (result, _) = h.reconcile(&web, vec![Call::Write("web-ipv4-0")]).await;
     result.unwrap();
     assert_eq!(
         h.metric("nad_service_controller_plugin_evaluated_pods_total"),
@@ -575,7 +581,7 @@ async fn a_pod_that_does_not_answer_on_the_network_is_published_not_serving() {
     h.pod_on_network("web-b", true, "False");
     h.everything_changed();
     let web = headless(json!({}));
-    let (_, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    let (_, sent) = h.reconcile(&web, vec![Call::Write("web-ipv4-0")]).await;
     assert_eq!(
         addresses(&sent[0]),
         BTreeMap::from([("web-a".into(), true), ("web-b".into(), false)])
@@ -587,7 +593,7 @@ async fn a_pod_that_does_not_answer_on_the_network_is_published_not_serving() {
     h.stored(&sent);
 
     h.pod_on_network("web-b", true, "True");
-    let (_, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    let (_, sent) = h.reconcile(&web, vec![Call::Write("web-ipv4-0")]).await;
     assert_eq!(
         addresses(&sent[0]),
         BTreeMap::from([("web-a".into(), true), ("web-b".into(), true)]),
@@ -597,7 +603,7 @@ async fn a_pod_that_does_not_answer_on_the_network_is_published_not_serving() {
     h.pod_on_network("web-b", true, "False");
     h.everything_changed();
     let v11 = headless(json!({"isim.dev/endpoint-policy": "v11"}));
-    let (_, sent) = h.reconcile(&v11, vec![Call::Apply("web-ipv4-0")]).await;
+    let (_, sent) = h.reconcile(&v11, vec![Call::Write("web-ipv4-0")]).await;
     assert_eq!(
         addresses(&sent[0]),
         BTreeMap::from([("web-a".into(), true), ("web-b".into(), true)]),
@@ -612,7 +618,7 @@ async fn a_pod_on_an_unknown_node_is_left_out_and_retried_soon() {
     h.pod("web-b", "web", true, "ghost");
     h.everything_changed();
     let (result, sent) = h
-        .reconcile(&headless(json!({})), vec![Call::Apply("web-ipv4-0")])
+        .reconcile(&headless(json!({})), vec![Call::Write("web-ipv4-0")])
         .await;
     assert_eq!(result.unwrap(), Action::requeue(NODE_RETRY));
     assert_eq!(
@@ -653,7 +659,7 @@ async fn an_unknown_plugin_under_fallback_is_replaced_by_the_built_in_one() {
     let (result, sent) = h
         .reconcile(
             &headless(json!({"isim.dev/endpoint-policy": "nope"})),
-            vec![Call::Apply("web-ipv4-0"), Call::Event("PluginFallback")],
+            vec![Call::Write("web-ipv4-0"), Call::Event("PluginFallback")],
         )
         .await;
     result.unwrap();
@@ -678,7 +684,7 @@ async fn a_trapping_plugin_under_each_policy() {
         ),
         (
             FailurePolicy::Fallback,
-            vec![Call::Apply("web-ipv4-0"), Call::Event("PluginFallback")],
+            vec![Call::Write("web-ipv4-0"), Call::Event("PluginFallback")],
             true,
         ),
     ] {
@@ -724,7 +730,7 @@ async fn a_slice_edited_by_hand_is_restored_without_asking_the_plugin() {
         h.pod(name, "web", true, "n1");
     }
     h.everything_changed();
-    let (_, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    let (_, sent) = h.reconcile(&web, vec![Call::Write("web-ipv4-0")]).await;
     let evaluated = h.metric("nad_service_controller_plugin_evaluated_pods_total");
     let mut edited: EndpointSlice = serde_json::from_value(sent[0].clone()).unwrap();
     edited.endpoints.as_mut().unwrap().truncate(1);
@@ -735,7 +741,7 @@ async fn a_slice_edited_by_hand_is_restored_without_asking_the_plugin() {
             .book()
             .slice_event(&key(), &edited, false, false, Timestamp::now())
     );
-    let (result, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    let (result, sent) = h.reconcile(&web, vec![Call::Write("web-ipv4-0")]).await;
     result.unwrap();
     assert_eq!(
         addresses(&sent[0]),
@@ -755,7 +761,7 @@ async fn a_slice_changed_since_it_was_seen_is_not_written_over() {
     let web = headless(json!({}));
     h.pod("web-a", "web", true, "n1");
     h.everything_changed();
-    let (_, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    let (_, sent) = h.reconcile(&web, vec![Call::Write("web-ipv4-0")]).await;
     h.stored(&sent);
     h.pod("web-b", "web", true, "n1");
     let (result, _) = h.reconcile(&web, vec![Call::Outdated("web-ipv4-0")]).await;
@@ -765,7 +771,7 @@ async fn a_slice_changed_since_it_was_seen_is_not_written_over() {
         h.metric("nad_service_controller_reconciles_total{result=\"ok\"}"),
         2
     );
-    let (result, sent) = h.reconcile(&web, vec![Call::Apply("web-ipv4-0")]).await;
+    let (result, sent) = h.reconcile(&web, vec![Call::Write("web-ipv4-0")]).await;
     result.unwrap();
     assert_eq!(
         addresses(&sent[0]).len(),

@@ -172,11 +172,11 @@ A file of files/ (a link into deploy/monitoring/, the one copy), refused when mi
 
 {{/* What the controller writes: in the ClusterRole, or in the Role of watchNamespace. */}}
 {{- define "nsc.namespacedRules" -}}
-# Owned: the Services' EndpointSlices. Watched; written by server-side apply (a patch, and
-# create for a new slice); orphans deleted.
+# Owned: the Services' EndpointSlices. Watched; created, updated at the version seen;
+# orphans deleted.
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]
-  verbs: [list, watch, create, patch, delete]
+  verbs: [list, watch, create, update, delete]
 # Warnings on the Services it cannot serve (invalid Service, plugin failures).
 - apiGroups: [events.k8s.io]
   resources: [events]
