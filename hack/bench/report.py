@@ -247,13 +247,14 @@ def writes_section(w: dict) -> list[str]:
         "## What one slice write costs the API server: server-side apply against create/update",
         "",
         f"host/benches/slice_writes.rs: a plain client writes slices one at a time, {w['writes_per_case']} "
-        "writes of each kind, on the local control plane; nothing else writes slices meanwhile. "
-        "*apply*: server-side apply (a create without force, later writes forced at the "
-        "`resourceVersion` seen), as this controller wrote before issue 46; *update*: `POST`, then `PUT` "
-        "at the `resourceVersion` seen, as Kubernetes' EndpointSlice controller writes and this "
-        "controller now does. API server: its own mean time (`apiserver_request_duration_seconds`); "
-        "etcd: bytes put per write (`mvcc_total_put_size_in_bytes`, which also counts the control "
-        "plane's lease renewals meanwhile).",
+        "writes of each kind by each way, the two ways' writes in turn, on the local control plane; "
+        "nothing else writes slices meanwhile. *apply*: server-side apply (a create without force, "
+        "later writes forced at the `resourceVersion` seen), as this controller wrote before issue 46; "
+        "*update*: `POST`, then `PUT` at the `resourceVersion` seen, as Kubernetes' EndpointSlice "
+        "controller writes and this controller now does. API server: its own mean time "
+        "(`apiserver_request_duration_seconds` of the way's verb); etcd: what it stores for the slice "
+        "after the write (the object's protobuf encoding, `managedFields` included), which each write "
+        "puts whole.",
         "",
         "| slice | write | API server: apply | update | update / apply | round trip p50: apply | update | etcd bytes: apply | update |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -267,7 +268,7 @@ def writes_section(w: dict) -> list[str]:
             lines.append(
                 f"| {size} endpoints | {label} | {a['api_ms']:.2f} ms | {u['api_ms']:.2f} ms | "
                 f"{u['api_ms'] / a['api_ms']:.2f} | {a['round_trip_p50_ms']:.2f} ms | "
-                f"{u['round_trip_p50_ms']:.2f} ms | {a['etcd_bytes']:,.0f} | {u['etcd_bytes']:,.0f} |")
+                f"{u['round_trip_p50_ms']:.2f} ms | {a['stored_bytes']:,} | {u['stored_bytes']:,} |")
     lines += [
         "",
         "The stored slice as the API returns it (JSON, `managedFields` included), after its create, "
@@ -614,6 +615,7 @@ def targets(plugin: dict, s: dict | None) -> list[dict]:
     rows.append({
         "id": "peak_rss_10000",
         "target": f"peak RSS <= 64 MiB, {s['cold_start_many_services']['pods']:,} pods",
+        "was": f"peak RSS <= 48 MiB, {s['cold_start_many_services']['pods']:,} pods",
         "before": BEFORE["rss"],
         "measured": f"{rss:.1f} MiB",
         "met": rss <= 64,
@@ -768,7 +770,8 @@ def with_previous(rows: list[dict], previous: dict) -> list[dict]:
     before = {r.get("id") or r["target"]: r for r in previous.get("targets", [])}
     by_text = {r["target"]: r for r in previous.get("targets", [])}
     for row in rows:
-        match = before.get(row.get("id") or row["target"]) or by_text.get(row["target"])
+        match = (before.get(row.get("id") or row["target"]) or by_text.get(row["target"])
+                 or by_text.get(row.get("was", "")))
         row["previous"] = match["measured"] if match else ""
     return rows
 

@@ -1,21 +1,21 @@
 //! What one EndpointSlice write costs the API server and etcd, by the two ways a controller can
 //! write: server-side apply (with `force` and the `resourceVersion` seen, as this controller
-//! wrote until 46) against create and update at the `resourceVersion` seen (Kubernetes' own
-//! EndpointSlice controller's way). A plain client makes the writes, one at a time, on the real
-//! local control plane (`make bench` starts it); nothing else writes slices meanwhile.
+//! wrote until issue 46) against create and update at the `resourceVersion` seen (Kubernetes'
+//! own EndpointSlice controller's way, this controller's now). A plain client makes the writes,
+//! one at a time, on the real local control plane (`make bench` starts it); nothing else writes
+//! slices meanwhile.
 //!
 //! For 15- and 100-endpoint slices, each way makes `NSC_BENCH_WRITES` (default 100) writes of
-//! each kind:
+//! each kind, the two ways' writes in turn so that both meet the same API server:
 //! - create: a new slice;
 //! - change: one endpoint's conditions flip (a Ready flip);
 //! - repair: a hand edit (a JSON patch by another field manager turning an endpoint not ready)
 //!   is undone by writing the slice as desired; only the repairs are counted.
 //!
-//! Per write: the API server's own mean time (`apiserver_request_duration_seconds` of the
-//! write's verb on `endpointslices`, read before and after), the client's round trip (median),
-//! and etcd's bytes put (`*_mvcc_total_put_size_in_bytes`, read before and after: the control
-//! plane's own lease renewals add a little). The stored object's size in etcd's JSON view is not
-//! read; the bytes put are what a write costs etcd and its watchers.
+//! Per kind and way: the API server's own mean time (`apiserver_request_duration_seconds` of
+//! the way's verb on `endpointslices`, `APPLY` or `POST`/`PUT`, read before and after), the
+//! client's round trip (median), and what etcd stores for the slice afterwards (its protobuf
+//! encoding, which each write puts whole).
 //!
 //! Writes JSON to `$NSC_BENCH_OUT` (default `<target>/bench/slice_writes.json`).
 
@@ -183,22 +183,16 @@ async fn write(api: &Api<EndpointSlice>, way: Way, desired: &EndpointSlice) -> E
     .unwrap_or_else(|e| panic!("{} of {name}: {e}", way.name()))
 }
 
-/// The figures a measured stretch of writes is judged by, read from the API server and etcd.
-struct Reading {
-    api: Scrape,
-    etcd_put_bytes: f64,
-}
+/// The API server's request durations, read before and after a stretch of writes.
+struct Reading(Scrape);
 
 impl Reading {
-    async fn take(client: &Client, etcd: &str) -> Self {
+    async fn take(client: &Client) -> Self {
         let text = client
             .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
             .await
             .unwrap();
-        Reading {
-            api: Scrape::new(text),
-            etcd_put_bytes: etcd_put_bytes(etcd).await,
-        }
+        Reading(Scrape::new(text))
     }
 
     /// (seconds, requests) of `verb` on endpointslices, 0 before its first request.
@@ -207,8 +201,8 @@ impl Reading {
             let series = format!(
                 "apiserver_request_duration_seconds_{part}{{resource=\"endpointslices\",verb=\"{verb}\"}}"
             );
-            if self.api.get(&series).is_some() {
-                self.api.sum(&series)
+            if self.0.get(&series).is_some() {
+                self.0.sum(&series)
             } else {
                 0.0
             }
@@ -217,155 +211,156 @@ impl Reading {
     }
 }
 
-/// etcd's bytes put so far: its `mvcc_total_put_size_in_bytes` (etcd 3.5 names it
-/// `etcd_debugging_...`, later ones `etcd_...`).
-async fn etcd_put_bytes(etcd: &str) -> f64 {
-    let text = http_get(&format!("{etcd}/metrics")).await;
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .find_map(|line| {
-            let (name, value) = line.split_once(' ')?;
-            name.ends_with("mvcc_total_put_size_in_bytes")
-                .then(|| value.trim().parse().ok())
-                .flatten()
+/// What etcd stores for the slice `name`, in bytes: the object's protobuf encoding, as the API
+/// server writes it to etcd (`managedFields` included), which every write of it puts whole.
+async fn stored_bytes(client: &Client, ns: &str, name: &str) -> usize {
+    let request = http::Request::get(format!(
+        "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices/{name}"
+    ))
+    .header(http::header::ACCEPT, "application/vnd.kubernetes.protobuf")
+    .body(kube::client::Body::from(Vec::new()))
+    .unwrap();
+    let response = client.send(request).await.unwrap();
+    assert!(response.status().is_success(), "GET {name}: {}", response.status());
+    response.into_body().collect_bytes().await.unwrap().len()
+}
+
+/// One way's slices of one size, as last stored, and its round trips in the current kind of
+/// write.
+struct Side {
+    way: Way,
+    names: Vec<String>,
+    stored: Vec<EndpointSlice>,
+    trips: Vec<f64>,
+}
+
+impl Side {
+    /// The figures of its writes between two readings: `verb` is this way's for the kind.
+    fn figures(&mut self, before: &Reading, after: &Reading, verb: &str, stored: usize) -> Value {
+        let (b, a) = (before.verb(verb), after.verb(verb));
+        let requests = a.1 - b.1;
+        assert_eq!(
+            requests as usize,
+            self.trips.len(),
+            "the API server counted other {verb}s on endpointslices meanwhile"
+        );
+        let mut trips = std::mem::take(&mut self.trips);
+        trips.sort_by(f64::total_cmp);
+        json!({
+            "writes": trips.len(),
+            "verb": verb,
+            "api_ms": (a.0 - b.0) / requests * 1e3,
+            "round_trip_p50_ms": percentile(&trips, 50.0),
+            "stored_bytes": stored,
         })
-        .unwrap_or_else(|| panic!("etcd at {etcd} has no mvcc_total_put_size_in_bytes"))
+    }
 }
 
-/// A plain HTTP GET on loopback (etcd's client URL serves /metrics without TLS locally).
-async fn http_get(url: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = url.strip_prefix("http://").expect("an http:// URL");
-    let (host, path) = rest.split_once('/').map_or((rest, ""), |(h, p)| (h, p));
-    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
-    let request = format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default()
+/// The kinds of write, in the order they are made.
+#[derive(Clone, Copy)]
+enum Kind {
+    Create,
+    Change,
+    Repair,
 }
 
-/// etcd's client URL: the port `hack/local-up.sh` recorded beside the kubeconfig.
-fn etcd_url() -> String {
-    let ports = support::kubeconfig_path().with_file_name("ports");
-    let text = std::fs::read_to_string(&ports)
-        .unwrap_or_else(|e| panic!("{}: {e} (written by hack/local-up.sh)", ports.display()));
-    let port = text
-        .lines()
-        .find_map(|line| line.strip_prefix("etcd_client="))
-        .unwrap_or_else(|| panic!("{} names no etcd_client port", ports.display()));
-    format!("http://127.0.0.1:{}", port.trim())
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Create => "create",
+            Kind::Change => "change",
+            Kind::Repair => "repair",
+        }
+    }
 }
 
-/// A measured stretch: `writes` writes of `verb`, their round trips in milliseconds.
-fn figures(before: &Reading, after: &Reading, verb: &str, mut round_trips: Vec<f64>) -> Value {
-    let (b, a) = (before.verb(verb), after.verb(verb));
-    let requests = a.1 - b.1;
-    assert_eq!(
-        requests as usize,
-        round_trips.len(),
-        "the API server counted other {verb}s on endpointslices meanwhile"
-    );
-    round_trips.sort_by(f64::total_cmp);
-    json!({
-        "writes": round_trips.len(),
-        "verb": verb,
-        "api_ms": (a.0 - b.0) / requests * 1e3,
-        "round_trip_p50_ms": percentile(&round_trips, 50.0),
-        "etcd_bytes": (after.etcd_put_bytes - before.etcd_put_bytes) / requests,
-    })
-}
-
-/// Creates, changes and repairs `writes` slices of `size` endpoints one way.
+/// Creates, changes and repairs `writes` slices of `size` endpoints both ways, one write of
+/// each way in turn (the first way alternating), so that both meet the same API server: its
+/// verbs tell their requests apart.
 async fn measure(
     client: &Client,
-    etcd: &str,
     service: &Service,
-    way: Way,
     size: usize,
     writes: usize,
     tag: &str,
-) -> Value {
+) -> [Value; 2] {
     let ns = service.namespace().unwrap();
     let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
-    let (create_verb, change_verb) = way.verbs();
-    let names: Vec<String> = (0..writes)
-        .map(|i| format!("{tag}-{}-{size}-{i:03}", way.name()))
-        .collect();
-
-    let before = Reading::take(client, etcd).await;
-    let mut trips = Vec::new();
-    let mut stored = Vec::new();
-    for name in &names {
-        let at = Instant::now();
-        stored.push(write(&api, way, &slice(service, name, size, None)).await);
-        trips.push(at.elapsed().as_secs_f64() * 1e3);
+    let mut sides = [Way::Apply, Way::Update].map(|way| Side {
+        way,
+        names: (0..writes)
+            .map(|i| format!("{tag}-{}-{size}-{i:03}", way.name()))
+            .collect(),
+        stored: Vec::new(),
+        trips: Vec::new(),
+    });
+    let mut figures: [Vec<(Kind, Value)>; 2] = [Vec::new(), Vec::new()];
+    for kind in [Kind::Create, Kind::Change, Kind::Repair] {
+        if let Kind::Repair = kind {
+            // The hand edits first, uncounted (a PATCH); the repairs each at the version its
+            // edit left.
+            let edit = PatchParams {
+                field_manager: Some(HAND.into()),
+                ..PatchParams::default()
+            };
+            for side in &mut sides {
+                for (i, seen) in side.stored.iter_mut().enumerate() {
+                    let at = (i + 1) % size;
+                    let patch = json!([{"op": "replace",
+                        "path": format!("/endpoints/{at}/conditions/ready"), "value": false}]);
+                    let patch = Patch::<()>::Json(serde_json::from_value(patch).unwrap());
+                    *seen = api.patch(&side.names[i], &edit, &patch).await.unwrap();
+                }
+            }
+        }
+        let before = Reading::take(client).await;
+        for i in 0..writes {
+            for s in [i % 2, 1 - i % 2] {
+                let side = &mut sides[s];
+                let mut desired = match kind {
+                    Kind::Create => slice(service, &side.names[i], size, None),
+                    Kind::Change | Kind::Repair => {
+                        slice(service, &side.names[i], size, Some(i % size))
+                    }
+                };
+                if let Some(seen) = side.stored.get(i) {
+                    desired.metadata.resource_version = seen.resource_version();
+                }
+                let at = Instant::now();
+                let written = write(&api, side.way, &desired).await;
+                side.trips.push(at.elapsed().as_secs_f64() * 1e3);
+                assert_eq!(written.endpoints, desired.endpoints, "{}", side.names[i]);
+                match side.stored.get_mut(i) {
+                    Some(seen) => *seen = written,
+                    None => side.stored.push(written),
+                }
+            }
+        }
+        let after = Reading::take(client).await;
+        for (s, side) in sides.iter_mut().enumerate() {
+            let (create, change) = side.way.verbs();
+            let verb = if let Kind::Create = kind { create } else { change };
+            let stored = stored_bytes(client, &ns, &side.names[0]).await;
+            figures[s].push((kind, side.figures(&before, &after, verb, stored)));
+        }
     }
-    let after = Reading::take(client, etcd).await;
-    let create = figures(&before, &after, create_verb, trips);
-
-    let before = Reading::take(client, etcd).await;
-    let mut trips = Vec::new();
-    for (i, seen) in stored.iter_mut().enumerate() {
-        let mut desired = slice(service, &names[i], size, Some(i % size));
-        desired.metadata.resource_version = seen.resource_version();
-        let at = Instant::now();
-        *seen = write(&api, way, &desired).await;
-        trips.push(at.elapsed().as_secs_f64() * 1e3);
+    let mut cases = Vec::new();
+    for (side, figures) in sides.iter().zip(figures) {
+        // What each way leaves stored: the object as the API returns it, in JSON.
+        let kept = api.get(&side.names[0]).await.unwrap();
+        let mut case = json!({
+            "way": side.way.name(),
+            "endpoints": size,
+            "stored_json_bytes": serde_json::to_vec(&kept).unwrap().len(),
+            "managed_fields_json_bytes":
+                serde_json::to_vec(&kept.metadata.managed_fields).unwrap().len(),
+        });
+        for (kind, value) in figures {
+            case[kind.name()] = value;
+        }
+        cases.push(case);
     }
-    let after = Reading::take(client, etcd).await;
-    let change = figures(&before, &after, change_verb, trips);
-
-    // The hand edits first, uncounted; then the repairs, each at the version its edit left.
-    let edit = PatchParams {
-        field_manager: Some(HAND.into()),
-        ..PatchParams::default()
-    };
-    for (i, seen) in stored.iter_mut().enumerate() {
-        let at = (i + 1) % size;
-        let patch = json!([{"op": "replace", "path": format!("/endpoints/{at}/conditions/ready"), "value": false}]);
-        *seen = api
-            .patch(
-                &names[i],
-                &edit,
-                &Patch::<()>::Json(serde_json::from_value(patch).unwrap()),
-            )
-            .await
-            .unwrap();
-    }
-    let before = Reading::take(client, etcd).await;
-    let mut trips = Vec::new();
-    for (i, seen) in stored.iter().enumerate() {
-        let mut desired = slice(service, &names[i], size, Some(i % size));
-        desired.metadata.resource_version = seen.resource_version();
-        let at = Instant::now();
-        let repaired = write(&api, way, &desired).await;
-        trips.push(at.elapsed().as_secs_f64() * 1e3);
-        assert_eq!(
-            repaired.endpoints,
-            desired.endpoints,
-            "{} did not repair {}",
-            way.name(),
-            names[i]
-        );
-    }
-    let after = Reading::take(client, etcd).await;
-    let repair = figures(&before, &after, change_verb, trips);
-
-    // What each way leaves stored: the object as the API returns it, managedFields included.
-    let kept = api.get(&names[0]).await.unwrap();
-    json!({
-        "way": way.name(),
-        "endpoints": size,
-        "create": create,
-        "change": change,
-        "repair": repair,
-        "stored_json_bytes": serde_json::to_vec(&kept).unwrap().len(),
-        "managed_fields_json_bytes": serde_json::to_vec(&kept.metadata.managed_fields).unwrap().len(),
-    })
+    cases.try_into().unwrap()
 }
 
 fn main() {
@@ -378,25 +373,16 @@ async fn run() {
     let out = cluster::output("slice_writes.json");
     let client = support::client().await;
     let version = client.apiserver_version().await.unwrap();
-    let etcd = etcd_url();
     let ns = support::namespace(&client, "bench-writes").await;
     let service = service(&client, &ns).await;
-    progress(
-        t,
-        format!("API server {}; {writes} writes a case", version.git_version),
-    );
+    progress(t, format!("API server {}; {writes} writes a case", version.git_version));
 
     // Warm both ways' paths in the API server (its first apply builds the type converters).
-    for way in [Way::Apply, Way::Update] {
-        measure(&client, &etcd, &service, way, 15, 2, "warm").await;
-    }
+    measure(&client, &service, 15, 2, "warm").await;
     let mut cases = Vec::new();
-    // Each size by both ways in turn, on the same etcd and API server.
     for size in SIZES {
-        for way in [Way::Apply, Way::Update] {
-            progress(t, format!("{} of {size}-endpoint slices", way.name()));
-            cases.push(measure(&client, &etcd, &service, way, size, writes, "bench").await);
-        }
+        progress(t, format!("{size}-endpoint slices, both ways in turn"));
+        cases.extend(measure(&client, &service, size, writes, "bench").await);
     }
     progress(t, "removing the benchmark's namespace");
     node_sim::delete_test_namespace(&client, &ns).await;
