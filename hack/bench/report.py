@@ -254,7 +254,7 @@ def writes_section(w: dict) -> list[str]:
         "controller writes and this controller now does. API server: its own mean time "
         "(`apiserver_request_duration_seconds` of the way's verb); etcd: what it stores for the slice "
         "after the write (the object's protobuf encoding, `managedFields` included), which each write "
-        "puts whole.",
+        f"puts whole. Commit measured: `{w.get('commit', '?')}`.",
         "",
         "| slice | write | API server: apply | update | update / apply | round trip p50: apply | update | etcd bytes: apply | update |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
