@@ -221,7 +221,11 @@ async fn stored_bytes(client: &Client, ns: &str, name: &str) -> usize {
     .body(kube::client::Body::from(Vec::new()))
     .unwrap();
     let response = client.send(request).await.unwrap();
-    assert!(response.status().is_success(), "GET {name}: {}", response.status());
+    assert!(
+        response.status().is_success(),
+        "GET {name}: {}",
+        response.status()
+    );
     response.into_body().collect_bytes().await.unwrap().len()
 }
 
@@ -339,7 +343,11 @@ async fn measure(
         let after = Reading::take(client).await;
         for (s, side) in sides.iter_mut().enumerate() {
             let (create, change) = side.way.verbs();
-            let verb = if let Kind::Create = kind { create } else { change };
+            let verb = if let Kind::Create = kind {
+                create
+            } else {
+                change
+            };
             let stored = stored_bytes(client, &ns, &side.names[0]).await;
             figures[s].push((kind, side.figures(&before, &after, verb, stored)));
         }
@@ -375,7 +383,10 @@ async fn run() {
     let version = client.apiserver_version().await.unwrap();
     let ns = support::namespace(&client, "bench-writes").await;
     let service = service(&client, &ns).await;
-    progress(t, format!("API server {}; {writes} writes a case", version.git_version));
+    progress(
+        t,
+        format!("API server {}; {writes} writes a case", version.git_version),
+    );
 
     // Warm both ways' paths in the API server (its first apply builds the type converters).
     measure(&client, &service, 15, 2, "warm").await;
