@@ -61,14 +61,16 @@ impl Views {
     }
 }
 
-/// One plugin call: which plugin, how it ended, how long it took, and how many pods it asked
-/// about.
+/// One plugin call: which plugin, how it ended, how long it took, how many pods it asked
+/// about and how much memory its instance took.
 #[derive(Debug, Clone)]
 pub struct PluginCall {
     pub plugin: String,
     pub outcome: CallOutcome,
     pub elapsed: std::time::Duration,
     pub pods: usize,
+    /// The most linear memory the call's instance had, in bytes.
+    pub memory: usize,
 }
 
 /// How a plugin call ended.
@@ -211,7 +213,7 @@ impl PluginPolicy {
             }),
         };
         let started = Instant::now();
-        let result = plugin.evaluate(
+        let (result, stats) = plugin.evaluate_measured(
             &plugin::service_view(target),
             &views.pods,
             views.conditions.clone(),
@@ -226,6 +228,7 @@ impl PluginPolicy {
             },
             elapsed: started.elapsed(),
             pods: pods.len(),
+            memory: stats.memory_peak,
         });
         Ok(result??)
     }

@@ -295,6 +295,12 @@ impl Plugin {
         &self.name
     }
 
+    /// The bytes of its compiled code, which the controller keeps once for all its calls.
+    pub fn code_bytes(&self) -> usize {
+        let image = self.pre.instance_pre().component().image_range();
+        (image.end as usize).saturating_sub(image.start as usize)
+    }
+
     /// What the plugin said about itself when it was loaded.
     pub fn info(&self) -> &wit::PluginInfo {
         &self.info
@@ -368,27 +374,41 @@ impl Plugin {
         conditions: Option<Arc<CallConditions>>,
         config: &str,
     ) -> Result<Result<Vec<Decision>, Rejected>, CallError> {
-        let conditions = self.call_conditions(pods.len(), conditions);
-        let answer = self.call_in("evaluate", Some(service), conditions, |exports, store| {
-            exports.policy.call_evaluate(store, service, pods, config)
-        })?;
-        let answer = match answer {
-            Ok(answer) => answer,
-            Err(message) => {
-                return Ok(Err(Rejected {
+        self.evaluate_measured(service, pods, conditions, config).0
+    }
+
+    /// [`Self::evaluate`], with what the call cost (the controller's per-plugin figures).
+    pub fn evaluate_measured(
+        &self,
+        service: &wit::Service,
+        pods: &[wit::Pod],
+        conditions: Option<Arc<CallConditions>>,
+        config: &str,
+    ) -> (
+        Result<Result<Vec<Decision>, Rejected>, CallError>,
+        CallStats,
+    ) {
+        let (answer, stats) = self.evaluate_with_stats(service, pods, conditions, config);
+        let checked = answer.and_then(|answer| {
+            let answer = match answer {
+                Ok(answer) => answer,
+                Err(message) => {
+                    return Ok(Err(Rejected {
+                        plugin: self.name.to_string(),
+                        message,
+                    }));
+                }
+            };
+            if answer.len() != pods.len() {
+                return Err(CallError::WrongAnswer {
                     plugin: self.name.to_string(),
-                    message,
-                }));
+                    expected: pods.len(),
+                    got: answer.len(),
+                });
             }
-        };
-        if answer.len() != pods.len() {
-            return Err(CallError::WrongAnswer {
-                plugin: self.name.to_string(),
-                expected: pods.len(),
-                got: answer.len(),
-            });
-        }
-        Ok(Ok(answer.into_iter().map(decision).collect()))
+            Ok(Ok(answer.into_iter().map(decision).collect()))
+        });
+        (checked, stats)
     }
 
     /// `evaluate`, with what the call cost (for `plugin bench`): the guest's answer as it

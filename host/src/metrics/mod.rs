@@ -46,6 +46,11 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 17))
 }
 
+fn memory_histogram() -> Histogram {
+    // 64 KiB (one Wasm page) .. 64 MiB (the default limit), doubling
+    Histogram::new(exponential_buckets(65_536.0, 2.0, 11))
+}
+
 /// Everything the controller counts.
 pub struct Metrics {
     pub registry: Registry,
@@ -56,6 +61,7 @@ pub struct Metrics {
     plugin_loads: Family<PluginLabels, Counter>,
     plugin_fallbacks: Family<PluginNameLabels, Counter>,
     plugin_pods: Family<PluginNameLabels, Counter>,
+    plugin_memory: HistogramFamily<PluginNameLabels>,
     slices_refused: Family<RefusedLabels, Counter>,
     leader: Gauge,
     flip: Histogram,
@@ -102,6 +108,7 @@ impl Default for Metrics {
             services,
             sync,
             plugin_pods: plugins.pods,
+            plugin_memory: plugins.memory,
             registry,
             slices_refused,
             plugin_loads: plugins.loads,
@@ -156,10 +163,12 @@ struct PluginFamilies {
     fallbacks: Family<PluginNameLabels, Counter>,
     /// Pods a plugin was asked about, by plugin.
     pods: Family<PluginNameLabels, Counter>,
+    /// The linear memory of each evaluate call's instance, by plugin.
+    memory: HistogramFamily<PluginNameLabels>,
 }
 
-/// Registers and returns what the plugins do: their calls, loads and fallbacks, and the pods
-/// they were asked about.
+/// Registers and returns what the plugins do: their calls, loads and fallbacks, the pods
+/// they were asked about and the memory their calls took.
 fn register_plugin_metrics(registry: &mut Registry) -> PluginFamilies {
     let plugin_calls = HistogramFamily::<PluginLabels>::new_with_constructor(
         latency_histogram as fn() -> Histogram,
@@ -188,11 +197,22 @@ fn register_plugin_metrics(registry: &mut Registry) -> PluginFamilies {
          asked about the changed pods only",
         plugin_pods.clone(),
     );
+    let plugin_memory = HistogramFamily::<PluginNameLabels>::new_with_constructor(
+        memory_histogram as fn() -> Histogram,
+    );
+    registry.register(
+        "plugin_call_memory_bytes",
+        "Linear memory of one plugin evaluate call's instance at its largest, by plugin: what \
+         the plugin needs of --plugin-memory-limit-mib, and what each concurrent call adds to \
+         the controller's memory",
+        plugin_memory.clone(),
+    );
     PluginFamilies {
         calls: plugin_calls,
         loads: plugin_loads,
         fallbacks: plugin_fallbacks,
         pods: plugin_pods,
+        memory: plugin_memory,
     }
 }
 
@@ -342,6 +362,12 @@ impl Metrics {
         for call in calls {
             self.plugin_called(&call.plugin, call.outcome, call.elapsed);
             self.plugin_evaluated(&call.plugin, call.pods);
+            let plugin = PluginNameLabels {
+                plugin: call.plugin.clone(),
+            };
+            self.plugin_memory
+                .get_or_create(&plugin)
+                .observe(call.memory as f64);
         }
     }
 

@@ -452,6 +452,25 @@ async fn a_cache_behind_this_controllers_writes_is_waited_for() {
     );
 }
 
+/// Each plugin call's memory is reported by plugin: its instance's linear memory at its
+/// largest, whole Wasm pages.
+#[tokio::test]
+async fn a_plugin_calls_memory_is_reported_by_plugin() {
+    let mut h = Harness::new(built_in());
+    let web = headless(json!({}));
+    h.pod("web-a", "web", true, "n1");
+    h.everything_changed();
+    let (result, _) = h.reconcile(&web, vec![Call::Write("web-ipv4-0")]).await;
+    assert_eq!(result.unwrap(), Action::requeue(RESYNC));
+    let memory = "nad_service_controller_plugin_call_memory_bytes";
+    assert_eq!(
+        h.metric(&format!("{memory}_count{{plugin=\"default\"}}")),
+        1
+    );
+    let bytes = h.metric(&format!("{memory}_sum{{plugin=\"default\"}}"));
+    assert!(bytes >= 65_536 && bytes.is_multiple_of(65_536), "{bytes}");
+}
+
 /// The incremental path: after a pod change, a per-pod plugin is asked about that pod alone,
 /// and the slice is updated in place with one write.
 #[tokio::test]

@@ -826,6 +826,10 @@ fn bench_times_instantiation_and_evaluation_on_generated_pods() {
         peak >= 64 * 1024 && peak < doc["memoryLimitBytes"].as_u64().unwrap(),
         "{doc}"
     );
+    // The compiled code the controller keeps for the plugin: there is some, and it is far
+    // from the per-call limit.
+    let code = doc["codeBytes"].as_u64().unwrap();
+    assert!((4 * 1024..64 << 20).contains(&code), "{doc}");
     let out = run(&[
         "plugin",
         "bench",
@@ -842,6 +846,7 @@ fn bench_times_instantiation_and_evaluation_on_generated_pods() {
         "{stdout}"
     );
     assert!(stdout.contains("guest memory peak: "), "{stdout}");
+    assert!(stdout.contains("compiled code: "), "{stdout}");
 }
 
 /// `plugin new` makes a project of its own that builds and passes its own `plugin test` on the
