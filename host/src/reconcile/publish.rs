@@ -58,6 +58,20 @@ pub async fn publish(
     if let Ended::Released { .. } = ended {
         metrics.forget_service(namespace, name);
     }
+    // The Service's problems before its Events: whoever sees an Event finds its problem
+    // among the metrics already.
+    let update = match &ended {
+        Ended::Failed(error) => Some(Update::Failed(failure(error, &plugin))),
+        Ended::Stale => None,
+        Ended::Released { invalid: true } | Ended::Planned { .. } => {
+            Some(Update::Evaluated(problems))
+        }
+        Ended::Released { invalid: false } => Some(Update::Forget),
+        Ended::Unchanged => Some(Update::Succeeded),
+    };
+    if let Some(update) = update {
+        metrics.services.problems(namespace, name, update);
+    }
     figures(ctx, key, &counts, &ended);
     for notice in &notices {
         log(notice);
@@ -65,11 +79,8 @@ pub async fn publish(
         ctx.warn(service, reason, action, note).await;
     }
     tell(ctx, service, key, &network, &recorded.new_findings).await;
-    let services = &metrics.services;
     let next = match ended {
         Ended::Failed(error) => {
-            let problem = failure(&error, &plugin);
-            services.problems(namespace, name, Update::Failed(problem));
             if error.is_transient() && error.looks_unreachable() {
                 ctx.unreachable();
             }
@@ -88,21 +99,9 @@ pub async fn publish(
             metrics.sync.synced(Synced::Stale);
             return Ok(Next::requeue(STALE_RETRY));
         }
-        Ended::Released { invalid } => {
-            let update = if invalid {
-                Update::Evaluated(problems)
-            } else {
-                Update::Forget
-            };
-            services.problems(namespace, name, update);
-            Next::await_change()
-        }
-        Ended::Unchanged => {
-            services.problems(namespace, name, Update::Succeeded);
-            Next::requeue(resync(recorded.node_retry))
-        }
+        Ended::Released { .. } => Next::await_change(),
+        Ended::Unchanged => Next::requeue(resync(recorded.node_retry)),
         Ended::Planned { outdated } => {
-            services.problems(namespace, name, Update::Evaluated(problems));
             Next::requeue(next_after(recorded.foreign, outdated, recorded.node_retry))
         }
     };

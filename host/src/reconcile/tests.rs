@@ -60,10 +60,13 @@ enum Call {
     Delete(&'static str),
     /// A Warning Event with this reason.
     Event(&'static str),
+    /// A Warning Event with this reason, sent when the Service's problem of the same reason
+    /// is among the metrics already.
+    Problem(&'static str),
 }
 
 /// Serves `calls` in order, then checks that nothing else comes; returns the bodies sent.
-async fn verify(mut handle: Handle, calls: Vec<Call>) -> Vec<Value> {
+async fn verify(mut handle: Handle, calls: Vec<Call>, metrics: Arc<Metrics>) -> Vec<Value> {
     let mut sent = Vec::new();
     for call in calls {
         let (request, reply) = tokio::time::timeout(Duration::from_secs(5), handle.next_request())
@@ -108,7 +111,17 @@ async fn verify(mut handle: Handle, calls: Vec<Call>) -> Vec<Value> {
                 );
                 json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})
             }
-            Call::Event(reason) => {
+            Call::Event(reason) | Call::Problem(reason) => {
+                if let Call::Problem(_) = call {
+                    let text = metrics.encode();
+                    let series = format!("reason=\"{reason}\"");
+                    assert!(
+                        text.lines()
+                            .any(|l| l.starts_with("nad_service_controller_service_problem{")
+                                && l.contains(&series)),
+                        "its Event came before the problem {reason} was counted:\n{text}"
+                    );
+                }
                 assert_eq!(method, Method::POST, "{path}");
                 assert!(path.ends_with("/namespaces/ns/events"), "{path}");
                 assert_eq!(body["reason"], *reason, "{body}");
@@ -232,7 +245,8 @@ impl Harness {
         // The verifier ends when every client is gone: the harness is rebuilt around a new
         // mock for the next reconcile.
         let (service_mock, handle) = crate::mock_api::pair();
-        let verifier = tokio::spawn(verify(service_handle, calls));
+        let metrics = Arc::clone(&self.ctx.shared().metrics);
+        let verifier = tokio::spawn(verify(service_handle, calls, metrics));
         let result = reconcile(Arc::new(service.clone()), ctx).await;
         let ctx = Arc::get_mut(&mut self.ctx).expect("the reconcile holds no context");
         ctx.set_client(Client::new(service_mock, "default"));
@@ -678,7 +692,7 @@ async fn an_unknown_plugin_under_fallback_is_replaced_by_the_built_in_one() {
     let (result, sent) = h
         .reconcile(
             &headless(json!({"isim.dev/endpoint-policy": "nope"})),
-            vec![Call::Write("web-ipv4-0"), Call::Event("PluginFallback")],
+            vec![Call::Write("web-ipv4-0"), Call::Problem("PluginFallback")],
         )
         .await;
     result.unwrap();
