@@ -243,6 +243,9 @@ def writes_section(w: dict) -> list[str]:
     """host/benches/slice_writes.rs: server-side apply against create/update, per write."""
     cases = {(c["way"], c["endpoints"]): c for c in w["cases"]}
     sizes = sorted({c["endpoints"] for c in w["cases"]})
+    # (size, apply's case, update's case) for each size measured both ways.
+    pairs = [(size, cases[("apply", size)], cases[("update", size)]) for size in sizes
+             if ("apply", size) in cases and ("update", size) in cases]
     lines = [
         "## What one slice write costs the API server: server-side apply against create/update",
         "",
@@ -259,10 +262,7 @@ def writes_section(w: dict) -> list[str]:
         "| slice | write | API server: apply | update | update / apply | round trip p50: apply | update | etcd bytes: apply | update |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for size in sizes:
-        apply, update = cases.get(("apply", size)), cases.get(("update", size))
-        if not apply or not update:
-            continue
+    for size, apply, update in pairs:
         for kind, label in WRITE_KINDS:
             a, u = apply[kind], update[kind]
             lines.append(
@@ -277,12 +277,10 @@ def writes_section(w: dict) -> list[str]:
         "| slice | apply: object | its managedFields | update: object | its managedFields |",
         "|---|---:|---:|---:|---:|",
     ]
-    for size in sizes:
-        apply, update = cases.get(("apply", size)), cases.get(("update", size))
-        if apply and update:
-            lines.append(
-                f"| {size} endpoints | {apply['stored_json_bytes']:,} B | {apply['managed_fields_json_bytes']:,} B | "
-                f"{update['stored_json_bytes']:,} B | {update['managed_fields_json_bytes']:,} B |")
+    for size, apply, update in pairs:
+        lines.append(
+            f"| {size} endpoints | {apply['stored_json_bytes']:,} B | {apply['managed_fields_json_bytes']:,} B | "
+            f"{update['stored_json_bytes']:,} B | {update['managed_fields_json_bytes']:,} B |")
     return lines + [""]
 
 

@@ -33,6 +33,8 @@ use kube::{
     api::{Patch, PatchParams, PostParams},
 };
 use nad_model::labels::{HEADLESS_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL};
+// Both ways write as the controller's field manager.
+use nad_service_controller::apply::FIELD_MANAGER;
 use nad_test_kit::metrics::Scrape;
 use serde_json::{Value, json};
 
@@ -43,8 +45,6 @@ mod support;
 mod cluster;
 use cluster::{commit, env_usize, machine, percentile, progress};
 
-/// The field manager of both ways' writes (the controller's).
-const FIELD_MANAGER: &str = "nad-service-controller.isim.dev";
 /// The field manager of the hand edits the repairs undo.
 const HAND: &str = "kubectl-edit";
 const SIZES: [usize; 2] = [15, 100];

@@ -387,8 +387,8 @@ fn build(
             .insert(TRIGGER_TIME_ANNOTATION.to_owned(), time);
     }
     let others = metadata.owner_references.take().into_iter().flatten();
-    let others = others.filter(|o| o.uid != owner.uid && o.controller != Some(true));
-    metadata.owner_references = Some(std::iter::once(owner.clone()).chain(others).collect());
+    let others = others.filter(|o| o.uid != target.uid && o.controller != Some(true));
+    metadata.owner_references = Some(std::iter::once(owner).chain(others).collect());
     EndpointSlice {
         metadata,
         address_type: slice.family.address_type().to_owned(),
