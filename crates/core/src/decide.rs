@@ -10,6 +10,10 @@
 //! Otherwise a policy that decides per pod (each decision depends on the Service, that pod and
 //! the configuration alone) keeps its other pods' last decisions; a policy whose decisions
 //! depend on the whole set is asked about every candidate.
+//!
+//! A policy that declares the labels every pod it includes has (its [`Selection`]) is asked
+//! only about the candidates with them; the others are excluded without asking, and the pod
+//! screen lets a change of one of them pass without a call.
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -18,7 +22,7 @@ use nad_model::{
     candidate::Candidate,
     decision::{Conditions, Decision},
 };
-use nad_model::{input::target::ServiceTarget, pod::PodRecord};
+use nad_model::{input::target::ServiceTarget, pod::PodRecord, selection::Selection};
 
 /// Which plugin, with which configuration, made a set of decisions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,14 +48,21 @@ pub trait Policy {
         target: &ServiceTarget,
         pods: Pods<'_>,
     ) -> Result<Vec<Decision>, Self::Error>;
+    /// The labels every pod the policy includes for the Service has: it is asked about the
+    /// candidates with them only, and the others are excluded without asking. Every
+    /// candidate unless the policy declares otherwise.
+    fn selection(&mut self, _target: &ServiceTarget) -> Result<Arc<Selection>, Self::Error> {
+        Ok(Arc::default())
+    }
 }
 
-/// The pods a call asks about: some of the candidates, or all of them (whose views the
-/// Services of the network share).
+/// The pods a call asks about: some of the candidates, all of them (whose views the
+/// Services of the network share), or those of them a selection chose (by index).
 #[derive(Clone, Copy)]
 pub enum Pods<'a> {
     Some(&'a [&'a Candidate]),
     All(&'a Observed),
+    Selected(&'a Observed, &'a [usize]),
 }
 
 impl<'a> Pods<'a> {
@@ -63,15 +74,22 @@ impl<'a> Pods<'a> {
         match self {
             Pods::Some(pods) => pods.len(),
             Pods::All(observed) => observed.candidates.len(),
+            Pods::Selected(_, chosen) => chosen.len(),
         }
     }
 
-    pub fn iter(self) -> impl Iterator<Item = &'a Candidate> {
-        let (some, all) = match self {
-            Pods::Some(pods) => (Some(pods.iter().copied()), None),
-            Pods::All(observed) => (None, Some(observed.candidates.iter())),
+    pub fn iter(self) -> impl Iterator<Item = &'a Candidate> + Clone {
+        let (some, all, selected) = match self {
+            Pods::Some(pods) => (Some(pods.iter().copied()), None, None),
+            Pods::All(observed) => (None, Some(observed.candidates.iter()), None),
+            Pods::Selected(observed, chosen) => {
+                let candidates = &observed.candidates;
+                (None, None, Some(chosen.iter().map(|&i| &candidates[i])))
+            }
         };
-        some.into_iter().flatten().chain(all.into_iter().flatten())
+        let some = some.into_iter().flatten();
+        some.chain(all.into_iter().flatten())
+            .chain(selected.into_iter().flatten())
     }
 }
 
@@ -108,6 +126,8 @@ pub struct Verdicts {
     pub included: Vec<(usize, Conditions)>,
     /// The excluded candidates this reconcile asked about, with the policy's reason.
     pub excluded: Vec<(usize, String)>,
+    /// The labels the candidates asked about had: the others were excluded without asking.
+    pub selection: Arc<Selection>,
 }
 
 impl Verdicts {
@@ -169,7 +189,10 @@ pub fn decide<P: Policy + ?Sized>(
         let moves = touches_published
             || unusual
             || answers.iter().any(|d| matches!(d, Decision::Include(_)));
+        // Another policy answered (the Service's failed under `fallback`): it decides all.
+        let fell_back = policy.id()? != id;
         match memory {
+            _ if fell_back => {}
             Some(mut memory) => {
                 for (candidate, decision) in only.iter().zip(answers) {
                     match decision {
@@ -191,9 +214,12 @@ pub fn decide<P: Policy + ?Sized>(
         }
     }
     let observation = candidates();
-    let decisions = policy.decide(target, Pods::All(&observation))?;
-    let mut verdicts = Verdicts::default();
-    for (index, decision) in decisions.into_iter().enumerate() {
+    let (selection, decisions) = ask_selected(policy, target, &observation)?;
+    let mut verdicts = Verdicts {
+        selection,
+        ..Verdicts::default()
+    };
+    for (index, decision) in decisions {
         match decision {
             Decision::Include(c) => verdicts.included.push((index, c)),
             Decision::Exclude(reason) => verdicts.excluded.push((index, reason)),
@@ -215,8 +241,48 @@ pub fn decide<P: Policy + ?Sized>(
     })
 }
 
-/// The decisions about `only`: the answers given before for the same records, the policy's
-/// for the others (in one call).
+/// Decisions about candidates, by their index among the candidates.
+type Indexed = Vec<(usize, Decision)>;
+
+/// The policy's decisions about the candidates its selection chose (by index), and the
+/// selection. A policy that changed during the call (the Service's failed under `fallback`)
+/// is asked again, about the candidates its own selection chooses.
+fn ask_selected<P: Policy + ?Sized>(
+    policy: &mut P,
+    target: &ServiceTarget,
+    observed: &Observed,
+) -> Result<(Arc<Selection>, Indexed), P::Error> {
+    let mut tries = 0;
+    loop {
+        let id = policy.id()?;
+        let selection = policy.selection(target)?;
+        let decisions: Indexed = if selection.is_everything() {
+            let decisions = policy.decide(target, Pods::All(observed))?;
+            decisions.into_iter().enumerate().collect()
+        } else {
+            let chosen = observed.selected(&selection);
+            if chosen.is_empty() {
+                return Ok((selection, Vec::new()));
+            }
+            let decisions = policy.decide(target, Pods::Selected(observed, &chosen))?;
+            chosen.into_iter().zip(decisions).collect()
+        };
+        tries += 1;
+        if tries == 2 || policy.id()? == id {
+            return Ok((selection, decisions));
+        }
+    }
+}
+
+/// Why a candidate without the selection's labels is excluded (without asking).
+fn not_selected(selection: &Selection) -> Decision {
+    Decision::Exclude(format!(
+        "the policy includes only pods with labels {selection}"
+    ))
+}
+
+/// The decisions about `only`: the answers given before for the same records, an exclusion
+/// for those without the policy's selection, the policy's for the others (in one call).
 fn ask_some<P: Policy + ?Sized>(
     policy: &mut P,
     target: &ServiceTarget,
@@ -224,9 +290,13 @@ fn ask_some<P: Policy + ?Sized>(
     answered: &[Answer],
     id: &PolicyId,
 ) -> Result<Vec<Decision>, P::Error> {
+    let selection = policy.selection(target)?;
     let known: Vec<Option<Decision>> = only
         .iter()
         .map(|c| {
+            if !selection.admits(&c.pod) {
+                return Some(not_selected(&selection));
+            }
             answered
                 .iter()
                 .find_map(|a| a.for_candidate(c, id))
@@ -269,6 +339,7 @@ fn from_memory(observation: Arc<Observed>, memory: &mut Remembered) -> Verdicts 
         observation,
         included,
         excluded: Vec::new(),
+        selection: Arc::default(),
     }
 }
 
@@ -291,6 +362,11 @@ pub fn screen<P: Policy + ?Sized>(
 ) -> Screened {
     if policy.id().is_err() {
         return Screened::Moves(None);
+    }
+    match policy.selection(target) {
+        Ok(selection) if !selection.admits(&candidate.pod) => return Screened::Still,
+        Ok(_) => {}
+        Err(_) => return Screened::Moves(None),
     }
     match policy.decide(target, Pods::Some(&[candidate])) {
         Ok(decisions) => match decisions.into_iter().next() {

@@ -10,7 +10,8 @@
 //!   [`condition`]: its UID and the conditions kept of it (and of its DRA devices);
 //! - [`intern`]: values many pods share, kept once;
 //! - [`candidate`]: a pod attached to a Service's network, as its policy is asked about it;
-//! - [`decision`]: the policy's answer, and the endpoint conditions it sets;
+//! - [`decision`]: the policy's answer, and the endpoint conditions it sets; [`selection`]: the
+//!   pod labels a policy declares every pod it includes has;
 //! - [`fetch`]: what the plugin runtime's loader asks of a fetcher of plugin artifacts;
 //! - [`probe`]: the probe a Service asks the network prober for (`isim.dev/probe`);
 //! - [`labels`]: what this controller writes on EndpointSlices;
@@ -31,6 +32,7 @@ pub mod labels;
 pub mod pod;
 pub mod probe;
 pub mod reason;
+pub mod selection;
 pub mod service_ref;
 pub mod slice;
 pub mod uid;

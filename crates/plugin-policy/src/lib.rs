@@ -11,6 +11,7 @@ use std::{
 
 use nad_core::decide::{Pods, Policy, PolicyId};
 use nad_model::candidate::Candidate;
+use nad_model::selection::Selection;
 use nad_model::{
     decision::Decision,
     input::target::{POLICY_ANNOTATION, ServiceTarget},
@@ -125,6 +126,8 @@ pub struct PluginPolicy {
     /// `Err`: the Service's plugin is not loaded, and its failure policy keeps the slices.
     chosen: Result<Chosen, UnknownPlugin>,
     record: Record,
+    /// Whether the plugin's `candidate-labels` choose the candidates it is asked about.
+    selecting: bool,
 }
 
 impl PluginPolicy {
@@ -163,6 +166,7 @@ impl PluginPolicy {
                 fell_back,
                 load_warning,
             },
+            selecting: true,
         }
     }
 
@@ -179,7 +183,15 @@ impl PluginPolicy {
                 plugin: name.to_owned(),
                 ..Record::default()
             },
+            selecting: true,
         }
+    }
+
+    /// Asks the plugin about every candidate, whatever labels it declares its Services select
+    /// on (`plugin eval`: each pod gets the plugin's own reason).
+    pub fn asking_every_candidate(mut self) -> Self {
+        self.selecting = false;
+        self
     }
 
     pub fn record(&self) -> &Record {
@@ -206,11 +218,14 @@ impl PluginPolicy {
         let plugin = &configured.plugin;
         let network = &target.network;
         let views = match pods {
-            Pods::Some(some) => Arc::new(Views::of(some.iter().copied(), configured, network)),
             // Built once per plugin for all the Services of the network.
             Pods::All(observed) => observed.view(&configured.hash, |all| {
                 Views::of(all.candidates.iter(), configured, network)
             }),
+            // A Service's own few.
+            Pods::Some(_) | Pods::Selected(..) => {
+                Arc::new(Views::of(pods.iter(), configured, network))
+            }
         };
         let started = Instant::now();
         let (result, stats) = plugin.evaluate_measured(
@@ -231,6 +246,34 @@ impl PluginPolicy {
             memory: stats.memory_peak,
         });
         Ok(result??)
+    }
+
+    /// The labels the chosen plugin declares every pod it includes for `target` has.
+    fn select(&self, target: &ServiceTarget) -> Result<Arc<Selection>, PolicyError> {
+        if !self.selecting {
+            return Ok(Arc::default());
+        }
+        let chosen = self
+            .chosen
+            .as_ref()
+            .map_err(|e| PolicyError::from(e.clone()))?;
+        let configured = &chosen.configured;
+        Ok(configured.plugin.selection(target, &configured.config)?)
+    }
+
+    /// Switches to the built-in plugin after `failure` of the chosen one, when its failure
+    /// policy is `fallback` (once).
+    fn fall_back(&mut self, failure: &PolicyError) -> bool {
+        let falls_back = matches!(failure, PolicyError::Call(_) | PolicyError::Rejected(_))
+            && self
+                .chosen
+                .as_ref()
+                .is_ok_and(|c| c.policy == FailurePolicy::Fallback);
+        if falls_back {
+            self.record.fell_back = Some(failure.to_string());
+            self.chosen = Ok(fallback(&self.plugins));
+        }
+        falls_back
     }
 }
 
@@ -258,16 +301,16 @@ impl Policy for PluginPolicy {
         pods: Pods<'_>,
     ) -> Result<Vec<Decision>, PolicyError> {
         match self.call(target, pods) {
-            Err(e @ (PolicyError::Call(_) | PolicyError::Rejected(_)))
-                if self
-                    .chosen
-                    .as_ref()
-                    .is_ok_and(|c| c.policy == FailurePolicy::Fallback) =>
-            {
-                self.record.fell_back = Some(e.to_string());
-                self.chosen = Ok(fallback(&self.plugins));
-                self.call(target, pods)
-            }
+            Err(e) if self.fall_back(&e) => self.call(target, pods),
+            result => result,
+        }
+    }
+
+    /// Asks the chosen plugin (its `candidate-labels`, kept per Service version), switching
+    /// to the built-in one when it fails under the `fallback` failure policy.
+    fn selection(&mut self, target: &ServiceTarget) -> Result<Arc<Selection>, PolicyError> {
+        match self.select(target) {
+            Err(e) if self.fall_back(&e) => self.select(target),
             result => result,
         }
     }

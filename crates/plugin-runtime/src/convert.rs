@@ -1,11 +1,7 @@
-//! Conversions between the host's model and the WIT records that cross the boundary.
+//! The host's pods as the WIT records that cross the boundary (the Service's: [`crate::service`]).
 //!
 //! Each string and list crossing the boundary costs time, so pods carry only the labels and
 //! annotations the plugin declared in its `info`.
-
-use std::collections::BTreeMap;
-
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{
     Plugin,
@@ -14,18 +10,9 @@ use super::{
 };
 use nad_model::{
     candidate::Candidate,
-    input::{device_network, network_ready, target::ServiceTarget},
+    input::{device_network, network_ready},
     pod::Phase,
 };
-
-fn all(map: &BTreeMap<String, String>) -> Vec<wit::KeyValue> {
-    map.iter()
-        .map(|(key, value)| wit::KeyValue {
-            key: key.clone(),
-            value: value.clone(),
-        })
-        .collect()
-}
 
 fn only<K: AsRef<str>, V: AsRef<str>>(
     map: &[(K, V)],
@@ -38,34 +25,6 @@ fn only<K: AsRef<str>, V: AsRef<str>>(
             value: value.as_ref().to_owned(),
         })
         .collect()
-}
-
-pub fn service_view(target: &ServiceTarget) -> wit::Service {
-    wit::Service {
-        name: target.name.clone(),
-        namespace: target.namespace.clone(),
-        labels: all(&target.labels),
-        annotations: all(&target.annotations),
-        ports: target
-            .ports
-            .iter()
-            .map(|p| wit::ServicePort {
-                name: p.name.clone().unwrap_or_default(),
-                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_owned()),
-                port: u16::try_from(p.port).unwrap_or_default(),
-                target_port: match &p.target_port {
-                    Some(IntOrString::String(name)) => wit::TargetPort::Name(name.clone()),
-                    Some(IntOrString::Int(n)) => {
-                        wit::TargetPort::Number(u16::try_from(*n).unwrap_or_default())
-                    }
-                    None => wit::TargetPort::Number(u16::try_from(p.port).unwrap_or_default()),
-                },
-                app_protocol: p.app_protocol.clone(),
-            })
-            .collect(),
-        publish_not_ready_addresses: target.publish_not_ready_addresses,
-        network: target.network.clone(),
-    }
 }
 
 pub fn pod_view(candidate: &Candidate, plugin: &Plugin) -> wit::Pod {

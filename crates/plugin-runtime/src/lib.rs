@@ -20,9 +20,11 @@ mod registry;
 mod reload;
 mod runtime;
 mod sandbox;
+mod selections;
+mod service;
 
 pub use bindings::{HOST_WIT_VERSION, WIT_PACKAGE, isim::nad_endpoints::types as wit};
-pub use convert::{conditions_view, pod_view, service_view};
+pub use convert::{conditions_view, pod_view};
 pub use errors::{CallError, GuestTrap, InvalidConfig, LoadError, Rejected};
 pub use pipeline::{
     Configured, Inspection, PipelineError, Step, inspect, name_mismatch, prepare, self_test,
@@ -31,3 +33,4 @@ pub use registry::{BUILT_IN, FailurePolicy, Plugins, SharedPlugins, UnknownPlugi
 pub use reload::{Component, Entry, Loader, PluginDir, Scan};
 pub use runtime::{CallStats, DEFAULT_PLUGIN_WASM, DecisionScope, Plugin, Runtime, decision};
 pub use sandbox::{Limits, PLUGIN_LOG_TARGET};
+pub use service::service_view;

@@ -23,9 +23,12 @@ use super::{
         CallState, EPOCH_TICK, Limits, MAX_MEMORIES, MAX_TABLES, Sandbox, link_conditions,
         link_minimal_wasi,
     },
+    selections,
+    service::{self, service_view},
     wit,
 };
 use nad_model::decision::{Conditions, Decision};
+use nad_model::{input::target::ServiceTarget, selection::Selection};
 
 /// The default plugin, built from `plugins/default` by the build script.
 pub const DEFAULT_PLUGIN_WASM: &[u8] = include_bytes!(env!("NSC_DEFAULT_PLUGIN_WASM"));
@@ -109,6 +112,8 @@ impl Runtime {
             reads_conditions: imports_interface(component, conditions::IMPORT_INTERFACE),
             reads_devices: imports_interface(component, conditions::DEVICES_INTERFACE),
             condition_types: Vec::new(),
+            selected_by: export_function(component, selections::INTERFACE, "selected-by"),
+            selections: Arc::default(),
         };
         plugin.info = plugin.call("info", None, |exports, store| {
             exports.policy.call_info(store)
@@ -193,6 +198,11 @@ pub struct Plugin {
     reads_devices: bool,
     /// The condition types it declares in `condition-keys` (since 1.2).
     condition_types: Vec<String>,
+    /// `candidate-labels.selected-by`, when it declares the labels its Services select on
+    /// (since 1.4).
+    selected_by: Option<wasmtime::component::ComponentExportIndex>,
+    /// Its answers to `selected-by`, by Service version and configuration.
+    selections: Arc<selections::Kept>,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -338,6 +348,47 @@ impl Plugin {
     /// Whether the plugin reads its pods' DRA devices (it imports `network-devices`).
     pub fn reads_devices(&self) -> bool {
         self.reads_devices
+    }
+
+    /// Whether the plugin declares the labels its Services select on.
+    pub fn selects(&self) -> bool {
+        self.selected_by.is_some()
+    }
+
+    /// The labels every pod the plugin includes for `target` has, under `config`: only those
+    /// whose keys it reads (the pod records hold no other label); every pod for a plugin that
+    /// declares nothing. Kept until the Service or the configuration changes.
+    pub fn selection(
+        &self,
+        target: &ServiceTarget,
+        config: &str,
+    ) -> Result<Arc<Selection>, CallError> {
+        let Some(function) = self.selected_by else {
+            return Ok(Arc::default());
+        };
+        let key = service::key(target, config);
+        if let Some(kept) = self.selections.get(key) {
+            return Ok(kept);
+        }
+        let service = service_view(target);
+        let labels = self.call(
+            "candidate-labels.selected-by",
+            Some(&service),
+            |exports, store| {
+                let selected_by = exports
+                    .raw
+                    .get_typed_func::<(&wit::Service, &str), (Vec<wit::KeyValue>,)>(
+                        &mut *store,
+                        &function,
+                    )?;
+                Ok(selected_by.call(&mut *store, (&service, config))?.0)
+            },
+        )?;
+        let selection = Selection::new(labels.into_iter().map(|kv| (kv.key, kv.value)))
+            .retain_keys(|key| self.reads_label(key));
+        let selection = Arc::new(selection);
+        self.selections.keep(key, selection.clone());
+        Ok(selection)
     }
 
     /// The condition types the plugin declares (`*` means all).

@@ -316,6 +316,7 @@ impl Outcome {
         tracing::debug!(
             candidates = observation.candidates.len(),
             skipped = observation.skipped.len(),
+            selected_by = %plan.verdicts.selection,
             "decided"
         );
         for (index, reason) in &plan.verdicts.excluded {

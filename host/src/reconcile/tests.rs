@@ -556,13 +556,14 @@ async fn a_pod_change_asks_about_that_pod_alone_and_writes_one_slice() {
     );
     h.stored(&sent);
 
-    // A pod of another app changes: asked about, excluded, nothing to plan or write.
+    // A pod of another app changes: excluded without asking (the default plugin's Service
+    // selects app=web), nothing to plan or write.
     h.pod("db-a", "db", true, "n1");
     let (result, _) = h.reconcile(&web, vec![]).await;
     assert_eq!(result.unwrap(), Action::requeue(RESYNC));
     assert_eq!(
         h.metric("nad_service_controller_plugin_evaluated_pods_total"),
-        5
+        4
     );
     assert_eq!(
         h.metric("nad_service_controller_changes_total{operation=\"create\"}"),

@@ -385,9 +385,9 @@ mod tests {
             );
             let calls = nad_test_kit::metrics::Scrape::new(shared.metrics.encode());
             assert_eq!(
-                calls.value("nad_service_controller_plugin_evaluated_pods_total"),
-                1.0,
-                "the screen's call is counted"
+                calls.get("nad_service_controller_plugin_evaluated_pods_total"),
+                None,
+                "without a call: api's policy selects app=api, and web-a has app=web"
             );
         }
 
@@ -399,6 +399,12 @@ mod tests {
             assert!(now.is_empty(), "neither includes api-b yet");
             let moved = screen_job(&shared, &screen, &job.unwrap());
             assert_eq!(moved, [key("api")], "api's policy includes api-b");
+            let calls = nad_test_kit::metrics::Scrape::new(shared.metrics.encode());
+            assert_eq!(
+                calls.value("nad_service_controller_plugin_evaluated_pods_total"),
+                1.0,
+                "the screen's call is counted; web's policy was not asked about api-b"
+            );
             let begun = shared
                 .book
                 .lock()

@@ -277,7 +277,7 @@ fn inspect_describes_a_plugin_and_whether_it_runs_here() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     for line in [
-        "targets:         isim:nad-endpoints@1.3.0",
+        "targets:         isim:nad-endpoints@1.4.0",
         "name:            opt-out",
         "decisions:       per-pod",
         "conditions:      network readiness\n",
@@ -652,6 +652,47 @@ fn eval_warns_when_the_service_selects_another_plugin() {
     );
 }
 
+/// A plugin's `candidate-labels` claim is checked on every evaluation: the default plugin's
+/// holds and the summary says how many candidates the controller asks it about; a claim that
+/// changes what the plugin decides fails the evaluation, naming the pods.
+#[test]
+fn plugin_eval_checks_the_plugins_candidate_labels_claim() {
+    let out = eval("default", &["-o", "decisions"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(r#"its candidate-labels select app="nginx-nad": the controller asks it about 4 of the 5 candidates"#),
+        "{stderr}"
+    );
+    let out = eval("default", &["-o", "json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        doc["candidateLabels"],
+        serde_json::json!({"labels": {"app": "nginx-nad"}, "asked": 4})
+    );
+    // Rows still give the plugin's own reason for the pod its claim leaves out.
+    let rows = text(&eval("default", &["-o", "decisions"]).stdout);
+    assert!(
+        rows.contains(r#"pod label app="netutils-nad" does not match"#),
+        "{rows}"
+    );
+
+    let scratch = Scratch::new("claim");
+    let config = scratch.write("false-claim.json", "false-claim");
+    let out = eval(MISBEHAVING, &["--config", &config, "-o", "decisions"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr
+            .contains(r#"the plugin's candidate-labels claim (team="blue") changes its decisions"#)
+            && stderr.contains(
+                "include ready=true serving=true terminating=false when asked about every \
+                 candidate, exclude when asked about those it selects"
+            ),
+        "{stderr}"
+    );
+}
+
 /// A panic: the guest's message first, the wasm frames once and only with -v, no Rust
 /// backtrace even with RUST_BACKTRACE set.
 #[test]
@@ -719,8 +760,9 @@ fn inspect_lists_imports_and_exports_the_config_and_the_self_test() {
     assert!(out.status.success(), "{stdout}");
     for line in [
         "file:            the built-in plugin",
-        "imports:\n  isim:nad-endpoints/pod-conditions@1.3.0\n  isim:nad-endpoints/log@1.3.0\n",
-        "exports:\n  isim:nad-endpoints/condition-keys@1.3.0\n  isim:nad-endpoints/decisions@1.3.0\n  isim:nad-endpoints/policy@1.3.0\n",
+        "imports:\n  isim:nad-endpoints/pod-conditions@1.4.0\n  isim:nad-endpoints/log@1.4.0\n",
+        "exports:\n  isim:nad-endpoints/candidate-labels@1.4.0\n  isim:nad-endpoints/condition-keys@1.4.0\n  isim:nad-endpoints/decisions@1.4.0\n  isim:nad-endpoints/policy@1.4.0\n",
+        "candidates:      those with the labels it names per Service (it exports candidate-labels)",
         "config:          accepted (none: the empty document)",
         "self-test:       a (ready, IPv4): include ready=true serving=true terminating=false; b (not ready, IPv6): include ready=false serving=false terminating=false",
     ] {
@@ -985,9 +1027,13 @@ fn the_c_example_builds_and_decides_as_the_default_plugin() {
     assert!(inspected.contains("runs here:       yes"), "{inspected}");
     assert!(
         inspected.contains(
-            "imports:\n  isim:nad-endpoints/pod-conditions@1.3.0\n  isim:nad-endpoints/log@1.3.0\n  isim:nad-endpoints/types@1.3.0\nexports:"
+            "imports:\n  isim:nad-endpoints/pod-conditions@1.4.0\n  isim:nad-endpoints/log@1.4.0\n  isim:nad-endpoints/types@1.4.0\nexports:"
         ),
         "no WASI import at all without stdio: {inspected}"
+    );
+    assert!(
+        inspected.contains("candidates:      every one (it does not export candidate-labels)"),
+        "{inspected}"
     );
 }
 

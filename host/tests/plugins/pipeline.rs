@@ -164,6 +164,38 @@ fn a_1_2_plugin_runs_unchanged_and_reads_no_devices() {
     }
 }
 
+/// 1.4 added `candidate-labels` (an optional export): a plugin built before it declares no
+/// labels and is asked about every candidate, as a plugin that exports it and claims none.
+#[test]
+fn a_plugin_without_candidate_labels_is_asked_about_every_candidate() {
+    let runtime = runtime();
+    let target = nad_model::input::target::ServiceTarget {
+        name: "web".into(),
+        namespace: "team-a".into(),
+        uid: "svc-uid".into(),
+        network: "team-a/macvlan".into(),
+        labels: [("app".into(), "web".into())].into(),
+        annotations: Default::default(),
+        ports: vec![],
+        ip_families: None,
+        publish_not_ready_addresses: false,
+    };
+    for (name, bytes, config, selects) in [
+        ("contract-1-0", CONTRACT_1_0, "", false),
+        ("contract-1-1", CONTRACT_1_1, "", false),
+        ("contract-1-2", CONTRACT_1_2, "", false),
+        ("opt-out", OPT_OUT, "", true),
+        ("preferred-zones", PREFERRED_ZONES, "", true),
+        ("default", DEFAULT, "", true),
+    ] {
+        let plugin = prepare(&runtime, name, bytes, config).unwrap().plugin;
+        assert_eq!(plugin.selects(), selects, "{name}");
+        let selection = plugin.selection(&target, config).unwrap();
+        let everything = name != "default";
+        assert_eq!(selection.is_everything(), everything, "{name}: {selection}");
+    }
+}
+
 #[test]
 fn files_over_the_size_limit_are_refused_before_parsing() {
     let mut big = b"\0asm\x0d\0\x01\0".to_vec();

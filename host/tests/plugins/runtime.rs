@@ -696,6 +696,70 @@ fn a_trap_is_reported_and_the_next_call_runs_in_a_fresh_instance() {
 }
 
 #[test]
+fn the_default_plugin_declares_the_label_its_service_selects_and_the_answer_is_kept() {
+    let rt = runtime();
+    let plugin = rt.load("default", DEFAULT_PLUGIN_WASM).unwrap();
+    assert!(plugin.selects());
+    let web = target(&[("app", "web"), ("tier", "a")], false);
+    let first = plugin.selection(&web, "").unwrap();
+    assert_eq!(first.to_string(), r#"app="web""#);
+    assert!(
+        Arc::ptr_eq(&first, &plugin.selection(&web, "").unwrap()),
+        "kept, not asked again"
+    );
+    let named = target(&[("app", "web"), ("app.kubernetes.io/name", "shop")], false);
+    let by_name = plugin.selection(&named, "").unwrap();
+    assert_eq!(by_name.to_string(), r#"app.kubernetes.io/name="shop""#);
+    assert!(
+        plugin
+            .selection(&target(&[("tier", "a")], false), "")
+            .unwrap()
+            .is_everything()
+    );
+    // Another configuration is another answer (a refused one claims nothing).
+    assert!(
+        plugin
+            .selection(&web, r#"{"x": 1}"#)
+            .unwrap()
+            .is_everything()
+    );
+}
+
+#[test]
+fn a_claim_on_a_label_the_plugin_does_not_read_is_ignored() {
+    let rt = runtime();
+    let guest = rt.load("misbehaving", MISBEHAVING).unwrap();
+    // It claims team=blue and app=web, and reads the label team only.
+    let selection = guest.selection(&target(&[], false), "false-claim").unwrap();
+    assert_eq!(selection.to_string(), r#"team="blue""#);
+    assert!(
+        guest
+            .selection(&target(&[], false), "echo")
+            .unwrap()
+            .is_everything()
+    );
+}
+
+#[test]
+fn a_trap_in_selected_by_fails_the_call_naming_the_function() {
+    let rt = runtime();
+    let guest = rt.load("misbehaving", MISBEHAVING).unwrap();
+    let err = guest
+        .selection(&target(&[], false), "trap-on-claim")
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CallError::Trap {
+                function: "candidate-labels.selected-by",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_wrong_number_of_decisions_is_refused() {
     let rt = runtime();
     let guest = rt.load("misbehaving", MISBEHAVING).unwrap();

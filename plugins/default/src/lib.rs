@@ -1,5 +1,5 @@
 //! The default endpoint policy of nad-service-controller, built as a WebAssembly component
-//! (`wasm32-wasip2`) against the WIT world `isim:nad-endpoints/conditioned-endpoint-policy`.
+//! (`wasm32-wasip2`) against the WIT world `isim:nad-endpoints/selecting-endpoint-policy`.
 //!
 //! This file is only the glue between the WIT bindings (from `nad-plugin-sdk`) and the policy:
 //! all decisions are made by the plain-Rust [`policy`] module, which is unit-tested natively.
@@ -19,8 +19,8 @@ static ALLOCATOR: lol_alloc::LockedAllocator<lol_alloc::LeakingAllocator> =
     lol_alloc::LockedAllocator::new(lol_alloc::LeakingAllocator::new());
 
 use nad_plugin_sdk::{
-    ConditionKeys, Decision, DecisionScope, Decisions, Level, Plugin, PluginInfo, Pod, Service,
-    log, network_readiness,
+    CandidateLabels, ConditionKeys, Decision, DecisionScope, Decisions, KeyValue, Level, Plugin,
+    PluginInfo, Pod, Service, log, network_readiness,
 };
 
 /// The exported component.
@@ -38,6 +38,14 @@ impl Decisions for DefaultPolicy {
 impl ConditionKeys for DefaultPolicy {
     fn condition_types() -> Vec<String> {
         Vec::new()
+    }
+}
+
+/// A Service that selects by `app.kubernetes.io/name` or `app` includes only pods with the same
+/// value of it: the host asks about only those, found from its index by label.
+impl CandidateLabels for DefaultPolicy {
+    fn selected_by(service: Service, config: String) -> Vec<KeyValue> {
+        policy::selected_by(&service, &config)
     }
 }
 

@@ -13,7 +13,7 @@
 //!   the network prober) is `False` is not serving, whatever its `Ready` says; without the
 //!   condition (no prober), as above.
 
-use nad_plugin_sdk::{Decision, PluginInfo, Pod, PodCondition, Service, k8s};
+use nad_plugin_sdk::{Decision, KeyValue, PluginInfo, Pod, PodCondition, Service, k8s};
 
 /// The recommended Kubernetes name label; takes precedence over [`APP_LABEL`].
 pub const NAME_LABEL: &str = "app.kubernetes.io/name";
@@ -86,6 +86,22 @@ pub fn evaluate(
         .collect())
 }
 
+/// The label equality every pod the policy includes for `service` has (`candidate-labels`):
+/// the one its [`Selector`] checks, none when it selects every pod. None either for a
+/// configuration `evaluate` refuses, so that the refusal is still given.
+pub fn selected_by(service: &Service, config: &str) -> Vec<KeyValue> {
+    if validate_config(config).is_err() {
+        return Vec::new();
+    }
+    match Selector::for_service(service) {
+        Selector::Label { key, value } => vec![KeyValue {
+            key: key.to_owned(),
+            value: value.to_owned(),
+        }],
+        Selector::All => Vec::new(),
+    }
+}
+
 /// The one-line summary the plugin logs after each evaluation.
 pub fn summary(decisions: &[Decision]) -> String {
     let included = decisions
@@ -151,7 +167,7 @@ fn decide(
 mod tests {
     use super::*;
     use nad_plugin_sdk::{
-        Conditions, KeyValue, PodPhase,
+        Conditions, PodPhase,
         testing::{self, PodExt, ServiceExt},
     };
 
@@ -577,5 +593,63 @@ mod tests {
             evaluate(&svc, &[pod("p", &[])], &[], " {} ").map(|d| d.len()),
             Ok(1)
         );
+    }
+
+    // ---- the labels declared to the host (candidate-labels) ----
+
+    #[test]
+    fn selected_by_names_the_label_the_selector_checks() {
+        let name = service(&[("app.kubernetes.io/name", "web"), ("app", "x")], false);
+        assert_eq!(
+            selected_by(&name, ""),
+            [kv("app.kubernetes.io/name", "web")]
+        );
+        let app = service(&[("app", "web"), ("tier", "a")], false);
+        assert_eq!(selected_by(&app, "{}"), [kv("app", "web")]);
+        assert_eq!(selected_by(&service(&[("tier", "a")], false), ""), []);
+        // A refused configuration claims nothing, so evaluate still gives its refusal.
+        assert_eq!(selected_by(&app, "{\"x\": 1}"), []);
+    }
+
+    /// The claim holds: every pod without the declared labels is excluded, whatever the
+    /// Service selects and whatever the pod's phase and readiness.
+    #[test]
+    fn every_pod_without_the_declared_labels_is_excluded() {
+        let values = [None, Some("web"), Some("db"), Some("")];
+        fn labels<'a>(name: Option<&'a str>, app: Option<&'a str>) -> Vec<(&'static str, &'a str)> {
+            let mut labels = Vec::new();
+            labels.extend(name.map(|v| (NAME_LABEL, v)));
+            labels.extend(app.map(|v| (APP_LABEL, v)));
+            labels
+        }
+        let mut pods = Vec::new();
+        for (name, app) in values
+            .iter()
+            .flat_map(|n| values.iter().map(move |a| (*n, *a)))
+        {
+            for ready in [false, true] {
+                let mut p = pod("p", &labels(name, app));
+                p.ready = ready;
+                pods.push(p);
+            }
+        }
+        let mut checked = 0;
+        for (name, app) in values
+            .iter()
+            .flat_map(|n| values.iter().map(move |a| (*n, *a)))
+        {
+            let svc = service(&labels(name, app), false);
+            let claim = selected_by(&svc, "");
+            for (p, decision) in pods.iter().zip(eval(&svc, &pods)) {
+                let has = claim
+                    .iter()
+                    .all(|want| k8s::value(&p.labels, &want.key) == Some(want.value.as_str()));
+                if !has {
+                    assert_excluded(&decision);
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 50, "only {checked} pods outside a claim");
     }
 }

@@ -1,6 +1,6 @@
 // The default endpoint policy of nad-service-controller in C: the same decisions, reasons and
 // errors as the Rust plugin in plugins/default/src/policy.rs, as a component of the WIT world
-// isim:nad-endpoints/conditioned-endpoint-policy@1.3.0 (bindings: `wit-bindgen c`, see Makefile).
+// isim:nad-endpoints/conditioned-endpoint-policy@1.4.0 (bindings: `wit-bindgen c`, see Makefile).
 //
 // Which pods:
 // - if the Service has label app.kubernetes.io/name, only pods with the same value of it;

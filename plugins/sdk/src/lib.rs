@@ -1,8 +1,8 @@
 //! What every Rust endpoint-policy plugin shares, so that a plugin is its policy and nothing
 //! else, and a change of the WIT package touches this crate, not every plugin:
 //!
-//! - the bindings of world `isim:nad-endpoints/device-endpoint-policy` (the types, the `log`,
-//!   `pod-conditions` and `network-devices` imports, the traits to implement) and
+//! - the bindings of world `isim:nad-endpoints/selecting-endpoint-policy` (the types, the
+//!   `log`, `pod-conditions` and `network-devices` imports, the traits to implement) and
 //!   [`export_plugin!`]. A plugin imports only what it calls: one that never calls
 //!   [`network_devices`] does not import `network-devices`;
 //! - [`k8s`]: the rules of Kubernetes' own EndpointSlice controller a policy should follow;
@@ -11,7 +11,7 @@
 //! A plugin:
 //!
 //! ```text
-//! use nad_plugin_sdk::{ConditionKeys, Decision, DecisionScope, Decisions, Plugin, PluginInfo, Pod, Service};
+//! use nad_plugin_sdk::{CandidateLabels, ConditionKeys, Decision, DecisionScope, Decisions, KeyValue, Plugin, PluginInfo, Pod, Service};
 //!
 //! struct MyPolicy;
 //!
@@ -34,6 +34,11 @@
 //!     fn condition_types() -> Vec<String> { Vec::new() }
 //! }
 //!
+//! /// Labels every pod it includes has (the host asks about only those pods): none claimed.
+//! impl CandidateLabels for MyPolicy {
+//!     fn selected_by(service: Service, config: String) -> Vec<KeyValue> { Vec::new() }
+//! }
+//!
 //! nad_plugin_sdk::export_plugin!(MyPolicy);
 //! ```
 
@@ -46,7 +51,7 @@ pub mod testing;
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",
-        world: "device-endpoint-policy",
+        world: "selecting-endpoint-policy",
         pub_export_macro: true,
         export_macro_name: "export_plugin",
         default_bindings_module: "nad_plugin_sdk::bindings",
@@ -56,6 +61,7 @@ pub mod bindings {
 }
 
 pub use bindings::export_plugin;
+pub use bindings::exports::isim::nad_endpoints::candidate_labels::Guest as CandidateLabels;
 pub use bindings::exports::isim::nad_endpoints::condition_keys::Guest as ConditionKeys;
 pub use bindings::exports::isim::nad_endpoints::decisions::{DecisionScope, Guest as Decisions};
 pub use bindings::exports::isim::nad_endpoints::policy::Guest as Plugin;

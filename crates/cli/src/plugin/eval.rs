@@ -3,7 +3,9 @@
 //! what crossed the boundary, and the EndpointSlices that follow.
 //!
 //! `plugin eval` renders it (see [`super::render`]), `plugin test` compares it with a fixture's
-//! expectations.
+//! expectations. Each candidate is asked about, so that each gets the plugin's own reason; a
+//! plugin that declares the labels its Services select on is also asked as the controller asks
+//! it (about the candidates with them only), and its claim must not change what it decides.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -25,7 +27,7 @@ use nad_model::input::{
     network_status::{self, StatusError},
     target::ServiceTarget,
 };
-use nad_model::{decision::Conditions, pod::PodRecord};
+use nad_model::{decision::Conditions, pod::PodRecord, selection::Selection};
 use nad_plugin_runtime::wit;
 
 /// Pod annotations the host itself reads: never expected among a plugin's declared keys.
@@ -128,6 +130,9 @@ pub struct Evaluation {
     pub warnings: Vec<String>,
     /// Pods per call and its duration (instantiation included).
     pub calls: Vec<(usize, Duration)>,
+    /// For a plugin that declares the labels its Services select on (`candidate-labels`): the
+    /// labels, and how many candidates the controller asks it about.
+    pub selection: Option<(Arc<Selection>, usize)>,
 }
 
 impl Evaluation {
@@ -201,11 +206,18 @@ pub fn evaluate(loaded: &Loaded, case: &Case, max_endpoints: usize) -> anyhow::R
     };
     // The plugin given decides, whatever plugin the Service names.
     let name = plugin_selected(target).unwrap_or(&loaded.name);
-    let mut policy = PluginPolicy::only(name, loaded.configured.clone());
-    let plan = match step::step(full(target, observed), &mut policy, max_endpoints) {
-        Ok(Step::Write(plan) | Step::NetworkMissing(plan)) => plan,
-        Ok(Step::Unchanged { .. }) => bail!("a full plan of {} planned nothing", target.name),
-        Err(e) => bail!("{e}"),
+    // Every candidate asked about, so that each row gives the plugin's own reason.
+    let mut policy = PluginPolicy::only(name, loaded.configured.clone()).asking_every_candidate();
+    let plan = full_plan(target, observed.clone(), &mut policy, max_endpoints)?;
+    let selection = if plugin.selects() {
+        // As the controller asks: about the candidates the plugin's claim selects only.
+        let mut selecting = PluginPolicy::only(name, loaded.configured.clone());
+        let selected = full_plan(target, observed, &mut selecting, max_endpoints)?;
+        check_claim(&plan.verdicts, &selected.verdicts)?;
+        let asked = selected.verdicts.included.len() + selected.verdicts.excluded.len();
+        Some((selected.verdicts.selection.clone(), asked))
+    } else {
+        None
     };
     let calls = policy
         .record()
@@ -226,7 +238,62 @@ pub fn evaluate(loaded: &Loaded, case: &Case, max_endpoints: usize) -> anyhow::R
         notes,
         warnings: warnings(loaded, target),
         calls,
+        selection,
     })
+}
+
+/// A full reconcile's plan of `target` by `policy`.
+fn full_plan(
+    target: &Arc<ServiceTarget>,
+    observed: Observation,
+    policy: &mut PluginPolicy,
+    max_endpoints: usize,
+) -> anyhow::Result<Box<step::Plan>> {
+    match step::step(full(target, observed), policy, max_endpoints) {
+        Ok(Step::Write(plan) | Step::NetworkMissing(plan)) => Ok(plan),
+        Ok(Step::Unchanged { .. }) => bail!("a full plan of {} planned nothing", target.name),
+        Err(e) => bail!("{e}"),
+    }
+}
+
+/// Fails when the plugin's `candidate-labels` claim changes what it decides: the verdicts of
+/// the candidates it selects (`selected`) must be those it gives when asked about every
+/// candidate (`all`), and it must exclude every other one.
+fn check_claim(all: &Verdicts, selected: &Verdicts) -> anyhow::Result<()> {
+    let included = |v: &Verdicts| v.included.iter().copied().collect::<BTreeMap<_, _>>();
+    let (all_in, selected_in) = (included(all), included(selected));
+    if all_in == selected_in {
+        return Ok(());
+    }
+    let shown = |d: Option<&Conditions>| match d {
+        Some(c) => format!(
+            "include ready={} serving={} terminating={}",
+            c.ready, c.serving, c.terminating
+        ),
+        None => "exclude".to_owned(),
+    };
+    let differ: Vec<String> = all_in
+        .keys()
+        .chain(selected_in.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|i| all_in.get(i) != selected_in.get(i))
+        .map(|i| {
+            format!(
+                "pod {}: {} when asked about every candidate, {} when asked about those it selects",
+                all.observation.candidates[*i].name(),
+                shown(all_in.get(i)),
+                shown(selected_in.get(i)),
+            )
+        })
+        .collect();
+    bail!(
+        "the plugin's candidate-labels claim ({}) changes its decisions, so the controller would \
+         publish other endpoints than it decides: {}. Claim only labels every pod it includes \
+         has, whatever the other candidates are",
+        selected.selection,
+        differ.join("; ")
+    )
 }
 
 /// A full reconcile's snapshot of `target` over no slices, with `observed` as its candidates.

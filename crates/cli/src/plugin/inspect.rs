@@ -101,7 +101,17 @@ fn write_plugin(plugin: &Plugin, out: &mut impl Write) -> anyhow::Result<()> {
     writeln!(out, "decisions:       {}", plugin.decision_scope().as_str())?;
     writeln!(out, "conditions:      {}", conditions(plugin))?;
     writeln!(out, "devices:         {}", devices(plugin))?;
+    writeln!(out, "candidates:      {}", candidates(plugin))?;
     Ok(())
+}
+
+/// Which candidates the plugin is asked about.
+fn candidates(plugin: &Plugin) -> &'static str {
+    if plugin.selects() {
+        "those with the labels it names per Service (it exports candidate-labels)"
+    } else {
+        "every one (it does not export candidate-labels)"
+    }
 }
 
 /// Whether the plugin reads its pods' DRA devices.

@@ -229,6 +229,9 @@ fn eval_command(args: &EvalArgs, out: &mut impl Write, err: &mut impl Write) -> 
                     evaluation.included(),
                     render::timing(&evaluation)
                 )?;
+                if let Some(selection) = render::selection(&evaluation) {
+                    writeln!(err, "{}: {selection}", loaded.name)?;
+                }
                 if output == Output::Slices && evaluation.slices.is_empty() {
                     writeln!(err, "no EndpointSlices: no pod is included")?;
                 }

@@ -197,6 +197,17 @@ pub fn timing(evaluation: &Evaluation) -> String {
     )
 }
 
+/// What the plugin's `candidate-labels` select, for a person: "its candidate-labels select
+/// app=\"web\": the controller asks it about 3 of the 9 candidates".
+pub fn selection(evaluation: &Evaluation) -> Option<String> {
+    let (selection, asked) = evaluation.selection.as_ref()?;
+    Some(format!(
+        "its candidate-labels select {selection}: the controller asks it about {asked} of the {} \
+         candidates (the decisions are the same)",
+        evaluation.candidates
+    ))
+}
+
 /// Everything, as one JSON document.
 pub fn json(evaluation: &Evaluation, loaded: &Loaded, show_inputs: bool) -> Value {
     let info = loaded.configured.plugin.info();
@@ -246,6 +257,14 @@ pub fn json(evaluation: &Evaluation, loaded: &Loaded, show_inputs: bool) -> Valu
             "pods": pods, "seconds": elapsed.as_secs_f64()
         })).collect::<Vec<_>>(),
     });
+    if let Some((selection, asked)) = &evaluation.selection {
+        let labels: serde_json::Map<String, Value> = selection
+            .labels()
+            .iter()
+            .map(|(key, value)| (key.clone(), json!(value)))
+            .collect();
+        doc["candidateLabels"] = json!({"labels": labels, "asked": asked});
+    }
     if show_inputs {
         doc["inputs"] = json!({
             "service": service_json(&evaluation.service_view),

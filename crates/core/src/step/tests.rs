@@ -14,7 +14,9 @@ use crate::{
 use nad_model::{
     candidate::Candidate,
     decision::{Conditions, Decision},
+    keys::Keys,
     pod::PodRecord,
+    selection::Selection,
 };
 
 const READY: Conditions = Conditions {
@@ -32,6 +34,11 @@ struct Table {
     /// No one can decide (an unknown plugin under `keep`).
     unknown: bool,
     asked: Vec<Vec<String>>,
+    /// The labels it declares every pod it includes has.
+    selection: Selection,
+    /// Its first call fails under `fallback`: from then on the policy `fallback` decides,
+    /// which includes every pod and declares no labels.
+    falls_back: bool,
 }
 
 impl Table {
@@ -42,7 +49,15 @@ impl Table {
             included: included.to_vec(),
             unknown: false,
             asked: Vec::new(),
+            selection: Selection::everything(),
+            falls_back: false,
         }
+    }
+
+    /// Declares that every pod it includes has label `app` = `value`.
+    fn selecting(mut self, value: &str) -> Self {
+        self.selection = Selection::new([("app".to_owned(), value.to_owned())]);
+        self
     }
 
     fn whole_set(included: &[&'static str]) -> Self {
@@ -71,10 +86,20 @@ impl Policy for Table {
         self.per_pod
     }
 
+    fn selection(&mut self, _: &ServiceTarget) -> Result<Arc<Selection>, Unknown> {
+        self.id()?;
+        Ok(Arc::new(self.selection.clone()))
+    }
+
     fn decide(&mut self, _: &ServiceTarget, pods: Pods<'_>) -> Result<Vec<Decision>, Unknown> {
         self.id()?;
         self.asked
             .push(pods.iter().map(|c| c.name().to_owned()).collect());
+        if std::mem::take(&mut self.falls_back) {
+            self.id = id("fallback");
+            self.selection = Selection::everything();
+            self.included = vec!["a", "b", "c", "d"];
+        }
         Ok(pods
             .iter()
             .map(|c| match self.included.contains(&c.name()) {
@@ -144,7 +169,8 @@ fn snapshot(pods: &[Arc<PodRecord>], existing: Vec<Arc<EndpointSlice>>, taken: T
         Scope::Full => Vec::new(),
     };
     let changed = observation(pods, &names);
-    let all = observation(pods, &["a", "b", "c"]);
+    let every: Vec<&str> = pods.iter().map(|p| &*p.name).collect();
+    let all = observation(pods, &every);
     Snapshot {
         target: target(),
         existing,
@@ -489,4 +515,131 @@ fn the_screen_lets_through_only_a_pod_that_is_included_now() {
         screen(&mut policy, &target(), &candidate("b")),
         Screened::Moves(None)
     ));
+}
+
+/// A candidate of the Service with label `app` when `app` is given.
+fn labelled(name: &str, host: u8, app: Option<&str>) -> Arc<PodRecord> {
+    let status = format!(r#"[{{"name":"team-a/macvlan","ips":["192.168.2.{host}"]}}]"#);
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}"),
+                     "labels": app.map(|v| json!({"app": v})).unwrap_or(json!({})),
+                     "annotations": {"k8s.v1.cni.cncf.io/network-status": status}},
+        "spec": {"containers": []},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }))
+    .unwrap();
+    Arc::new(PodRecord::from_pod(&pod, &Keys::all()))
+}
+
+/// `a` and `c` have `app=web`, `b` has `app=db`, `d` no `app`.
+fn labelled_pods() -> Vec<Arc<PodRecord>> {
+    vec![
+        labelled("a", 1, Some("web")),
+        labelled("b", 2, Some("db")),
+        labelled("c", 3, Some("web")),
+        labelled("d", 4, None),
+    ]
+}
+
+/// The candidate `name` of [`labelled_pods`].
+fn labelled_candidate(name: &str) -> Candidate {
+    observation(&labelled_pods(), &[name]).candidates.remove(0)
+}
+
+#[test]
+fn a_selecting_policy_is_asked_about_the_pods_with_its_labels_only_and_decides_the_same() {
+    for per_pod in [true, false] {
+        let table = |included| match per_pod {
+            true => Table::per_pod(included),
+            false => Table::whole_set(included),
+        };
+        let full = || snapshot(&labelled_pods(), vec![], taken(Scope::Full));
+        let mut every = table(&["a", "c"]);
+        let before = written(step(full(), &mut every, 100));
+        let mut selecting = table(&["a", "c"]).selecting("web");
+        let after = written(step(full(), &mut selecting, 100));
+        assert_eq!(every.asked, [["a", "b", "c", "d"]]);
+        assert_eq!(selecting.asked, [["a", "c"]], "b and d have no app=web");
+        assert_eq!(addresses(&after), addresses(&before));
+        assert_eq!(after.verdicts.included, before.verdicts.included);
+        assert_eq!(included(&after.remembered), ["a", "c"]);
+        assert_eq!(after.changes.apply, before.changes.apply);
+        // Only the pods asked about are among the excluded; the others were never asked.
+        assert_eq!(after.verdicts.excluded, []);
+        assert_eq!(after.verdicts.selection.to_string(), r#"app="web""#);
+    }
+}
+
+#[test]
+fn a_selection_no_candidate_matches_asks_nothing_and_publishes_nothing() {
+    let mut policy = Table::per_pod(&["a"]).selecting("cache");
+    let plan = written(step(
+        snapshot(&labelled_pods(), vec![], taken(Scope::Full)),
+        &mut policy,
+        100,
+    ));
+    assert!(policy.asked.is_empty(), "{:?}", policy.asked);
+    assert!(addresses(&plan).is_empty());
+}
+
+#[test]
+fn a_changed_pod_without_the_selected_labels_is_excluded_without_asking() {
+    let pods = labelled_pods();
+    let mut policy = Table::per_pod(&["a", "c"]).selecting("web");
+    let mut snap = without_candidates(snapshot(&pods, vec![], changed(&["b"])));
+    snap.remembered = remembered(&["a", "b", "c"]);
+    let Ok(Step::Unchanged { remembered: kept }) = step(snap, &mut policy, 100) else {
+        panic!()
+    };
+    assert!(policy.asked.is_empty(), "{:?}", policy.asked);
+    assert_eq!(included(&kept), ["a", "c"], "b left the memory");
+
+    let mut snap = snapshot(&pods, vec![], changed(&["c", "d"]));
+    snap.remembered = remembered(&["a"]);
+    let plan = written(step(snap, &mut policy, 100));
+    assert_eq!(policy.asked, [["c"]], "d has no app label");
+    assert_eq!(included(&plan.remembered), ["a", "c"]);
+}
+
+#[test]
+fn the_screen_lets_a_pod_without_the_selected_labels_pass_without_asking() {
+    let mut policy = Table::per_pod(&["a", "b"]).selecting("web");
+    assert!(matches!(
+        screen(&mut policy, &target(), &labelled_candidate("b")),
+        Screened::Still
+    ));
+    assert!(policy.asked.is_empty());
+    assert!(matches!(
+        screen(&mut policy, &target(), &labelled_candidate("a")),
+        Screened::Moves(Some(_))
+    ));
+    assert_eq!(policy.asked, [["a"]]);
+}
+
+#[test]
+fn a_policy_that_falls_back_during_a_selected_call_is_asked_again_about_every_candidate() {
+    let mut policy = Table::per_pod(&["a"]).selecting("web");
+    policy.falls_back = true;
+    let plan = written(step(
+        snapshot(&labelled_pods(), vec![], taken(Scope::Full)),
+        &mut policy,
+        100,
+    ));
+    assert_eq!(policy.asked, [vec!["a", "c"], vec!["a", "b", "c", "d"]]);
+    assert_eq!(addresses(&plan).len(), 4, "the fallback includes every pod");
+    assert_eq!(plan.remembered.as_ref().unwrap().by, Some(id("fallback")));
+    assert!(plan.verdicts.selection.is_everything());
+}
+
+#[test]
+fn a_policy_that_falls_back_on_a_changed_pod_decides_every_candidate_again() {
+    let pods = labelled_pods();
+    let mut policy = Table::per_pod(&["a"]).selecting("web");
+    policy.falls_back = true;
+    let mut snap = snapshot(&pods, published(&["a"]), changed(&["c"]));
+    snap.remembered = remembered(&["a"]);
+    let plan = written(step(snap, &mut policy, 100));
+    assert_eq!(policy.asked, [vec!["c"], vec!["a", "b", "c", "d"]]);
+    assert_eq!(included(&plan.remembered), ["a", "b", "c", "d"]);
+    assert_eq!(plan.remembered.as_ref().unwrap().by, Some(id("fallback")));
 }

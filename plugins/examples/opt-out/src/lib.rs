@@ -9,8 +9,8 @@
 mod policy;
 
 use nad_plugin_sdk::{
-    ConditionKeys, Decision, DecisionScope, Decisions, Plugin, PluginInfo, Pod, Service,
-    network_readiness,
+    CandidateLabels, ConditionKeys, Decision, DecisionScope, Decisions, KeyValue, Plugin,
+    PluginInfo, Pod, Service, network_readiness,
 };
 
 struct OptOut;
@@ -25,6 +25,13 @@ impl Decisions for OptOut {
 /// It reads network readiness (always given) and no other condition.
 impl ConditionKeys for OptOut {
     fn condition_types() -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// Every attached pod is published unless it opts out: no label every included pod has.
+impl CandidateLabels for OptOut {
+    fn selected_by(_service: Service, _config: String) -> Vec<KeyValue> {
         Vec::new()
     }
 }

@@ -13,7 +13,8 @@
 mod policy;
 
 use nad_plugin_sdk::{
-    ConditionKeys, Decision, DecisionScope, Decisions, Level, Plugin, PluginInfo, Pod, Service, log,
+    CandidateLabels, ConditionKeys, Decision, DecisionScope, Decisions, KeyValue, Level, Plugin,
+    PluginInfo, Pod, Service, log,
 };
 
 /// The exported component.
@@ -31,6 +32,13 @@ impl Decisions for PreferredZones {
 /// (see the default plugin and `k8s::include_on_network` for a policy that uses it).
 impl ConditionKeys for PreferredZones {
     fn condition_types() -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// Any attached pod may be published: no label every included pod has.
+impl CandidateLabels for PreferredZones {
+    fn selected_by(_service: Service, _config: String) -> Vec<KeyValue> {
         Vec::new()
     }
 }

@@ -16,7 +16,10 @@
 //! | `environment`  | excludes every pod with a reason listing the environment variables, arguments and working directory it sees |
 //! | `show-conditions` | excludes every pod with a reason listing its network readiness and declared conditions (`pod-conditions`) |
 //! | `show-devices` | excludes every pod with a reason listing its DRA devices on the Service's network (`network-devices`) |
+//! | `false-claim`  | like `echo`, but `candidate-labels` claims `team=blue` (and `app=web`, a key it does not read): a claim its decisions break |
+//! | `trap-on-claim` | like `echo`, but `candidate-labels.selected-by` panics |
 //!
+//! Every other mode claims no labels (`candidate-labels`).
 //! It declares the condition type `example.com/disk-ready` (`condition-keys`).
 //! `bad-config` is always rejected by `validate-config` (and by `evaluate`); anything else is an
 //! unknown mode.
@@ -28,13 +31,14 @@ use core::hint::black_box;
 mod bindings {
     wit_bindgen::generate!({
         path: "../../../wit",
-        world: "device-endpoint-policy",
+        world: "selecting-endpoint-policy",
     });
 
     use super::Misbehaving;
     export!(Misbehaving);
 }
 
+use bindings::exports::isim::nad_endpoints::candidate_labels::Guest as CandidateLabels;
 use bindings::exports::isim::nad_endpoints::condition_keys::Guest as ConditionKeys;
 use bindings::exports::isim::nad_endpoints::decisions::{DecisionScope, Guest as Decisions};
 use bindings::exports::isim::nad_endpoints::policy::Guest;
@@ -59,10 +63,13 @@ enum Mode {
     Environment,
     ShowConditions,
     ShowDevices,
+    FalseClaim,
+    TrapOnClaim,
 }
 
 const MODES: &str = "loop, memory-bomb, trap, short-answer, policy-error, echo, show-inputs, \
-                     trap-on-team-red, environment, show-conditions, show-devices";
+                     trap-on-team-red, environment, show-conditions, show-devices, \
+                     false-claim, trap-on-claim";
 
 impl Mode {
     fn parse(config: &str) -> Result<Self, String> {
@@ -78,6 +85,8 @@ impl Mode {
             "environment" => Ok(Self::Environment),
             "show-conditions" => Ok(Self::ShowConditions),
             "show-devices" => Ok(Self::ShowDevices),
+            "false-claim" => Ok(Self::FalseClaim),
+            "trap-on-claim" => Ok(Self::TrapOnClaim),
             "bad-config" => Err("bad-config is never valid".to_string()),
             other => Err(format!("unknown mode {other:?} (expected one of: {MODES})")),
         }
@@ -90,6 +99,25 @@ struct Misbehaving;
 impl Decisions for Misbehaving {
     fn scope() -> DecisionScope {
         DecisionScope::WholeSet
+    }
+}
+
+impl CandidateLabels for Misbehaving {
+    fn selected_by(_service: Service, config: String) -> Vec<KeyValue> {
+        match Mode::parse(&config) {
+            Ok(Mode::FalseClaim) => vec![
+                KeyValue {
+                    key: "team".to_string(),
+                    value: "blue".to_string(),
+                },
+                KeyValue {
+                    key: "app".to_string(),
+                    value: "web".to_string(),
+                },
+            ],
+            Ok(Mode::TrapOnClaim) => panic!("deliberate trap in selected-by"),
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -153,6 +181,7 @@ impl Guest for Misbehaving {
                 log(Level::Info, "echo");
                 Ok(pods.iter().map(echo).collect())
             }
+            Mode::FalseClaim | Mode::TrapOnClaim => Ok(pods.iter().map(echo).collect()),
             Mode::ShowInputs => Ok(pods
                 .iter()
                 .map(|pod| Decision::Exclude(show_inputs(pod)))
