@@ -1,9 +1,9 @@
 //! The plugin runtime: Wasm components that decide which pods a Service publishes.
 //!
 //! One [`Engine`](wasmtime::Engine) for the process ([`Runtime`]); each component compiled
-//! once and pre-instantiated ([`Plugin`]); a fresh store per call with an epoch deadline and
-//! a memory limit ([`sandbox`]); WASI linked with an empty context (no files, environment,
-//! clocks or network). A plugin that traps, loops, runs out of memory or answers malformed
+//! once and pre-instantiated ([`Plugin`]); a fresh store per call, on an instance from a
+//! [`pool`] of reused slots, with an epoch deadline and a memory limit ([`sandbox`]); WASI
+//! linked with an empty context (no files, environment, clocks or network). A plugin that traps, loops, runs out of memory or answers malformed
 //! fails only the call it was in ([`CallError`]); its own `err(...)` is a verdict
 //! ([`Rejected`]). Every file goes through one load [`pipeline`] before it serves. Plugins a
 //! source names by `oci://` reference are fetched by a [`Fetch`](nad_model::fetch::Fetch)
@@ -16,6 +16,7 @@ mod convert;
 pub mod diagnose;
 mod errors;
 mod pipeline;
+mod pool;
 mod registry;
 mod reload;
 mod runtime;

@@ -1,5 +1,5 @@
 //! The process-wide Wasm engine, and loaded plugins: compiled once, pre-instantiated, called
-//! in a fresh [`Sandbox`] each time.
+//! in a fresh [`Sandbox`] each time, on an instance from the engine's [`Pool`].
 
 use std::{
     sync::{
@@ -10,7 +10,7 @@ use std::{
 };
 
 use wasmtime::{
-    Config, Engine, Store,
+    Config, Engine, InstanceAllocationStrategy, Store,
     component::{Component, HasSelf, Linker},
 };
 
@@ -19,6 +19,7 @@ use super::{
     bindings::{self, EndpointPolicyPre, HOST_WIT_VERSION},
     conditions::{self, CallConditions},
     diagnose,
+    pool::{Pool, Slot},
     sandbox::{
         CallState, EPOCH_TICK, Limits, MAX_MEMORIES, MAX_TABLES, Sandbox, link_conditions,
         link_minimal_wasi,
@@ -38,6 +39,8 @@ pub struct Runtime {
     engine: Engine,
     linker: Linker<CallState>,
     limits: Limits,
+    /// The slots the calls' instances come from.
+    pool: Arc<Pool>,
     ticker_stop: Arc<AtomicBool>,
     /// The built-in plugin, compiled when a component fails to link: its types are the
     /// host's, to compare the component's with.
@@ -48,6 +51,8 @@ impl Runtime {
     pub fn new(limits: Limits) -> anyhow::Result<Self> {
         let mut config = Config::new();
         config.epoch_interruption(true);
+        let pool = Pool::new(limits);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool.config()));
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
         link_minimal_wasi(&mut linker)?;
@@ -67,6 +72,7 @@ impl Runtime {
             engine,
             linker,
             limits,
+            pool,
             ticker_stop,
             reference: OnceLock::new(),
         })
@@ -102,6 +108,7 @@ impl Runtime {
             pre,
             engine: self.engine.clone(),
             limits: self.limits,
+            pool: self.pool.clone(),
             info: wit::PluginInfo {
                 name: String::new(),
                 version: String::new(),
@@ -189,6 +196,7 @@ pub struct Plugin {
     pre: EndpointPolicyPre<CallState>,
     engine: Engine,
     limits: Limits,
+    pool: Arc<Pool>,
     info: wit::PluginInfo,
     /// What each pod's decision depends on, as the plugin declares it.
     scope: DecisionScope,
@@ -521,6 +529,9 @@ impl Plugin {
         conditions: Arc<CallConditions>,
         f: impl FnOnce(Exports<'_>, &mut Store<CallState>) -> wasmtime::Result<R>,
     ) -> (Result<R, CallError>, CallStats) {
+        // Taken before the Store, so that a wait for it does not count against the deadline,
+        // and given back after it (dropped in reverse order).
+        let _slot: Slot = self.pool.take();
         let mut sandbox = Sandbox::new(
             &self.engine,
             self.name.clone(),

@@ -759,6 +759,37 @@ fn a_trap_in_selected_by_fails_the_call_naming_the_function() {
     );
 }
 
+/// Every call runs on an instance from the pool, whose memory is reset in between: a plugin
+/// that leaves markers in a static and in pages it grows the memory by (past what a slot keeps
+/// resident) finds none of them in the next call, from one thread or several.
+#[test]
+fn no_call_finds_what_an_earlier_call_left_in_memory() {
+    let rt = runtime();
+    let guest = Arc::new(rt.load("misbehaving", MISBEHAVING).unwrap());
+    let clean = "static 0x0, first grown page 0x0, last grown page 0x0";
+    let call = |guest: &Plugin| {
+        let decisions = evaluate(guest, &target(&[], false), &[pod("a", "web")], "remember");
+        match decisions.unwrap().pop() {
+            Some(Decision::Exclude(found)) => found,
+            other => panic!("{other:?}"),
+        }
+    };
+    for _ in 0..20 {
+        assert_eq!(call(&guest), clean);
+    }
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let guest = guest.clone();
+            std::thread::spawn(move || (0..20).map(|_| call(&guest)).collect::<Vec<_>>())
+        })
+        .collect();
+    for thread in threads {
+        for found in thread.join().unwrap() {
+            assert_eq!(found, clean);
+        }
+    }
+}
+
 #[test]
 fn a_wrong_number_of_decisions_is_refused() {
     let rt = runtime();

@@ -18,6 +18,7 @@
 //! | `show-devices` | excludes every pod with a reason listing its DRA devices on the Service's network (`network-devices`) |
 //! | `false-claim`  | like `echo`, but `candidate-labels` claims `team=blue` (and `app=web`, a key it does not read): a claim its decisions break |
 //! | `trap-on-claim` | like `echo`, but `candidate-labels.selected-by` panics |
+//! | `remember`     | excludes every pod with a reason saying what it found of a previous call's markers (a static, and pages it grows the memory by), then leaves its own |
 //!
 //! Every other mode claims no labels (`candidate-labels`).
 //! It declares the condition type `example.com/disk-ready` (`condition-keys`).
@@ -65,11 +66,12 @@ enum Mode {
     ShowDevices,
     FalseClaim,
     TrapOnClaim,
+    Remember,
 }
 
 const MODES: &str = "loop, memory-bomb, trap, short-answer, policy-error, echo, show-inputs, \
                      trap-on-team-red, environment, show-conditions, show-devices, \
-                     false-claim, trap-on-claim";
+                     false-claim, trap-on-claim, remember";
 
 impl Mode {
     fn parse(config: &str) -> Result<Self, String> {
@@ -87,6 +89,7 @@ impl Mode {
             "show-devices" => Ok(Self::ShowDevices),
             "false-claim" => Ok(Self::FalseClaim),
             "trap-on-claim" => Ok(Self::TrapOnClaim),
+            "remember" => Ok(Self::Remember),
             "bad-config" => Err("bad-config is never valid".to_string()),
             other => Err(format!("unknown mode {other:?} (expected one of: {MODES})")),
         }
@@ -182,6 +185,13 @@ impl Guest for Misbehaving {
                 Ok(pods.iter().map(echo).collect())
             }
             Mode::FalseClaim | Mode::TrapOnClaim => Ok(pods.iter().map(echo).collect()),
+            Mode::Remember => {
+                let found = remember();
+                Ok(pods
+                    .iter()
+                    .map(|_| Decision::Exclude(found.clone()))
+                    .collect())
+            }
             Mode::ShowInputs => Ok(pods
                 .iter()
                 .map(|pod| Decision::Exclude(show_inputs(pod)))
@@ -242,6 +252,48 @@ impl Guest for Misbehaving {
             }
         }
     }
+}
+
+/// The marker `remember` leaves, to be found by a later call if anything survives.
+const MARKER: u64 = 0x5ee_1a57_ca11;
+
+/// A static every call of `remember` sets.
+static SEEN: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Pages `remember` grows the memory by: past the 2 MiB a host may keep resident.
+#[cfg(target_arch = "wasm32")]
+const GROWN_PAGES: usize = 48;
+
+/// What `remember` finds of a previous call's markers, in the static and in the first and last
+/// pages it grows the memory by; then it leaves its own there.
+#[cfg(target_arch = "wasm32")]
+fn remember() -> String {
+    use core::sync::atomic::Ordering;
+    let seen = SEEN.swap(MARKER, Ordering::Relaxed);
+    let first = core::arch::wasm32::memory_grow(0, GROWN_PAGES);
+    if first == usize::MAX {
+        return "the memory did not grow".to_string();
+    }
+    let page = |n: usize| ((first + n) * 65_536) as *mut u64;
+    let (start, end) = (page(0), page(GROWN_PAGES - 1));
+    // SAFETY: both pages were just added to this instance's memory, which nothing else uses.
+    #[allow(unsafe_code)]
+    let found = unsafe {
+        let found = (start.read_volatile(), end.read_volatile());
+        start.write_volatile(MARKER);
+        end.write_volatile(MARKER);
+        found
+    };
+    format!(
+        "static {seen:#x}, first grown page {:#x}, last grown page {:#x}",
+        found.0, found.1
+    )
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn remember() -> String {
+    let seen = SEEN.swap(MARKER, core::sync::atomic::Ordering::Relaxed);
+    format!("static {seen:#x} (not in Wasm: no memory to grow)")
 }
 
 /// What the process around the plugin would tell it: its environment variables, arguments and
