@@ -490,7 +490,7 @@ def plain_client_rows(e: dict) -> list[str]:
         return []
     return [
         f"| the same {plain['slice_writes']:,} slice writes by a plain client ({plain['concurrency']} at a time, "
-        f"as the controller's `--concurrent-syncs`; each a server-side apply that creates the slice, as the "
+        f"as the controller's `--concurrent-syncs`; each a create, as the "
         f"controller's are), after the controller stopped | {plain['seconds']:.1f} s |",
         f"| the API server's own mean time per slice write (plain client) | {plain['apiserver_ms_per_slice_write']:.1f} ms |",
     ]
