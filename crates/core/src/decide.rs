@@ -252,26 +252,30 @@ fn ask_selected<P: Policy + ?Sized>(
     target: &ServiceTarget,
     observed: &Observed,
 ) -> Result<(Arc<Selection>, Indexed), P::Error> {
-    let mut tries = 0;
-    loop {
-        let id = policy.id()?;
-        let selection = policy.selection(target)?;
-        let decisions: Indexed = if selection.is_everything() {
-            let decisions = policy.decide(target, Pods::All(observed))?;
-            decisions.into_iter().enumerate().collect()
-        } else {
-            let chosen = observed.selected(&selection);
-            if chosen.is_empty() {
-                return Ok((selection, Vec::new()));
-            }
-            let decisions = policy.decide(target, Pods::Selected(observed, &chosen))?;
-            chosen.into_iter().zip(decisions).collect()
-        };
-        tries += 1;
-        if tries == 2 || policy.id()? == id {
-            return Ok((selection, decisions));
-        }
+    let id = policy.id()?;
+    let answer = ask_selected_once(policy, target, observed)?;
+    if policy.id()? == id {
+        return Ok(answer);
     }
+    ask_selected_once(policy, target, observed)
+}
+
+fn ask_selected_once<P: Policy + ?Sized>(
+    policy: &mut P,
+    target: &ServiceTarget,
+    observed: &Observed,
+) -> Result<(Arc<Selection>, Indexed), P::Error> {
+    let selection = policy.selection(target)?;
+    if selection.is_everything() {
+        let decisions = policy.decide(target, Pods::All(observed))?;
+        return Ok((selection, decisions.into_iter().enumerate().collect()));
+    }
+    let chosen = observed.selected(&selection);
+    if chosen.is_empty() {
+        return Ok((selection, Vec::new()));
+    }
+    let decisions = policy.decide(target, Pods::Selected(observed, &chosen))?;
+    Ok((selection, chosen.into_iter().zip(decisions).collect()))
 }
 
 /// Why a candidate without the selection's labels is excluded (without asking).
