@@ -61,7 +61,11 @@ pub async fn run(
         (services.clone(), service_writer),
         &mut tasks,
     );
-    let caches_ready = signal_when_synced(&shared, services.clone(), ready, &mut tasks);
+    let quorum = match settings.namespace.as_deref() {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let caches_ready = signal_when_synced(&shared, (services.clone(), quorum), ready, &mut tasks);
     // The stop, told to the reconciles too: one waiting for the caches ends rather than hold
     // up the graceful shutdown, which waits for every reconcile in flight.
     let (stop, stopping) = tokio::sync::watch::channel(false);
@@ -234,11 +238,11 @@ async fn stop_before_sync(
     future::pending::<()>().await;
 }
 
-/// A channel that turns true once every cache and index has its initial list; readiness
-/// follows it.
+/// A channel that turns true once every cache and index has its initial list and the API
+/// server has answered a quorum read ([`watch::list::quorum_read`]); readiness follows it.
 fn signal_when_synced(
     shared: &Shared,
-    services: Store<Service>,
+    (services, quorum): (Store<Service>, Api<Service>),
     ready: Readiness,
     tasks: &mut JoinSet<()>,
 ) -> tokio::sync::watch::Receiver<bool> {
@@ -257,6 +261,12 @@ fn signal_when_synced(
                 return;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The lists were streamed from the API server's watch cache, which answers while
+        // etcd does not: ready only once etcd answers too.
+        tokio::select! {
+            () = watch::list::quorum_read(quorum) => {}
+            () = synced.closed() => return,
         }
         tracing::info!("caches synced");
         ready.set(true);

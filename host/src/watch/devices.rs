@@ -18,6 +18,7 @@ use kube::{
 use super::{
     discovery::find,
     health::backoff,
+    list::streamed,
     shared::{Shared, read, seen, write},
 };
 use nad_model::service_ref::ServiceRef;
@@ -59,7 +60,7 @@ pub fn watch(client: Client, shared: Shared) -> impl Stream<Item = ServiceRef> +
             let shared = shared.clone();
             let mut health = shared.health("deviceclasses");
             let api: Api<PartialObjectMeta<DeviceClass>> = Api::all(client.clone());
-            watcher(api, watcher::Config::default())
+            streamed(api, watcher::Config::default(), "deviceclasses")
                 .backoff(backoff())
                 .filter_map(move |item| {
                     let changed = health.observe(item).map_or_else(Vec::new, |event| {

@@ -17,12 +17,14 @@
 //! - [`recovery`]: after an outage, the Services that failed meanwhile;
 //! - [`shared`]: the state they feed, shared with the reconciles.
 //!
-//! Every watch retries on its own with a bounded backoff ([`health`]) and never ends; what a
-//! relist triggers waits until the relist is complete ([`nad_core::relist`]).
+//! Every watch lists by streaming, or in pages where the server cannot ([`list`]), retries on
+//! its own with a bounded backoff ([`health`]) and never ends; what a relist triggers waits
+//! until the relist is complete ([`nad_core::relist`]).
 
 pub mod devices;
 pub mod discovery;
 pub mod health;
+pub mod list;
 pub mod named;
 pub mod networks;
 pub mod nodes;

@@ -14,6 +14,7 @@ use kube::{
 use super::{
     discovery::find,
     health::backoff,
+    list::streamed,
     shared::{Shared, read, seen, write},
 };
 use nad_model::service_ref::ServiceRef;
@@ -28,7 +29,7 @@ pub fn watch(client: Client, shared: Shared) -> impl Stream<Item = ServiceRef> +
         .flat_map(move |api| {
             let shared = shared.clone();
             let mut health = shared.health("networkattachmentdefinitions");
-            watcher(api, watcher::Config::default())
+            streamed(api, watcher::Config::default(), "networkattachmentdefinitions")
                 .backoff(backoff())
                 .filter_map(move |item| {
                     let changed = health

@@ -10,6 +10,7 @@ use kube::{Api, runtime::watcher};
 
 use super::{
     health::backoff,
+    list::streamed,
     shared::{Shared, read, seen, write},
 };
 use kube::runtime::WatchStreamExt;
@@ -18,7 +19,7 @@ use nad_model::service_ref::ServiceRef;
 
 pub fn watch(api: Api<Node>, shared: Shared) -> impl Stream<Item = ServiceRef> + Send {
     let mut health = shared.health("nodes");
-    watcher(api, watcher::Config::default())
+    streamed(api, watcher::Config::default(), "nodes")
         .backoff(backoff())
         .filter_map(move |item| {
             let changed = health.observe(item).map_or_else(Vec::new, |event| {

@@ -22,6 +22,7 @@ use tokio::{
 use super::{
     devices,
     health::backoff,
+    list::{PAGE_SIZE, refuses_streaming, streamed},
     screen::Screen,
     shared::{Shared, read, seen, write},
 };
@@ -29,11 +30,6 @@ use k8s_openapi::jiff::Timestamp;
 use nad_core::index::{NetworkKey, PodChange};
 use nad_model::keys::Keys;
 use nad_model::service_ref::ServiceRef;
-
-/// Pages of the initial list when the API server cannot stream it: each page is whole pods
-/// (managed fields and all) until they are reduced to records, and the allocator keeps the
-/// peak.
-const PAGE_SIZE: u32 = 100;
 
 /// The pods, and the ResourceClaims of `claim_api` when the cluster serves DRA: a claim event
 /// is a change of the pods that name the claim, routed as theirs.
@@ -52,7 +48,7 @@ pub fn watch(
         let mut claim_health = shared.health("resourceclaims");
         let mut claims = if devices::served(&shared, &client).await {
             write(&shared.pods).expect_claims();
-            watcher(claim_api, watcher::Config::default())
+            streamed(claim_api, watcher::Config::default(), "resourceclaims")
                 .backoff(backoff())
                 .boxed()
         } else {
@@ -125,19 +121,6 @@ fn send(
         return false;
     }
     screened.is_none_or(|job| screening.send(job).is_ok())
-}
-
-/// Whether the API server refused a streaming list: a server without the WatchList feature
-/// rejects `sendInitialEvents` as invalid.
-fn refuses_streaming<K>(item: &Result<watcher::Event<K>, watcher::Error>) -> bool {
-    match item {
-        Err(
-            watcher::Error::WatchStartFailed(kube::Error::Api(status))
-            | watcher::Error::WatchFailed(kube::Error::Api(status)),
-        )
-        | Err(watcher::Error::WatchError(status)) => matches!(status.code, 400 | 422),
-        _ => false,
-    }
 }
 
 /// A pod change to screen: the pod, when it changed, and the networks whose Services it
@@ -436,20 +419,6 @@ mod tests {
                 "api may have read web-c before it changed"
             );
         }
-    }
-
-    #[test]
-    fn a_refused_streaming_list_is_told_from_other_failures() {
-        let status = |code| kube::core::Status::failure("", "").with_code(code);
-        let refused: Result<watcher::Event<Pod>, _> = Err(watcher::Error::WatchStartFailed(
-            kube::Error::Api(Box::new(status(422))),
-        ));
-        assert!(refuses_streaming(&refused));
-        let forbidden: Result<watcher::Event<Pod>, _> = Err(watcher::Error::WatchStartFailed(
-            kube::Error::Api(Box::new(status(403))),
-        ));
-        assert!(!refuses_streaming(&forbidden));
-        assert!(!refuses_streaming::<Pod>(&Ok(watcher::Event::Init)));
     }
 
     #[test]

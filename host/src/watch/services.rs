@@ -15,6 +15,7 @@ use kube::{
 
 use super::{
     health::backoff,
+    list::streamed,
     shared::{Shared, seen, store_key, write},
     strip::strip_service,
 };
@@ -31,7 +32,7 @@ pub fn watch(
 ) -> impl Stream<Item = Result<Service, watcher::Error>> + Send {
     let mut health = shared.health("services");
     let mut gate = RelistGate::default();
-    watcher(api, watcher::Config::default())
+    streamed(api, watcher::Config::default(), "services")
         .backoff(backoff())
         .modify(strip_service)
         .reflect(writer)

@@ -13,6 +13,7 @@ use kube::{
 
 use super::{
     health::backoff,
+    list::streamed,
     shared::{Shared, seen, write},
     strip::strip_meta,
 };
@@ -25,7 +26,7 @@ pub fn watch(api: Api<EndpointSlice>, shared: Shared) -> impl Stream<Item = Serv
     let mut health = shared.health("endpointslices");
     let mut gate = RelistGate::default();
     let ours = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
-    watcher(api, ours)
+    streamed(api, ours, "endpointslices")
         .backoff(backoff())
         .modify(|s: &mut EndpointSlice| strip_meta(&mut s.metadata))
         .filter_map(move |item| {
