@@ -188,24 +188,17 @@ struct Reading(Scrape);
 
 impl Reading {
     async fn take(client: &Client) -> Self {
-        let text = client
-            .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
-            .await
-            .unwrap();
-        Reading(Scrape::new(text))
+        Reading(cluster::apiserver_metrics(client).await)
     }
 
     /// (seconds, requests) of `verb` on endpointslices, 0 before its first request.
     fn verb(&self, verb: &str) -> (f64, f64) {
         let series = |part: &str| {
-            let series = format!(
-                "apiserver_request_duration_seconds_{part}{{resource=\"endpointslices\",verb=\"{verb}\"}}"
-            );
-            if self.0.get(&series).is_some() {
-                self.0.sum(&series)
-            } else {
-                0.0
-            }
+            cluster::slice_series(
+                &self.0,
+                &format!("apiserver_request_duration_seconds_{part}"),
+                verb,
+            )
         };
         (series("sum"), series("count"))
     }

@@ -194,7 +194,7 @@ impl Book {
         self.services
             .get(service)
             .and_then(|p| p.remembered.as_ref())
-            .is_none_or(|r| r.included.contains_key(pod))
+            .is_none_or(|r| r.included.contains(pod))
     }
 }
 
@@ -237,7 +237,7 @@ impl Book {
         let page = self.page(service);
         let state = &mut page.state;
         let mut refused_now = Vec::new();
-        changes.apply.retain(|slice| {
+        changes.write.retain(|slice| {
             if state.was_refused(slice) {
                 tracing::debug!(slice = %slice.name_any(), "not sent again: the API refused this content before");
                 return false;
@@ -441,7 +441,7 @@ mod tests {
         };
         Remembered {
             by: None,
-            included: included.iter().map(|p| ((*p).to_owned(), ready)).collect(),
+            included: included.iter().map(|p| ((*p).into(), ready)).collect(),
         }
     }
 
@@ -499,7 +499,7 @@ mod tests {
     fn an_echo_that_comes_before_the_writes_answer_costs_no_reconcile() {
         let mut book = Book::default();
         let mut changes = Changes {
-            apply: vec![slice(1)],
+            write: vec![slice(1)],
             ..Changes::default()
         };
         assert!(book.writing(&svc("web"), &mut changes).is_empty());
@@ -550,7 +550,7 @@ mod tests {
             ..Default::default()
         }]);
         let mut changes = Changes {
-            apply: vec![bad.clone()],
+            write: vec![bad.clone()],
             ..Changes::default()
         };
         let refused = book.writing(&svc("web"), &mut changes);
@@ -566,7 +566,7 @@ mod tests {
             Scope::Full
         );
         let mut again = Changes {
-            apply: vec![bad],
+            write: vec![bad],
             ..Changes::default()
         };
         assert!(
@@ -592,7 +592,7 @@ mod tests {
             Scope::Full
         );
         let mut changes = Changes {
-            apply: vec![slice(1)],
+            write: vec![slice(1)],
             ..Changes::default()
         };
         book.writing(&svc("web"), &mut changes);

@@ -292,7 +292,7 @@ mod tests {
         included: &[(&Candidate, Conditions)],
         max_endpoints: usize,
     ) -> Vec<EndpointSlice> {
-        slices::place(target, &desired(target, included), &[], max_endpoints, None).apply
+        slices::place(target, &desired(target, included), &[], max_endpoints, None).write
     }
 
     const READY: Conditions = Conditions {

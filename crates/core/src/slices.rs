@@ -46,7 +46,7 @@ pub const MAX_ENDPOINTS_PER_SLICE: usize = 1000;
 pub struct Changes {
     /// Slices to write, whole: an update carries the `uid` and `resourceVersion` of the slice
     /// it replaces, a new slice none.
-    pub apply: Vec<EndpointSlice>,
+    pub write: Vec<EndpointSlice>,
     /// Slices that are no longer wanted, as they were seen.
     pub delete: Vec<Seen>,
     /// The names the Service's slices have (a new slice takes none of them).
@@ -61,7 +61,7 @@ pub struct Changes {
 
 impl Changes {
     pub fn is_empty(&self) -> bool {
-        self.apply.is_empty() && self.delete.is_empty()
+        self.write.is_empty() && self.delete.is_empty()
     }
 
     /// The deletion of every one of `existing` (a Service no longer this controller's).
@@ -317,7 +317,7 @@ fn name_and_build(
         };
         let time = trigger.map(|t| t.to_string());
         changes
-            .apply
+            .write
             .push(build(target, name, previous, slice, time));
     }
     changes.delete = reusable.iter().map(|s| Seen::of(s)).collect();
@@ -485,7 +485,7 @@ mod tests {
         for gone in &changes.delete {
             out.remove(&gone.name);
         }
-        for slice in stored(&changes.apply) {
+        for slice in stored(&changes.write) {
             out.insert(slice.name_any(), slice);
         }
         out.into_values().collect()
@@ -505,7 +505,7 @@ mod tests {
     #[test]
     fn a_new_service_gets_full_slices_named_in_turn() {
         let changes = place_all(&desired(pods(0..250)), &[]);
-        let slices = stored(&changes.apply);
+        let slices = stored(&changes.write);
         assert_eq!(
             layout(&slices),
             [
@@ -543,7 +543,7 @@ mod tests {
         let at: Timestamp = "2026-12-01T10:00:00.5Z".parse().unwrap();
         let changes = place(&target("team-a/m"), &desired(endpoints), &[], 100, Some(at));
         let mut interners = SliceInterners::default();
-        for slice in stored(&changes.apply) {
+        for slice in stored(&changes.write) {
             let mut slice = (*slice).clone();
             slice.metadata.generation = Some(1);
             slice.metadata.creation_timestamp =
@@ -558,7 +558,7 @@ mod tests {
     #[test]
     fn an_unchanged_input_writes_nothing() {
         let want = desired(pods(0..250));
-        let existing = stored(&place_all(&want, &[]).apply);
+        let existing = stored(&place_all(&want, &[]).write);
         let changes = place_all(&want, &existing);
         assert!(changes.is_empty(), "{changes:?}");
         assert_eq!(changes.unchanged, 3);
@@ -570,28 +570,28 @@ mod tests {
     #[test]
     fn a_pod_added_in_the_middle_tops_up_one_slice() {
         let mut endpoints = pods(0..250);
-        let existing = stored(&place_all(&desired(endpoints.clone()), &[]).apply);
+        let existing = stored(&place_all(&desired(endpoints.clone()), &[]).write);
         endpoints.push(endpoint("p0100a", "10.9.0.1", true));
         let changes = place_all(&desired(endpoints), &existing);
         assert_eq!(
-            changes.apply.len(),
+            changes.write.len(),
             1,
             "{:?}",
-            layout(&stored(&changes.apply))
+            layout(&stored(&changes.write))
         );
         assert!(changes.delete.is_empty());
         assert_eq!(
-            changes.apply[0].name_any(),
+            changes.write[0].name_any(),
             "web-ipv4-2",
             "the only one with room"
         );
-        assert_eq!(changes.apply[0].endpoints.as_ref().unwrap().len(), 51);
+        assert_eq!(changes.write[0].endpoints.as_ref().unwrap().len(), 51);
         assert_eq!((changes.added, changes.removed), (1, 0));
     }
 
     #[test]
     fn new_endpoints_fill_the_fullest_slice_with_room_first() {
-        let existing = stored(&place_all(&desired(pods(0..150)), &[]).apply);
+        let existing = stored(&place_all(&desired(pods(0..150)), &[]).write);
         // Two pods of the first slice go: it has room for two, the second for fifty.
         let mut endpoints = pods(0..150);
         endpoints.retain(|e| !["p0003", "p0004"].contains(&endpoint_key(e).0.as_str()));
@@ -605,9 +605,9 @@ mod tests {
         );
         endpoints.push(endpoint("q1", "10.9.0.1", true));
         let changes = place_all(&desired(endpoints.clone()), &existing);
-        assert_eq!(changes.apply.len(), 1);
+        assert_eq!(changes.write.len(), 1);
         assert_eq!(
-            changes.apply[0].name_any(),
+            changes.write[0].name_any(),
             "web-ipv4-0",
             "98 is fuller than 50"
         );
@@ -617,22 +617,22 @@ mod tests {
         endpoints.push(endpoint("q2", "10.9.0.2", true));
         let changes = place_all(&desired(endpoints), &existing);
         assert_eq!(
-            changes.apply.len(),
+            changes.write.len(),
             1,
             "{:?}",
-            layout(&stored(&changes.apply))
+            layout(&stored(&changes.write))
         );
-        assert_eq!(changes.apply[0].name_any(), "web-ipv4-1");
+        assert_eq!(changes.write[0].name_any(), "web-ipv4-1");
     }
 
     #[test]
     fn a_flip_updates_its_endpoint_in_place() {
         let mut endpoints = pods(0..250);
-        let existing = stored(&place_all(&desired(endpoints.clone()), &[]).apply);
+        let existing = stored(&place_all(&desired(endpoints.clone()), &[]).write);
         endpoints[120] = endpoint("p0120", "10.0.0.121", false);
         let changes = place_all(&desired(endpoints), &existing);
-        assert_eq!(changes.apply.len(), 1);
-        let slice = &changes.apply[0];
+        assert_eq!(changes.write.len(), 1);
+        let slice = &changes.write[0];
         assert_eq!(slice.name_any(), "web-ipv4-1");
         let before = existing[1].endpoints.as_ref().unwrap();
         let now = slice.endpoints.as_ref().unwrap();
@@ -644,12 +644,12 @@ mod tests {
     #[test]
     fn removed_pods_leave_their_slice_and_an_emptied_slice_is_deleted() {
         let endpoints = pods(0..250);
-        let existing = stored(&place_all(&desired(endpoints.clone()), &[]).apply);
+        let existing = stored(&place_all(&desired(endpoints.clone()), &[]).write);
         let mut fewer = endpoints.clone();
         fewer.remove(10);
         let changes = place_all(&desired(fewer), &existing);
-        assert_eq!(changes.apply.len(), 1);
-        assert_eq!(changes.apply[0].name_any(), "web-ipv4-0");
+        assert_eq!(changes.write.len(), 1);
+        assert_eq!(changes.write[0].name_any(), "web-ipv4-0");
         assert_eq!((changes.added, changes.removed), (0, 1));
 
         let changes = place_all(&desired(endpoints[..1].to_vec()), &existing);
@@ -664,7 +664,7 @@ mod tests {
             },
             "deleted only as it was seen"
         );
-        assert_eq!(changes.apply.len(), 1, "the first slice shrinks");
+        assert_eq!(changes.write.len(), 1, "the first slice shrinks");
         let changes = place_all(&desired(vec![]), &existing);
         assert_eq!(changes.delete.len(), 3);
         assert_eq!(changes.removed, 250);
@@ -673,7 +673,7 @@ mod tests {
     #[test]
     fn a_create_and_a_delete_become_one_update() {
         let endpoints = pods(0..50);
-        let existing = stored(&place_all(&desired(endpoints.clone()), &[]).apply);
+        let existing = stored(&place_all(&desired(endpoints.clone()), &[]).write);
         // Every pod's port changes: the old slice's ports are no longer wanted.
         let changes = place(
             &target("team-a/m"),
@@ -683,9 +683,9 @@ mod tests {
             None,
         );
         assert!(changes.delete.is_empty(), "{changes:?}");
-        assert_eq!(changes.apply.len(), 1);
-        assert_eq!(changes.apply[0].name_any(), "web-ipv4-0");
-        assert_eq!(changes.apply[0].ports.as_ref().unwrap()[0].port, Some(8080));
+        assert_eq!(changes.write.len(), 1);
+        assert_eq!(changes.write[0].name_any(), "web-ipv4-0");
+        assert_eq!(changes.write[0].ports.as_ref().unwrap()[0].port, Some(8080));
     }
 
     /// An update replaces the slice whole, as the upstream controller writes it: what others
@@ -694,7 +694,7 @@ mod tests {
     #[test]
     fn an_update_keeps_what_others_added_except_labels() {
         let want = desired(pods(0..3));
-        let mut edited = (*stored(&place_all(&want, &[]).apply)[0]).clone();
+        let mut edited = (*stored(&place_all(&want, &[]).write)[0]).clone();
         edited.metadata.finalizers = Some(vec!["example.com/keep".into()]);
         let other = OwnerReference {
             api_version: "example.com/v1".into(),
@@ -714,7 +714,7 @@ mod tests {
             .labels_mut()
             .insert("added-by-hand".into(), "x".into());
         let changes = place_all(&want, &[Arc::new(edited)]);
-        let [update] = &changes.apply[..] else {
+        let [update] = &changes.write[..] else {
             panic!("{changes:?}")
         };
         assert!(
@@ -739,14 +739,14 @@ mod tests {
     /// refuses to change a slice's `addressType`.
     #[test]
     fn an_obsolete_slice_is_taken_over_only_by_its_own_family() {
-        let existing = stored(&place_all(&desired(pods(0..5)), &[]).apply);
+        let existing = stored(&place_all(&desired(pods(0..5)), &[]).write);
         let mut v6 = desired(vec![endpoint("p0000", "fd00::1", true)]);
         v6.groups[0].family = Family::V6;
         let changes = place_all(&v6, &existing);
-        assert_eq!(layout(&stored(&changes.apply)), [("web-ipv6-0".into(), 1)]);
-        assert_eq!(changes.apply[0].address_type, "IPv6");
+        assert_eq!(layout(&stored(&changes.write)), [("web-ipv6-0".into(), 1)]);
+        assert_eq!(changes.write[0].address_type, "IPv6");
         assert!(
-            is_new(&changes.apply[0]),
+            is_new(&changes.write[0]),
             "created, not an update of the IPv4 slice"
         );
         let deleted: Vec<_> = changes.delete.iter().map(|d| d.name.as_str()).collect();
@@ -756,10 +756,10 @@ mod tests {
     #[test]
     fn edited_or_deleted_slices_are_written_again() {
         let want = desired(pods(0..3));
-        let written = place_all(&want, &[]).apply;
+        let written = place_all(&want, &[]).write;
         let existing = stored(&written);
         // Deleted by someone: created again.
-        assert_eq!(place_all(&want, &[]).apply, written);
+        assert_eq!(place_all(&want, &[]).write, written);
         let edit = |f: &dyn Fn(&mut EndpointSlice)| {
             let mut slice = (*existing[0]).clone();
             f(&mut slice);
@@ -767,23 +767,23 @@ mod tests {
         };
         let c = edit(&|s| s.endpoints.as_mut().unwrap()[0].addresses = vec!["10.9.9.9".into()]);
         assert_eq!(
-            (c.apply.len(), c.delete.len()),
+            (c.write.len(), c.delete.len()),
             (1, 0),
             "endpoints edited by hand"
         );
-        assert_eq!(c.apply[0].endpoints.as_ref().unwrap().len(), 3);
+        assert_eq!(c.write[0].endpoints.as_ref().unwrap().len(), 3);
         let c = edit(&|s| {
             s.labels_mut().insert(HEADLESS_LABEL.into(), "no".into());
         });
-        assert_eq!(c.apply.len(), 1, "our label changed");
+        assert_eq!(c.write.len(), 1, "our label changed");
         let c = edit(&|s| s.ports = Some(vec![http(1)]));
         assert_eq!(
-            (c.apply.len(), c.delete.len()),
+            (c.write.len(), c.delete.len()),
             (1, 0),
             "ports edited: rewritten in place"
         );
         let c = edit(&|s| s.metadata.owner_references = None);
-        assert_eq!(c.apply.len(), 1, "owner reference removed");
+        assert_eq!(c.write.len(), 1, "owner reference removed");
         let c = edit(&|s| {
             s.annotations_mut().insert("someone".into(), "else".into());
         });
@@ -796,17 +796,17 @@ mod tests {
         let at: Timestamp = "2026-12-01T10:00:00.5Z".parse().unwrap();
         let first = place(&t, &desired(pods(0..150)), &[], 100, Some(at));
         let times: Vec<_> = first
-            .apply
+            .write
             .iter()
             .map(|s| s.annotations()[TRIGGER_TIME_ANNOTATION].clone())
             .collect();
         assert_eq!(times, ["2026-12-01T10:00:00.5Z", "2026-12-01T10:00:00.5Z"]);
-        let existing = stored(&first.apply);
+        let existing = stored(&first.write);
         let mut endpoints = pods(0..150);
         endpoints[0] = endpoint("p0000", "10.0.0.1", false);
         let again = place(&t, &desired(endpoints), &existing, 100, None);
         assert_eq!(
-            again.apply[0].annotations()[TRIGGER_TIME_ANNOTATION],
+            again.write[0].annotations()[TRIGGER_TIME_ANNOTATION],
             "2026-12-01T10:00:00.5Z",
             "no new time: the old one stays"
         );
@@ -817,7 +817,7 @@ mod tests {
         let t = target("team-a/m");
         let sizes = |max| {
             place(&t, &desired(pods(0..1001)), &[], max, None)
-                .apply
+                .write
                 .iter()
                 .map(|s| s.endpoints.as_ref().map_or(0, Vec::len))
                 .collect::<Vec<_>>()
@@ -829,14 +829,14 @@ mod tests {
     #[test]
     fn terminating_slices_are_left_alone_and_keep_their_names() {
         let want = desired(pods(0..3));
-        let mut doomed = (*stored(&place_all(&want, &[]).apply)[0]).clone();
+        let mut doomed = (*stored(&place_all(&want, &[]).write)[0]).clone();
         doomed.metadata.deletion_timestamp = Some(
             k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
         );
         let changes = place_all(&want, &[Arc::new(doomed)]);
         assert!(changes.delete.is_empty());
         assert_eq!(
-            changes.apply[0].name_any(),
+            changes.write[0].name_any(),
             "web-ipv4-1",
             "the name is still taken"
         );
@@ -846,10 +846,10 @@ mod tests {
     /// resourceVersion, which the writer sends as a create.
     #[test]
     fn writes_are_conditional_on_the_slice_as_it_was_seen() {
-        let existing = stored(&place_all(&desired(pods(0..150)), &[]).apply);
+        let existing = stored(&place_all(&desired(pods(0..150)), &[]).write);
         assert!(
             place_all(&desired(pods(0..150)), &[])
-                .apply
+                .write
                 .iter()
                 .all(is_new)
         );
@@ -858,7 +858,7 @@ mod tests {
         endpoints.extend(pods(150..260));
         let changes = place_all(&desired(endpoints), &existing);
         let seen: Vec<_> = changes
-            .apply
+            .write
             .iter()
             .map(|s| (s.name_any(), s.resource_version()))
             .collect();
@@ -886,13 +886,13 @@ mod tests {
             100,
             None,
         );
-        assert_eq!(moved.apply[0].resource_version().as_deref(), Some("42"));
+        assert_eq!(moved.write[0].resource_version().as_deref(), Some("42"));
     }
 
     #[test]
     fn a_taken_name_gives_the_next_free_one() {
         let changes = place_all(&desired(pods(0..3)), &[]);
-        let mut slice = changes.apply[0].clone();
+        let mut slice = changes.write[0].clone();
         let mut taken = changes.taken;
         assert_eq!(next_free_name(&slice, &mut taken), "web-ipv4-1");
         slice.metadata.name = Some("web-ipv4-1".into());
@@ -904,7 +904,7 @@ mod tests {
 
     #[test]
     fn a_slice_of_another_controller_is_not_this_controllers() {
-        let mut foreign = (*stored(&place_all(&desired(pods(0..1)), &[]).apply)[0]).clone();
+        let mut foreign = (*stored(&place_all(&desired(pods(0..1)), &[]).write)[0]).clone();
         foreign.labels_mut().insert(
             MANAGED_BY_LABEL.into(),
             "endpointslice-controller.k8s.io".into(),
@@ -917,7 +917,7 @@ mod tests {
     #[test]
     fn a_service_without_ports_is_not_rewritten_for_a_missing_empty_port_list() {
         let want = desired_with(pods(0..3), vec![]);
-        let written = place_all(&want, &[]).apply;
+        let written = place_all(&want, &[]).write;
         assert_eq!(written[0].ports, Some(vec![]));
         let mut returned = (*stored(&written)[0]).clone();
         returned.ports = None;

@@ -60,11 +60,7 @@ pub async fn apiserver_slice_write_time(client: &Client) -> (f64, f64) {
 /// The API server's own time for pod status writes (the node simulator's) so far: (seconds in
 /// all, requests).
 pub async fn apiserver_status_write_time(client: &Client) -> (f64, f64) {
-    let text = client
-        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
-        .await
-        .unwrap();
-    let scrape = Scrape::new(text);
+    let scrape = apiserver_metrics(client).await;
     let series = |part: &str| {
         ["PUT", "PATCH", "APPLY"]
             .iter()
@@ -94,17 +90,30 @@ pub fn api_mean_ms(before: (f64, f64), after: (f64, f64)) -> f64 {
 /// Sum of the API server's metric `name` over its EndpointSlice write series (a verb it has
 /// not served yet counts 0).
 async fn apiserver_slice_write_metric(client: &Client, name: &str) -> f64 {
+    let scrape = apiserver_metrics(client).await;
+    ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
+        .iter()
+        .map(|verb| slice_series(&scrape, name, verb))
+        .sum()
+}
+
+/// The API server's `/metrics`.
+pub async fn apiserver_metrics(client: &Client) -> Scrape {
     let text = client
         .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
         .await
         .unwrap();
-    let scrape = Scrape::new(text);
-    ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
-        .iter()
-        .map(|verb| format!("{name}{{resource=\"endpointslices\",verb=\"{verb}\"}}"))
-        .filter(|series| scrape.get(series).is_some())
-        .map(|series| scrape.sum(&series))
-        .sum()
+    Scrape::new(text)
+}
+
+/// The API server's metric `name` for `verb` on EndpointSlices; 0 before its first request.
+pub fn slice_series(scrape: &Scrape, name: &str, verb: &str) -> f64 {
+    let series = format!("{name}{{resource=\"endpointslices\",verb=\"{verb}\"}}");
+    if scrape.get(&series).is_some() {
+        scrape.sum(&series)
+    } else {
+        0.0
+    }
 }
 
 /// The controller binary, started as `run` on one namespace, with its metrics on loopback.

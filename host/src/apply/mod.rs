@@ -72,7 +72,7 @@ pub async fn write(client: &Client, namespace: &str, changes: Changes) -> Writte
     let api: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
     let mut taken = changes.taken;
     let mut written = Written::default();
-    for slice in changes.apply {
+    for slice in changes.write {
         let result = if slices::is_new(&slice) {
             create(&api, slice, &mut taken, &mut written.foreign).await
         } else {
@@ -294,7 +294,7 @@ mod tests {
         let mut update = slice("web-ipv4-0");
         update.metadata.resource_version = Some("7".into());
         let changes = Changes {
-            apply: vec![update, slice("web-ipv4-1")],
+            write: vec![update, slice("web-ipv4-1")],
             delete: vec![seen("web-ipv4-2")],
             ..Changes::default()
         };
@@ -359,7 +359,7 @@ mod tests {
         let mut deleted = slice("web-ipv4-4");
         deleted.metadata.resource_version = Some("7".into());
         let changes = Changes {
-            apply: vec![new, outdated, deleted],
+            write: vec![new, outdated, deleted],
             delete: vec![seen("web-ipv4-3")],
             taken: BTreeSet::from(["web-ipv4-0".into(), "web-ipv4-1".into()]),
             ..Changes::default()
@@ -402,7 +402,7 @@ mod tests {
             .unwrap(),
         );
         let changes = Changes {
-            apply: vec![bad, slice("web-ipv4-1")],
+            write: vec![bad, slice("web-ipv4-1")],
             delete: vec![],
             ..Changes::default()
         };

@@ -361,10 +361,12 @@ impl Metrics {
     pub fn plugin_calls(&self, calls: &[PluginCall]) {
         for call in calls {
             self.plugin_called(&call.plugin, call.outcome, call.elapsed);
-            self.plugin_evaluated(&call.plugin, call.pods);
             let plugin = PluginNameLabels {
                 plugin: call.plugin.clone(),
             };
+            self.plugin_pods
+                .get_or_create(&plugin)
+                .inc_by(call.pods as u64);
             self.plugin_memory
                 .get_or_create(&plugin)
                 .observe(call.memory as f64);
@@ -378,15 +380,6 @@ impl Metrics {
                 result: result.as_str().to_owned(),
             })
             .observe(elapsed.as_secs_f64());
-    }
-
-    /// A plugin was asked about `pods` pods.
-    pub fn plugin_evaluated(&self, plugin: &str, pods: usize) {
-        self.plugin_pods
-            .get_or_create(&PluginNameLabels {
-                plugin: plugin.to_owned(),
-            })
-            .inc_by(pods as u64);
     }
 
     pub fn plugin_loaded(&self, plugin: &str, result: Loaded) {

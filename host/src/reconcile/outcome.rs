@@ -291,7 +291,7 @@ impl Outcome {
             figures: Figures {
                 endpoints: count(desired.endpoint_count()),
                 desired_slices: count(desired.ideal_slices(max_endpoints)),
-                slices: count(changes.unchanged + changes.apply.len()),
+                slices: count(changes.unchanged + changes.write.len()),
             },
             endpoints: desired.endpoint_count(),
             changed_at,

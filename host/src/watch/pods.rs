@@ -334,7 +334,7 @@ mod tests {
                 terminating: false,
             };
             let mut book = shared.book.lock();
-            let included = [("web-a".to_owned(), ready)].into_iter().collect();
+            let included = [("web-a".into(), ready)].into_iter().collect();
             for (service, remembered) in [
                 ("web", Remembered { by: None, included }),
                 ("api", Remembered::default()),

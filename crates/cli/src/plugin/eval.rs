@@ -234,7 +234,7 @@ pub fn evaluate(loaded: &Loaded, case: &Case, max_endpoints: usize) -> anyhow::R
         service_view: nad_plugin_runtime::service_view(target),
         pod_views,
         undeclared,
-        slices: plan.changes.apply,
+        slices: plan.changes.write,
         notes,
         warnings: warnings(loaded, target),
         calls,

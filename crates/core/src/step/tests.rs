@@ -194,7 +194,7 @@ fn without_candidates(snapshot: Snapshot) -> Snapshot {
 fn remembered(included: &[&str]) -> Option<Remembered> {
     Some(Remembered {
         by: Some(id("table")),
-        included: included.iter().map(|p| ((*p).to_owned(), READY)).collect(),
+        included: included.iter().map(|p| ((*p).into(), READY)).collect(),
     })
 }
 
@@ -209,7 +209,7 @@ fn published(included: &[&'static str]) -> Vec<Arc<EndpointSlice>> {
         panic!("{step:?}")
     };
     plan.changes
-        .apply
+        .write
         .into_iter()
         .map(|mut s| {
             s.metadata.resource_version = Some("1".into());
@@ -221,7 +221,7 @@ fn published(included: &[&'static str]) -> Vec<Arc<EndpointSlice>> {
 
 fn addresses(plan: &Plan) -> BTreeMap<String, bool> {
     plan.changes
-        .apply
+        .write
         .iter()
         .flat_map(|s| s.endpoints.iter().flatten())
         .map(|e| {
@@ -243,8 +243,8 @@ fn included(remembered: &Option<Remembered>) -> Vec<String> {
         .as_ref()
         .unwrap()
         .included
-        .keys()
-        .cloned()
+        .iter()
+        .map(|(pod, _)| pod.to_owned())
         .collect();
     pods.sort();
     pods
@@ -563,7 +563,7 @@ fn a_selecting_policy_is_asked_about_the_pods_with_its_labels_only_and_decides_t
         assert_eq!(addresses(&after), addresses(&before));
         assert_eq!(after.verdicts.included, before.verdicts.included);
         assert_eq!(included(&after.remembered), ["a", "c"]);
-        assert_eq!(after.changes.apply, before.changes.apply);
+        assert_eq!(after.changes.write, before.changes.write);
         // Only the pods asked about are among the excluded; the others were never asked.
         assert_eq!(after.verdicts.excluded, []);
         assert_eq!(after.verdicts.selection.to_string(), r#"app="web""#);

@@ -185,13 +185,7 @@ impl Guest for Misbehaving {
                 Ok(pods.iter().map(echo).collect())
             }
             Mode::FalseClaim | Mode::TrapOnClaim => Ok(pods.iter().map(echo).collect()),
-            Mode::Remember => {
-                let found = remember();
-                Ok(pods
-                    .iter()
-                    .map(|_| Decision::Exclude(found.clone()))
-                    .collect())
-            }
+            Mode::Remember => Ok(exclude_all(&pods, &remember())),
             Mode::ShowInputs => Ok(pods
                 .iter()
                 .map(|pod| Decision::Exclude(show_inputs(pod)))
@@ -232,13 +226,7 @@ impl Guest for Misbehaving {
                     })
                     .collect())
             }
-            Mode::Environment => {
-                let seen = environment();
-                Ok(pods
-                    .iter()
-                    .map(|_| Decision::Exclude(seen.clone()))
-                    .collect())
-            }
+            Mode::Environment => Ok(exclude_all(&pods, &environment())),
             // A bug that only some inputs reach (the host's self-test passes).
             Mode::TrapOnTeamRed => {
                 if pods.iter().any(|p| {
@@ -327,6 +315,13 @@ fn eat_memory_forever() -> ! {
         chunks.push(black_box(vec![0xA5_u8; CHUNK]));
         black_box(&chunks);
     }
+}
+
+/// Every pod excluded, with `reason`: how a mode reports what it found.
+fn exclude_all(pods: &[Pod], reason: &str) -> Vec<Decision> {
+    pods.iter()
+        .map(|_| Decision::Exclude(reason.to_string()))
+        .collect()
 }
 
 /// One decision fewer than pods, or one decision for no pods: always the wrong count.
