@@ -31,7 +31,6 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::{
-    collections::BTreeMap,
     fs::File,
     hint::black_box,
     path::PathBuf,
@@ -76,14 +75,8 @@ fn target() -> ServiceTarget {
         namespace: NAMESPACE.into(),
         uid: "0b7c4b0e-6f7d-4d3e-9a51-3f0d6c1e2a10".into(),
         network: format!("{NAMESPACE}/macvlan-storage"),
-        labels: [("app", "web"), ("tier", "frontend")]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect(),
-        annotations: BTreeMap::from([(
-            "isim.dev/network".to_owned(),
-            "macvlan-storage".to_owned(),
-        )]),
+        labels: [("app", "web"), ("tier", "frontend")].into(),
+        annotations: [("isim.dev/network", "macvlan-storage")].into(),
         ports: vec![
             port("http", 80, IntOrString::Int(8080)),
             port("metrics", 9090, IntOrString::String("metrics".into())),

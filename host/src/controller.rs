@@ -32,6 +32,7 @@ use crate::{
         shared::{Shared, read, store_key},
     },
 };
+use nad_model::input::service_record::ServiceRecord;
 
 /// Watches everything, reconciles until `shutdown` resolves (then finishes what is running).
 ///
@@ -48,7 +49,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let shared = Shared::new(metrics.clone());
-    let (services, service_writer) = reflector::store::<Service>();
+    let (services, service_writer) = reflector::store::<ServiceRecord>();
     // Every task the controller starts, joined when it stops: none outlives it, and a panic in
     // any of them ends it (see `supervise`).
     let mut tasks = JoinSet::new();
@@ -131,7 +132,10 @@ fn raise(ended: Result<(), JoinError>) {
     }
 }
 
-type Stores = (Store<Service>, reflector::store::Writer<Service>);
+type Stores = (
+    Store<ServiceRecord>,
+    reflector::store::Writer<ServiceRecord>,
+);
 
 /// Every watch: the Controller's main stream (each Service added or changed) and, merged,
 /// everything else that asks for a reconcile.
@@ -144,10 +148,10 @@ fn watches(
     (services, service_writer): Stores,
     tasks: &mut JoinSet<()>,
 ) -> (
-    impl futures::Stream<Item = Result<Service, kube::runtime::watcher::Error>> + Send + use<>,
-    impl futures::Stream<Item = ObjectRef<Service>> + Send + use<>,
+    impl futures::Stream<Item = Result<ServiceRecord, kube::runtime::watcher::Error>> + Send + use<>,
+    impl futures::Stream<Item = ObjectRef<ServiceRecord>> + Send + use<>,
 ) {
-    let (service_api, pod_api, slice_api): (Api<Service>, Api<Pod>, Api<EndpointSlice>) =
+    let (service_api, pod_api, slice_api): (Api<ServiceRecord>, Api<Pod>, Api<EndpointSlice>) =
         match namespace {
             Some(ns) => (
                 Api::namespaced(client.clone(), ns),
@@ -227,7 +231,7 @@ fn watches(
 /// the cache never gets ready and the wait never ends. Nothing has reconciled then, so there
 /// is nothing to finish: the controller ends at once.
 async fn stop_before_sync(
-    services: Store<Service>,
+    services: Store<ServiceRecord>,
     mut stopping: tokio::sync::watch::Receiver<bool>,
 ) {
     let stopped = stopping.wait_for(|stop| *stop).await.is_ok();
@@ -242,7 +246,7 @@ async fn stop_before_sync(
 /// server has answered a quorum read ([`watch::list::quorum_read`]); readiness follows it.
 fn signal_when_synced(
     shared: &Shared,
-    (services, quorum): (Store<Service>, Api<Service>),
+    (services, quorum): (Store<ServiceRecord>, Api<Service>),
     ready: Readiness,
     tasks: &mut JoinSet<()>,
 ) -> tokio::sync::watch::Receiver<bool> {

@@ -321,13 +321,13 @@ fn plugin(
     args: &ExplainArgs,
     runtime: &nad_plugin_runtime::Runtime,
     live: &Live,
-    annotation: Option<&String>,
+    annotation: Option<&str>,
 ) -> anyhow::Result<(Loaded, String)> {
     if let Some(plugin) = &args.plugin {
         let loaded = source::load(runtime, &args.sandbox.registry, plugin, "")?;
         return Ok((loaded, format!("{plugin} (--plugin)")));
     }
-    let name = annotated(annotation.map(String::as_str)).unwrap_or(BUILT_IN);
+    let name = annotated(annotation).unwrap_or(BUILT_IN);
     let configmap = format!(
         "{}/{}",
         args.plugin_configmap_namespace, args.plugin_configmap

@@ -335,7 +335,7 @@ mod tests {
     #[test]
     fn two_ready_pods_give_one_ipv4_slice_with_labels_owner_and_conditions() {
         let mut t = target("team-a/macvlan");
-        t.labels.insert("app".into(), "web".into());
+        t.labels = [("app", "web")].into();
         t.ports = service_ports(
             json!([{"name": "http", "port": 80, "protocol": "TCP", "appProtocol": "http"}]),
         );
@@ -380,9 +380,11 @@ mod tests {
     #[test]
     fn managed_by_and_service_name_labels_cannot_be_overridden_by_service_labels() {
         let mut t = target("team-a/m");
-        t.labels
-            .insert(MANAGED_BY_LABEL.into(), "someone-else".into());
-        t.labels.insert(SERVICE_NAME_LABEL.into(), "other".into());
+        t.labels = [
+            (MANAGED_BY_LABEL, "someone-else"),
+            (SERVICE_NAME_LABEL, "other"),
+        ]
+        .into();
         let a = simple("a", "192.168.2.4");
         let s = &desired_slices(&t, &[(&a, READY)], 100)[0];
         assert_eq!(s.labels()[MANAGED_BY_LABEL], MANAGED_BY);

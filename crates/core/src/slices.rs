@@ -103,7 +103,7 @@ pub fn is_new(slice: &EndpointSlice) -> bool {
 
 /// The labels every slice of `target` carries: the Service's own, then this controller's.
 pub fn slice_labels(target: &ServiceTarget) -> BTreeMap<String, String> {
-    let mut labels = target.labels.clone();
+    let mut labels = target.labels.to_map();
     labels.insert(SERVICE_NAME_LABEL.to_owned(), target.name.clone());
     labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned());
     labels.insert(HEADLESS_LABEL.to_owned(), String::new());

@@ -14,7 +14,8 @@
 //!   pod labels a policy declares every pod it includes has;
 //! - [`fetch`]: what the plugin runtime's loader asks of a fetcher of plugin artifacts;
 //! - [`probe`]: the probe a Service asks the network prober for (`isim.dev/probe`);
-//! - [`labels`]: what this controller writes on EndpointSlices;
+//! - [`labels`]: what this controller writes on EndpointSlices; [`pairs`]: a Service's labels
+//!   and annotations as they are kept;
 //! - [`slice`]: one of those slices as the slice cache keeps it;
 //! - [`service_ref`]: a Service by namespace and name, the key of what is kept per Service;
 //! - [`watch`]: what a watch saw happen to an object, as the indexes take it;
@@ -29,6 +30,7 @@ pub mod input;
 pub mod intern;
 pub mod keys;
 pub mod labels;
+pub mod pairs;
 pub mod pod;
 pub mod probe;
 pub mod reason;

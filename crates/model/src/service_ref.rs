@@ -2,8 +2,7 @@
 
 use std::fmt;
 
-use k8s_openapi::api::core::v1::Service;
-use kube_core::ResourceExt;
+use kube_core::{Resource, ResourceExt};
 
 /// A Service by namespace and name (Services are namespaced; the namespace is never empty for
 /// a Service read from the API).
@@ -21,8 +20,8 @@ impl ServiceRef {
         }
     }
 
-    /// The reference of `service`.
-    pub fn of(service: &Service) -> Self {
+    /// The reference of `service` (a Service, or its record).
+    pub fn of(service: &impl Resource) -> Self {
         ServiceRef::new(service.namespace().unwrap_or_default(), service.name_any())
     }
 }
@@ -37,6 +36,7 @@ impl fmt::Display for ServiceRef {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Service;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     #[test]

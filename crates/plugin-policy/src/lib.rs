@@ -134,7 +134,7 @@ impl PluginPolicy {
     /// The policy of `target`: the plugin its annotation names (or the default one).
     pub fn new(plugins: Arc<Plugins>, target: &ServiceTarget) -> Self {
         let annotation = target.annotations.get(POLICY_ANNOTATION);
-        let name = plugins.name_for(annotation.map(String::as_str)).to_owned();
+        let name = plugins.name_for(annotation).to_owned();
         let load_warning = plugins.failure(&name).map(|failure| {
             let serving = if plugins.get(&name).is_ok() {
                 "the previous version keeps serving"

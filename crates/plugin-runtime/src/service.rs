@@ -1,20 +1,18 @@
 //! The Service as plugins see it: its WIT record, and a key of what the record holds.
 
-use std::{
-    collections::BTreeMap,
-    hash::{DefaultHasher, Hash, Hasher},
-};
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use nad_model::input::target::ServiceTarget;
+use nad_model::{input::target::ServiceTarget, pairs::Pairs};
 
 use super::wit;
 
-fn all(map: &BTreeMap<String, String>) -> Vec<wit::KeyValue> {
-    map.iter()
+fn all(pairs: &Pairs) -> Vec<wit::KeyValue> {
+    pairs
+        .iter()
         .map(|(key, value)| wit::KeyValue {
-            key: key.clone(),
-            value: value.clone(),
+            key: key.to_owned(),
+            value: value.to_owned(),
         })
         .collect()
 }

@@ -103,12 +103,7 @@ pub fn targets<'a>(
         else {
             continue;
         };
-        let (spec, _) = spec::parse(
-            service
-                .annotations
-                .get(spec::ANNOTATION)
-                .map(String::as_str),
-        );
+        let (spec, _) = spec::parse(service.annotations.get(spec::ANNOTATION));
         let published_ports = published_tcp_ports(slice);
         for endpoint in slice.endpoints.iter().flatten() {
             let Some(pod) = endpoint
@@ -285,9 +280,9 @@ mod tests {
             namespace: "team-a".into(),
             uid: format!("uid-{name}"),
             network: network.into(),
-            labels: BTreeMap::new(),
+            labels: Default::default(),
             annotations: probe
-                .map(|p| BTreeMap::from([(spec::ANNOTATION.to_owned(), p.to_owned())]))
+                .map(|p| [(spec::ANNOTATION, p)].into())
                 .unwrap_or_default(),
             ports: Vec::new(),
             ip_families: None,

@@ -6,7 +6,7 @@ use std::{
     sync::{Arc, MutexGuard},
 };
 
-use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{Client, runtime::events::Reporter};
 
 use super::events::Events;
@@ -23,6 +23,7 @@ use nad_core::{
     slices,
     step::{Candidates, Snapshot},
 };
+use nad_model::input::service_record::ServiceRecord;
 use nad_model::service_ref::ServiceRef;
 use nad_model::{
     input::{device_network, target::ServiceTarget},
@@ -209,7 +210,7 @@ impl Context {
     /// Returns whether it was published.
     pub async fn warn(
         &self,
-        service: &Service,
+        service: &ServiceRecord,
         reason: Reason,
         action: Action,
         note: String,

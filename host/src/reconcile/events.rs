@@ -6,6 +6,7 @@
 //! Here a Service's reason gets a recorder of its own, replaced when the note changes, so the
 //! same note repeats as a series and a new note is a new Event.
 
+use nad_model::input::service_record::ServiceRecord;
 use nad_model::reason::{Action, Reason};
 use nad_model::service_ref::ServiceRef;
 use std::{
@@ -13,7 +14,6 @@ use std::{
     sync::{Mutex, PoisonError},
 };
 
-use k8s_openapi::api::core::v1::Service;
 use kube::{
     Client, Resource, ResourceExt,
     runtime::events::{Event, EventType, Recorder, Reporter},
@@ -49,7 +49,7 @@ impl Events {
     /// Returns whether it was published.
     pub async fn warn(
         &self,
-        service: &Service,
+        service: &ServiceRecord,
         reason: Reason,
         action: Action,
         note: String,

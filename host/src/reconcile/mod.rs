@@ -22,15 +22,13 @@ mod tests;
 
 use std::{sync::Arc, time::Instant};
 
-use k8s_openapi::{
-    api::{core::v1::Service, discovery::v1::EndpointSlice},
-    jiff::Timestamp,
-};
+use k8s_openapi::{api::discovery::v1::EndpointSlice, jiff::Timestamp};
 use kube::{ResourceExt, runtime::controller::Action};
 use nad_core::{
     slices::Changes,
     step::{self, Release, Snapshot, Step},
 };
+use nad_model::input::service_record::ServiceRecord;
 use nad_model::{input::target::POLICY_ANNOTATION, service_ref::ServiceRef};
 use nad_plugin_policy::{PluginPolicy, Record};
 
@@ -40,12 +38,12 @@ use outcome::Outcome;
 /// Reconciles one Service: its slices become what the plan says, or stay as they are when the
 /// plan cannot be made.
 #[tracing::instrument(skip_all, fields(service = %service.name_any(), namespace = service.namespace().unwrap_or_default()))]
-pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(service: Arc<ServiceRecord>, ctx: Arc<Context>) -> Result<Action, Error> {
     if !ctx.wait_ready().await? {
         // Told to stop before the caches synced: nothing was read, nothing to do.
         return Ok(Action::await_change());
     }
-    let key = ServiceRef::of(&service);
+    let key = ServiceRef::of(&*service);
     let started = Instant::now();
     let turn = ctx.planning_turn().await;
     let existing = ctx.slices_of(&key);
@@ -57,8 +55,8 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
 
 /// Backs off per Service: one failing Service never delays the others. A failure is logged at
 /// warn when it is new for the Service, at debug while it repeats.
-pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = ServiceRef::of(&service);
+pub fn error_policy(service: Arc<ServiceRecord>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = ServiceRef::of(&*service);
     let (failures, repeated) = ctx.book().failures(&key);
     let delay = retry_delay(error, failures);
     let (name, namespace) = (service.name_any(), service.namespace().unwrap_or_default());
@@ -80,7 +78,7 @@ pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> 
 /// Snapshot, step, writes, over the Service's slices `existing` in the cache. The snapshot and
 /// the step hold the planning `turn`; the writes do not.
 async fn reconcile_service(
-    service: &Service,
+    service: &ServiceRecord,
     key: &ServiceRef,
     existing: &[Arc<EndpointSlice>],
     ctx: &Context,
@@ -98,7 +96,7 @@ async fn reconcile_service(
     };
     let plugins = ctx.plugins();
     let annotation = target.annotations.get(POLICY_ANNOTATION);
-    let plugin = plugins.name_for(annotation.map(String::as_str));
+    let plugin = plugins.name_for(annotation);
     let mut outcome = Outcome::managed(existing, plugin, &target.network);
     let policy = PluginPolicy::new(plugins.clone(), &target);
     let snapshot = ctx.snapshot(target, existing.to_vec(), begun);

@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use k8s_openapi::{api::core::v1::Service, jiff::Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action as Next;
 use nad_core::{book::Recorded, findings::Finding};
+use nad_model::input::service_record::ServiceRecord;
 use nad_model::{
     input::{device_network::CLASS_ANNOTATION, target::NETWORK_ANNOTATION},
     reason::{Action, Reason},
@@ -38,7 +39,7 @@ pub const NODE_RETRY: Duration = Duration::from_secs(10);
 /// in `elapsed`: the figures, the log lines, the Events; returns what next.
 pub async fn publish(
     ctx: &Context,
-    service: &Service,
+    service: &ServiceRecord,
     key: &ServiceRef,
     outcome: Outcome,
     recorded: Recorded,
@@ -117,7 +118,7 @@ pub async fn publish(
 /// [`told`]); one whose Event the API refused is told again by the next reconcile.
 async fn tell(
     ctx: &Context,
-    service: &Service,
+    service: &ServiceRecord,
     key: &ServiceRef,
     network: &str,
     findings: &[Finding],

@@ -16,6 +16,7 @@ use k8s_openapi::api::{
     discovery::v1::EndpointSlice,
 };
 use kube::{Client, ResourceExt, client::Body, runtime::controller::Action};
+use nad_model::input::service_record::ServiceRecord;
 use nad_test_kit::metrics::Scrape;
 use serde_json::{Value, json};
 
@@ -247,7 +248,7 @@ impl Harness {
         let (service_mock, handle) = crate::mock_api::pair();
         let metrics = Arc::clone(&self.ctx.shared().metrics);
         let verifier = tokio::spawn(verify(service_handle, calls, metrics));
-        let result = reconcile(Arc::new(service.clone()), ctx).await;
+        let result = reconcile(Arc::new(ServiceRecord::from(service)), ctx).await;
         let ctx = Arc::get_mut(&mut self.ctx).expect("the reconcile holds no context");
         ctx.set_client(Client::new(service_mock, "default"));
         self.handle = Some(handle);
@@ -420,7 +421,10 @@ async fn a_deleting_service_is_left_to_the_garbage_collector() {
 async fn a_reconcile_waiting_for_the_caches_ends_at_the_stop() {
     let h = Harness::new(built_in());
     h.gates.ready.send_replace(false);
-    let waiting = tokio::spawn(reconcile(Arc::new(headless(json!({}))), h.ctx.clone()));
+    let waiting = tokio::spawn(reconcile(
+        Arc::new(headless(json!({})).into()),
+        h.ctx.clone(),
+    ));
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!waiting.is_finished(), "it waits for the caches");
     h.gates.stop.send_replace(true);

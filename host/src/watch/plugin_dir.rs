@@ -10,14 +10,15 @@ use std::{
     time::Duration,
 };
 
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
-use kube::{Client, ResourceExt, runtime::reflector::Store};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Client, runtime::reflector::Store};
 use nad_model::fetch::Fetch;
+use nad_model::input::service_record::ServiceRecord;
 use tokio::{sync::watch, task::JoinSet};
 
 use crate::metrics::{Loaded, Metrics};
 use nad_core::book::SharedBook;
-use nad_model::input::target;
+use nad_model::input::target::{self, Target};
 use nad_model::keys::Keys;
 use nad_model::service_ref::ServiceRef;
 use nad_plugin_runtime::{Loader, PluginDir, Plugins, Runtime, Scan, SharedPlugins, configmap};
@@ -93,7 +94,7 @@ pub struct PluginSource {
 /// What a change of the plugin set updates, besides the set.
 struct Publisher {
     plugins: Arc<SharedPlugins>,
-    services: Store<Service>,
+    services: Store<ServiceRecord>,
     metrics: Arc<Metrics>,
     keys: watch::Sender<Keys>,
     book: SharedBook,
@@ -119,15 +120,14 @@ impl Publisher {
             .services
             .state()
             .iter()
-            .filter(|svc| target::managed_network(svc).is_some())
-            .filter(|svc| {
-                let annotation = svc
-                    .annotations()
-                    .get(target::POLICY_ANNOTATION)
-                    .map(String::as_str);
-                changed.iter().any(|n| n == next.name_for(annotation))
+            .filter(|svc| match svc.target() {
+                Target::Managed(managed) => {
+                    let annotation = managed.annotations.get(target::POLICY_ANNOTATION);
+                    changed.iter().any(|n| n == next.name_for(annotation))
+                }
+                _ => false,
             })
-            .map(|svc| ServiceRef::of(svc))
+            .map(|svc| ServiceRef::of(&**svc))
             .collect();
         let wanted = next.keys();
         self.plugins.replace(next);
@@ -154,7 +154,7 @@ impl Publisher {
 pub fn watch(
     source: PluginSource,
     client: Client,
-    services: Store<Service>,
+    services: Store<ServiceRecord>,
     metrics: Arc<Metrics>,
     keys: watch::Sender<Keys>,
     book: SharedBook,

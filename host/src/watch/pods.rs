@@ -273,8 +273,8 @@ mod tests {
     mod routing {
         use std::sync::{Arc, OnceLock};
 
-        use k8s_openapi::api::core::v1::Service;
         use kube::runtime::reflector;
+        use nad_model::input::service_record::ServiceRecord;
         use serde_json::json;
 
         use super::*;
@@ -293,7 +293,7 @@ mod tests {
                 .clone()
         }
 
-        fn service(name: &str) -> Service {
+        fn service(name: &str) -> ServiceRecord {
             serde_json::from_value(json!({
                 "metadata": {"name": name, "namespace": "ns", "labels": {"app": name},
                              "annotations": {"isim.dev/network": "macvlan"}},
@@ -322,7 +322,7 @@ mod tests {
         fn setup() -> (Shared, Screen) {
             let shared = Shared::default();
             *write(&shared.pods) = nad_core::index::PodIndex::new(built_in().keys());
-            let (services, mut writer) = reflector::store::<Service>();
+            let (services, mut writer) = reflector::store::<ServiceRecord>();
             for name in ["web", "api"] {
                 let service = service(name);
                 write(&shared.networks).apply(&service);

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::{api::core::v1::Service, jiff::Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::Store;
 
 use super::shared::{Shared, read, store_key};
@@ -19,7 +19,8 @@ use nad_core::{
     decide::{self, Screened},
     observe,
 };
-use nad_model::input::target::{self, Target};
+use nad_model::input::service_record::ServiceRecord;
+use nad_model::input::target::Target;
 use nad_model::service_ref::ServiceRef;
 use nad_plugin_policy::PluginPolicy;
 use nad_plugin_runtime::SharedPlugins;
@@ -27,7 +28,7 @@ use nad_plugin_runtime::SharedPlugins;
 /// What screening needs besides the shared state.
 #[derive(Clone)]
 pub struct Screen {
-    pub services: Store<Service>,
+    pub services: Store<ServiceRecord>,
     pub plugins: Arc<SharedPlugins>,
 }
 
@@ -59,10 +60,10 @@ impl Screen {
         let Some(service) = self.services.get(&store_key(key)) else {
             return Screened::Moves(None);
         };
-        let Target::Managed(target) = target::classify(&service) else {
+        let Target::Managed(target) = service.target() else {
             return Screened::Moves(None);
         };
-        let changed = observe::named(&read(&shared.pods), &read(&shared.zones), &target, [pod]);
+        let changed = observe::named(&read(&shared.pods), &read(&shared.zones), target, [pod]);
         if !changed.skipped.is_empty() || !changed.ignored_ips.is_empty() {
             return Screened::Moves(None);
         }
@@ -70,8 +71,8 @@ impl Screen {
             // Not a candidate (any more): it was not included, so nothing moves.
             return Screened::Still;
         };
-        let mut policy = PluginPolicy::new(self.plugins.snapshot(), &target);
-        let screened = decide::screen(&mut policy, &target, candidate);
+        let mut policy = PluginPolicy::new(self.plugins.snapshot(), target);
+        let screened = decide::screen(&mut policy, target, candidate);
         let record = policy.into_record();
         shared.metrics.plugin_calls(&record.calls);
         if record.fell_back.is_some() || record.load_warning.is_some() {

@@ -2,7 +2,6 @@
 //! the bookkeeping of Services that are gone.
 
 use futures::{Stream, StreamExt, future, stream};
-use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api,
@@ -17,24 +16,23 @@ use super::{
     health::backoff,
     list::streamed,
     shared::{Shared, seen, store_key, write},
-    strip::strip_service,
 };
 use nad_core::index::ServiceNetworks;
 use nad_core::relist::RelistGate;
+use nad_model::input::service_record::ServiceRecord;
 use nad_model::service_ref::ServiceRef;
 
 /// Services to reconcile, as the Controller's main stream: every Service added or changed.
 pub fn watch(
-    api: Api<Service>,
-    store: Store<Service>,
-    writer: Writer<Service>,
+    api: Api<ServiceRecord>,
+    store: Store<ServiceRecord>,
+    writer: Writer<ServiceRecord>,
     shared: Shared,
-) -> impl Stream<Item = Result<Service, watcher::Error>> + Send {
+) -> impl Stream<Item = Result<ServiceRecord, watcher::Error>> + Send {
     let mut health = shared.health("services");
     let mut gate = RelistGate::default();
     streamed(api, watcher::Config::default(), "services")
         .backoff(backoff())
-        .modify(strip_service)
         .reflect(writer)
         .filter_map(move |item| {
             let changed = match health.observe(item) {
@@ -45,7 +43,7 @@ pub fn watch(
                 }
             };
             // The store is current for each of them now (a relist's at its end).
-            let changed: Vec<Service> = changed
+            let changed: Vec<ServiceRecord> = changed
                 .into_iter()
                 .filter_map(|key| store.get(&store_key(&key)))
                 .map(|service| (*service).clone())
@@ -61,8 +59,8 @@ pub fn watch(
 
 fn on_event(
     shared: &Shared,
-    store: &Store<Service>,
-    event: &watcher::Event<Service>,
+    store: &Store<ServiceRecord>,
+    event: &watcher::Event<ServiceRecord>,
 ) -> Vec<ServiceRef> {
     match event {
         watcher::Event::Apply(service) | watcher::Event::InitApply(service) => {

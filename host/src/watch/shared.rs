@@ -3,7 +3,6 @@
 
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use k8s_openapi::api::core::v1::Service;
 use kube::runtime::{reflector::ObjectRef, watcher};
 
 use super::{health::Health, recovery::Recovery};
@@ -12,6 +11,7 @@ use nad_core::{
     book::SharedBook,
     index::{NetworkDefinitions, NodeZones, PodIndex, ServiceNetworks, SliceStore},
 };
+use nad_model::input::service_record::ServiceRecord;
 use nad_model::{service_ref::ServiceRef, watch::Event};
 
 /// The state the watches feed, shared with the reconciles.
@@ -78,6 +78,6 @@ pub fn seen<K>(event: &watcher::Event<K>) -> Event<&K> {
 
 /// The key of `service` in kube's Service store and Controller (the key everything of this
 /// controller's own is kept by is [`ServiceRef`]).
-pub fn store_key(service: &ServiceRef) -> ObjectRef<Service> {
+pub fn store_key(service: &ServiceRef) -> ObjectRef<ServiceRecord> {
     ObjectRef::new(&service.name).within(&service.namespace)
 }

@@ -174,7 +174,7 @@ fn a_plugin_without_candidate_labels_is_asked_about_every_candidate() {
         namespace: "team-a".into(),
         uid: "svc-uid".into(),
         network: "team-a/macvlan".into(),
-        labels: [("app".into(), "web".into())].into(),
+        labels: [("app", "web")].into(),
         annotations: Default::default(),
         ports: vec![],
         ip_families: None,

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use crate::runtime_with_tight_limits as runtime;
 use k8s_openapi::api::core::v1::Pod;
@@ -28,11 +28,8 @@ fn target(labels: &[(&str, &str)], publish_not_ready: bool) -> ServiceTarget {
         namespace: "team-a".into(),
         uid: "svc-uid".into(),
         network: "team-a/macvlan".into(),
-        labels: labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        annotations: BTreeMap::new(),
+        labels: labels.iter().copied().collect(),
+        annotations: Default::default(),
         ports: vec![],
         ip_families: None,
         publish_not_ready_addresses: publish_not_ready,

@@ -401,8 +401,7 @@ fn plugin_selected(target: &ServiceTarget) -> Option<&str> {
     nad_plugin_runtime::annotated(
         target
             .annotations
-            .get(nad_model::input::target::POLICY_ANNOTATION)
-            .map(String::as_str),
+            .get(nad_model::input::target::POLICY_ANNOTATION),
     )
 }
 

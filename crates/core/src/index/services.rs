@@ -2,12 +2,12 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use k8s_openapi::api::core::v1::Service;
 use kube_core::ResourceExt;
+use nad_model::input::service_record::ServiceRecord;
 use nad_model::service_ref::ServiceRef;
 
 use super::pods::NetworkKey;
-use nad_model::input::{device_network::DeviceNetwork, target};
+use nad_model::input::device_network::DeviceNetwork;
 
 #[derive(Debug, Default)]
 pub struct ServiceNetworks {
@@ -17,11 +17,11 @@ pub struct ServiceNetworks {
 
 impl ServiceNetworks {
     /// A Service was added or changed: it is on its network while it is managed and valid.
-    pub fn apply(&mut self, service: &Service) {
+    pub fn apply(&mut self, service: &ServiceRecord) {
         let key = (service.namespace().unwrap_or_default(), service.name_any());
         self.remove_key(&key);
-        if let Some(network) = target::managed_network(service) {
-            let network_key = (key.0.clone(), network);
+        if let Some(network) = service.network() {
+            let network_key = (key.0.clone(), network.to_owned());
             self.services
                 .entry(network_key.clone())
                 .or_default()
@@ -91,9 +91,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn service(name: &str, network: Option<&str>) -> Service {
+    fn service(name: &str, network: Option<&str>) -> ServiceRecord {
         let annotations = network
-            .map(|n| json!({target::NETWORK_ANNOTATION: n}))
+            .map(|n| json!({nad_model::input::target::NETWORK_ANNOTATION: n}))
             .unwrap_or(json!({}));
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
@@ -127,7 +127,7 @@ mod tests {
     #[test]
     fn services_on_a_device_class_are_found_by_it() {
         let mut index = ServiceNetworks::default();
-        let on_class = |name: &str, annotations: serde_json::Value| -> Service {
+        let on_class = |name: &str, annotations: serde_json::Value| -> ServiceRecord {
             serde_json::from_value(json!({
                 "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
                 "spec": {"clusterIP": "None"},

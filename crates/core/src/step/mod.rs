@@ -5,10 +5,7 @@
 
 use std::{collections::BTreeSet, sync::Arc};
 
-use k8s_openapi::{
-    api::{core::v1::Service, discovery::v1::EndpointSlice},
-    jiff::Timestamp,
-};
+use k8s_openapi::{api::discovery::v1::EndpointSlice, jiff::Timestamp};
 use kube_core::Resource;
 
 use super::{
@@ -21,8 +18,9 @@ use super::{
     slices::{self, Changes},
 };
 use crate::index::Missing;
+use nad_model::input::service_record::ServiceRecord;
 use nad_model::{
-    input::target::{self, ServiceTarget, Target},
+    input::target::{ServiceTarget, Target},
     probe as probe_spec,
     reason::Reason,
 };
@@ -39,12 +37,12 @@ pub enum Release {
 }
 
 /// The Service's target, or why it has none.
-pub fn admit(service: &Service) -> Result<Arc<ServiceTarget>, Release> {
-    match target::classify(service) {
+pub fn admit(service: &ServiceRecord) -> Result<Arc<ServiceTarget>, Release> {
+    match service.target() {
         Target::Unmanaged => Err(Release::Unmanaged),
-        Target::Invalid(problems) => Err(Release::Invalid(problems)),
+        Target::Invalid(problems) => Err(Release::Invalid(problems.clone())),
         Target::Managed(_) if service.meta().deletion_timestamp.is_some() => Err(Release::Deleting),
-        Target::Managed(target) => Ok(target),
+        Target::Managed(target) => Ok(target.clone()),
     }
 }
 
@@ -188,7 +186,7 @@ pub fn step<P: Policy + ?Sized>(
 /// What is wrong with the Service's `isim.dev/probe` annotation (nothing without it).
 fn probe_problems(target: &ServiceTarget) -> Vec<String> {
     let annotation = target.annotations.get(probe_spec::ANNOTATION);
-    probe_spec::parse(annotation.map(String::as_str)).1
+    probe_spec::parse(annotation).1
 }
 
 /// Whether the slices publish any of the `pods`.

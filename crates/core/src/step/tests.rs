@@ -14,6 +14,7 @@ use crate::{
 use nad_model::{
     candidate::Candidate,
     decision::{Conditions, Decision},
+    input::service_record::ServiceRecord,
     keys::Keys,
     pod::PodRecord,
     selection::Selection,
@@ -118,6 +119,11 @@ fn id(name: &str) -> PolicyId {
     }
 }
 
+/// The admission of `service`, from its record as the Service store keeps it.
+fn admitted(service: &Service) -> Result<Arc<ServiceTarget>, Release> {
+    admit(&ServiceRecord::from(service))
+}
+
 fn service(annotations: serde_json::Value) -> Service {
     let mut all = json!({"isim.dev/network": "macvlan"});
     for (k, v) in annotations.as_object().unwrap() {
@@ -131,7 +137,7 @@ fn service(annotations: serde_json::Value) -> Service {
 }
 
 fn target() -> Arc<ServiceTarget> {
-    admit(&service(json!({}))).unwrap()
+    admitted(&service(json!({}))).unwrap()
 }
 
 fn record(name: &str, host: u8) -> Arc<PodRecord> {
@@ -252,18 +258,18 @@ fn included(remembered: &Option<Remembered>) -> Vec<String> {
 
 #[test]
 fn a_service_is_admitted_unless_unannotated_invalid_or_deleting() {
-    assert!(admit(&service(json!({}))).is_ok());
+    assert!(admitted(&service(json!({}))).is_ok());
     let mut plain = service(json!({}));
     plain.metadata.annotations = None;
-    assert_eq!(admit(&plain), Err(Release::Unmanaged));
+    assert_eq!(admitted(&plain), Err(Release::Unmanaged));
     let mut selector = service(json!({}));
     selector.spec.as_mut().unwrap().selector = Some([("app".into(), "web".into())].into());
-    assert!(matches!(admit(&selector), Err(Release::Invalid(p)) if !p.is_empty()));
+    assert!(matches!(admitted(&selector), Err(Release::Invalid(p)) if !p.is_empty()));
     let mut deleting = service(json!({}));
     deleting.metadata.deletion_timestamp = Some(
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
     );
-    assert_eq!(admit(&deleting), Err(Release::Deleting));
+    assert_eq!(admitted(&deleting), Err(Release::Deleting));
 }
 
 #[test]
@@ -460,7 +466,7 @@ fn input_problems_are_found_and_counted() {
     let all = observe::candidates(&target(), &pods, |node| (node != "ghost").then_some(None));
     let mut snap = snapshot(&pods, vec![], taken(Scope::Full));
     snap.candidates = Candidates::of(all);
-    snap.target = admit(&service(
+    snap.target = admitted(&service(
         json!({"isim.dev/probe": "{\"periodSeconds\": 0}"}),
     ))
     .unwrap();

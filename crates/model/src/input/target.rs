@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Service, ServicePort};
 use kube_core::ResourceExt;
 
 use crate::input::device_network::{self, CLASS_ANNOTATION, REQUEST_ANNOTATION};
+use crate::pairs::Pairs;
 
 /// The opt-in annotation: `<nad>` (the Service's namespace) or `<namespace>/<nad>`.
 pub const NETWORK_ANNOTATION: &str = "isim.dev/network";
@@ -56,8 +57,8 @@ pub struct ServiceTarget {
     /// The network's key: `<namespace>/<name>` of the NetworkAttachmentDefinition, or a DRA
     /// network's ([`device_network::DeviceNetwork::key`]).
     pub network: String,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
+    pub labels: Pairs,
+    pub annotations: Pairs,
     pub ports: Vec<ServicePort>,
     /// `spec.ipFamilies`, when set: only these families get slices.
     pub ip_families: Option<Vec<Family>>,
@@ -237,8 +238,8 @@ pub fn classify(service: &Service) -> Target {
         namespace,
         uid: service.uid().unwrap_or_default(),
         network,
-        labels: service.labels().clone(),
-        annotations: service.annotations().clone(),
+        labels: service.labels().into(),
+        annotations: service.annotations().into(),
         ports: spec.ports.unwrap_or_default(),
         ip_families,
         publish_not_ready_addresses: spec.publish_not_ready_addresses.unwrap_or(false),
