@@ -65,9 +65,9 @@ const QUORUM_TIMEOUT: Duration = Duration::from_secs(5);
 /// Resolves once the API server has answered a quorum read of the Services of `api`: a list
 /// without a resource version, which the API server answers from etcd or from a watch cache
 /// it has first brought up to etcd's current revision. The streamed lists come from the watch
-/// cache, which answers while etcd cannot; after this read, the caches are no older than
-/// etcd was when the controller started, and writes can succeed. Tried again with the watches'
-/// backoff, each try bounded by [`QUORUM_TIMEOUT`]; the first failure is logged.
+/// cache, which answers while etcd cannot; after this read, etcd is known to answer (the
+/// watches carry on from their lists, and the reconciles' writes can succeed). Tried again with
+/// the watches' backoff, each try bounded by [`QUORUM_TIMEOUT`]; the first failure is logged.
 pub async fn quorum_read(api: Api<Service>) {
     let mut delays = backoff();
     let mut failed = false;

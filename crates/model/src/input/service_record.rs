@@ -1,8 +1,8 @@
 //! A Service as the controller keeps it: its key, and what it is to this controller,
 //! classified once when it arrives ([`target::classify`]). The whole object is dropped as it
 //! is decoded: a Service kept whole took 2.2 KB (its spec and status, and a 544-byte map node
-//! for each of its labels and annotations); a record of a managed Service keeps the fields
-//! planning reads, its labels and annotations as [`crate::pairs::Pairs`].
+//! for its labels and another for its annotations); a record of a managed Service keeps the
+//! fields planning reads, its labels and annotations as [`crate::pairs::Pairs`].
 
 use std::borrow::Cow;
 
