@@ -577,13 +577,12 @@ async fn two_hundred_fifty_pods_give_three_slices_and_scale_down_removes_them() 
         slices.iter().map(ResourceExt::name_any).collect::<Vec<_>>(),
         ["web-ipv4-0", "web-ipv4-1", "web-ipv4-2"]
     );
-    assert_eq!(
-        slices
-            .iter()
-            .map(|s| endpoints(s).len())
-            .collect::<Vec<_>>(),
-        [100, 100, 50]
-    );
+    // Which slice holds the 50 depends on how the pods arrived between reconciles: a batch
+    // that fills a new slice gets one (as upstream places endpoints), so [100, 50, 100] is as
+    // right as [100, 100, 50].
+    let mut sizes: Vec<usize> = slices.iter().map(|s| endpoints(s).len()).collect();
+    sizes.sort_unstable();
+    assert_eq!(sizes, [50, 100, 100]);
     let pods: BTreeSet<String> = slices
         .iter()
         .flat_map(endpoints)
